@@ -1,0 +1,81 @@
+"""statewright: durable, explicit state machines for AI-agent and backend workflows."""
+
+from __future__ import annotations
+
+from statewright.clock import Clock, ManualClock, SystemClock
+from statewright.definition.machine import Event, Guard, Machine, MachineBuilder, State, Transition
+from statewright.engine import (
+    Applied,
+    Engine,
+    Next,
+    NotApplied,
+    RetryPolicy,
+    Run,
+    Worker,
+    WorkflowType,
+)
+from statewright.errors import (
+    Cancelled,
+    DefinitionError,
+    FatalError,
+    IllegalTransition,
+    InvalidInput,
+    InvalidPayload,
+    ReplayMismatch,
+    StatewrightError,
+    StepOutcomeUnknown,
+    StoreError,
+    TransientError,
+    UnknownWorkflowType,
+    VersionConflict,
+    WorkflowExists,
+    WorkflowNotFound,
+)
+from statewright.store import SQLiteStore, Store, store_from_url
+from statewright.sync import SyncEngine
+from statewright.types import TransitionRecord, WorkflowFilter, WorkflowRow
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Applied",
+    "Cancelled",
+    "Clock",
+    "DefinitionError",
+    "Engine",
+    "Event",
+    "FatalError",
+    "Guard",
+    "IllegalTransition",
+    "InvalidInput",
+    "InvalidPayload",
+    "Machine",
+    "MachineBuilder",
+    "ManualClock",
+    "Next",
+    "NotApplied",
+    "ReplayMismatch",
+    "RetryPolicy",
+    "Run",
+    "SQLiteStore",
+    "State",
+    "StatewrightError",
+    "StepOutcomeUnknown",
+    "Store",
+    "StoreError",
+    "SyncEngine",
+    "SystemClock",
+    "Transition",
+    "TransientError",
+    "TransitionRecord",
+    "UnknownWorkflowType",
+    "VersionConflict",
+    "Worker",
+    "WorkflowExists",
+    "WorkflowFilter",
+    "WorkflowNotFound",
+    "WorkflowRow",
+    "WorkflowType",
+    "__version__",
+    "store_from_url",
+]

@@ -1,0 +1,356 @@
+"""Machine definitions: states, events, guarded transitions. Pure data, no I/O.
+
+A :class:`Machine` is built once (through :class:`MachineBuilder` or :meth:`Machine.build`),
+validated once, and then only read. Everything here is a frozen dataclass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from statewright.errors import IllegalTransition, InvalidPayload
+
+GuardFn = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
+"""A guard: ``guard(context, payload) -> bool``."""
+
+
+@dataclass(frozen=True)
+class Guard:
+    """A named predicate over the workflow context and the event payload.
+
+    ``expr`` is set when the guard came from a safe expression string (and so can be saved as
+    data); ``fn`` is what is evaluated.
+    """
+
+    name: str
+    fn: GuardFn
+    expr: str | None = None
+
+    def __call__(self, context: Mapping[str, Any], payload: Mapping[str, Any]) -> bool:
+        return bool(self.fn(context, payload))
+
+    def __eq__(self, other: object) -> bool:
+        # An expression guard is data: the same text means the same predicate, even when
+        # compiled twice (e.g. after a save/load round trip). A Python guard is its function.
+        if not isinstance(other, Guard):
+            return NotImplemented
+        if self.expr is not None or other.expr is not None:
+            return (self.name, self.expr) == (other.name, other.expr)
+        return self.name == other.name and self.fn == other.fn
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.expr))
+
+
+@dataclass(frozen=True)
+class State:
+    """One state.
+
+    Attributes:
+        name: unique name.
+        initial: the state a new workflow starts in (exactly one per machine).
+        terminal: no outgoing transitions; a workflow here is finished for good.
+        after: durable timers, XState-style: seconds spent in this state -> event to fire.
+            Used for approval timeouts, reminders and wake-ups.
+        stuck_after: seconds after which a workflow in this state counts as stuck.
+        description: free text for docs and dashboards.
+    """
+
+    name: str
+    initial: bool = False
+    terminal: bool = False
+    after: Mapping[float, str] = field(default_factory=dict)
+    stuck_after: float | None = None
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "after", MappingProxyType(dict(self.after)))
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event type.
+
+    Attributes:
+        name: unique name.
+        description: what firing it means (shown to people and to LLMs).
+        roles: which roles may fire it; empty means any role. Enforced by the HTTP/MCP layers.
+        payload_schema: a JSON Schema the payload must satisfy, or None for any object.
+        approval: marks an approval decision (never offered to an agent).
+    """
+
+    name: str
+    description: str = ""
+    roles: tuple[str, ...] = ()
+    payload_schema: Mapping[str, Any] | None = None
+    approval: bool = False
+
+    def validate_payload(self, payload: Any) -> None:
+        """Raise :class:`InvalidPayload` unless ``payload`` fits this event."""
+        if not isinstance(payload, Mapping):
+            raise InvalidPayload(self.name, f"expected a JSON object, got {type(payload).__name__}")
+        if self.payload_schema is None:
+            return
+        # jsonschema is a pure-Python validator: no I/O, fine for this layer.
+        import jsonschema
+
+        from statewright.definition.data import plain
+
+        # plain(): jsonschema only treats real dicts as JSON objects, not MappingProxyType.
+        validator = jsonschema.Draft202012Validator(plain(self.payload_schema))
+        error = jsonschema.exceptions.best_match(validator.iter_errors(plain(payload)))
+        if error is not None:
+            path = "/".join(str(p) for p in error.absolute_path)
+            raise InvalidPayload(self.name, error.message, path)
+
+
+@dataclass(frozen=True)
+class Transition:
+    """An edge: from any of ``sources`` on ``event`` to ``target`` when ``guard`` passes.
+
+    Several transitions may share (source, event): the first whose guard passes wins, in
+    declaration order; at most one of them may be unguarded, and it must come last.
+    """
+
+    sources: tuple[str, ...]
+    event: str
+    target: str
+    guard: Guard | None = None
+    description: str = ""
+
+    @property
+    def is_self(self) -> bool:
+        return self.sources == (self.target,)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A validated state machine definition. Build it with :class:`MachineBuilder`."""
+
+    name: str
+    version: int
+    states: Mapping[str, State]
+    events: Mapping[str, Event]
+    transitions: tuple[Transition, ...]
+    description: str = ""
+    _by_source: Mapping[str, Mapping[str, tuple[Transition, ...]]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    # -- construction ---------------------------------------------------------------------
+
+    @classmethod
+    def build(
+        cls,
+        name: str,
+        *,
+        states: Iterable[State],
+        events: Iterable[Event],
+        transitions: Iterable[Transition],
+        version: int = 1,
+        description: str = "",
+    ) -> Machine:
+        """Build and validate a machine; raises :class:`DefinitionError` listing every problem."""
+        from statewright.definition.validate import validate
+
+        state_list = list(states)
+        event_list = list(events)
+        transition_list = tuple(transitions)
+        validate(name, version, state_list, event_list, transition_list)
+        by_source: dict[str, dict[str, list[Transition]]] = {}
+        for t in transition_list:
+            for s in t.sources:
+                by_source.setdefault(s, {}).setdefault(t.event, []).append(t)
+        return cls(
+            name=name,
+            version=version,
+            states=MappingProxyType({s.name: s for s in state_list}),
+            events=MappingProxyType({e.name: e for e in event_list}),
+            transitions=transition_list,
+            description=description,
+            _by_source=MappingProxyType(
+                {s: MappingProxyType({e: tuple(ts) for e, ts in evs.items()})
+                 for s, evs in by_source.items()}
+            ),
+        )
+
+    # -- queries --------------------------------------------------------------------------
+
+    @property
+    def initial(self) -> State:
+        return next(s for s in self.states.values() if s.initial)
+
+    @property
+    def terminal_states(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.states.values() if s.terminal)
+
+    def is_terminal(self, state: str) -> bool:
+        return self.states[state].terminal
+
+    def transitions_from(self, state: str, event: str) -> tuple[Transition, ...]:
+        return self._by_source.get(state, {}).get(event, ())
+
+    def events_from(self, state: str) -> tuple[str, ...]:
+        """Every event with an edge out of ``state``, ignoring guards, in declaration order."""
+        return tuple(self._by_source.get(state, {}))
+
+    def can(self, state: str, event: str) -> bool:
+        """Whether ``event`` has any edge out of ``state`` (guards not evaluated)."""
+        return bool(self.transitions_from(state, event))
+
+    def allowed_events(
+        self,
+        state: str,
+        context: Mapping[str, Any] | None = None,
+        payload: Mapping[str, Any] | None = None,
+    ) -> list[str]:
+        """The next allowed actions: events whose edges out of ``state`` could fire now.
+
+        An event counts when one of its edges is unguarded or its guard passes on ``context``
+        (and ``payload``, empty by default). A guard that raises counts as not passing.
+        """
+        ctx = context or {}
+        pl = payload or {}
+        out: list[str] = []
+        for event, ts in self._by_source.get(state, {}).items():
+            for t in ts:
+                if t.guard is None or _safe_guard(t.guard, ctx, pl):
+                    out.append(event)
+                    break
+        return out
+
+    def resolve(
+        self,
+        state: str,
+        event: str,
+        context: Mapping[str, Any] | None = None,
+        payload: Mapping[str, Any] | None = None,
+    ) -> Transition:
+        """The transition ``event`` takes from ``state``; raises :class:`IllegalTransition`.
+
+        Validates the payload against the event's schema first (:class:`InvalidPayload`).
+        """
+        if state not in self.states:
+            raise IllegalTransition(state, event, (), reason="unknown state")
+        if event not in self.events:
+            raise IllegalTransition(
+                state, event, self.allowed_events(state, context), reason="unknown event"
+            )
+        candidates = self.transitions_from(state, event)
+        if not candidates:
+            reason = "terminal state" if self.states[state].terminal else None
+            raise IllegalTransition(state, event, self.allowed_events(state, context), reason)
+        # Legality first: an event that cannot happen here is IllegalTransition whatever
+        # its payload, so callers learn the real problem.
+        pl = {} if payload is None else payload
+        self.events[event].validate_payload(pl)
+        ctx = context or {}
+        for t in candidates:
+            if t.guard is None or _safe_guard(t.guard, ctx, pl):
+                return t
+        raise IllegalTransition(
+            state,
+            event,
+            self.allowed_events(state, context),
+            reason="no guard passed: " + ", ".join(t.guard.name for t in candidates if t.guard),
+        )
+
+
+def _safe_guard(guard: Guard, context: Mapping[str, Any], payload: Mapping[str, Any]) -> bool:
+    # A guard that raises (missing key, wrong type) is a guard that did not pass: a bad
+    # payload must not crash the engine, and the caller still gets IllegalTransition.
+    try:
+        return guard(context, payload)
+    except Exception:
+        return False
+
+
+class MachineBuilder:
+    """Explicit, chainable builder for a :class:`Machine`.
+
+    Example:
+        >>> m = (MachineBuilder("door")
+        ...      .state("closed", initial=True).state("open").state("gone", terminal=True)
+        ...      .event("open").event("close").event("remove")
+        ...      .transition("open", "closed", "open")
+        ...      .transition("close", "open", "closed")
+        ...      .transition("remove", ["open", "closed"], "gone")
+        ...      .build())
+        >>> m.allowed_events("closed")
+        ['open', 'remove']
+    """
+
+    def __init__(self, name: str, version: int = 1, description: str = "") -> None:
+        self.name = name
+        self.version = version
+        self.description = description
+        self._states: list[State] = []
+        self._events: list[Event] = []
+        self._transitions: list[Transition] = []
+        self._guards: dict[str, GuardFn] = {}
+
+    def state(self, name: str, **kwargs: Any) -> MachineBuilder:
+        self._states.append(State(name, **kwargs))
+        return self
+
+    def event(
+        self,
+        name: str,
+        description: str = "",
+        *,
+        roles: Iterable[str] = (),
+        payload_schema: Mapping[str, Any] | None = None,
+        approval: bool = False,
+    ) -> MachineBuilder:
+        self._events.append(Event(name, description, tuple(roles), payload_schema, approval))
+        return self
+
+    def guard(self, name: str, fn: GuardFn) -> MachineBuilder:
+        """Register a named Python guard that transitions can refer to by name."""
+        self._guards[name] = fn
+        return self
+
+    def transition(
+        self,
+        event: str,
+        source: str | Iterable[str],
+        target: str,
+        *,
+        guard: str | GuardFn | Guard | None = None,
+        description: str = "",
+    ) -> MachineBuilder:
+        sources = (source,) if isinstance(source, str) else tuple(source)
+        self._transitions.append(
+            Transition(sources, event, target, make_guard(guard, self._guards), description)
+        )
+        return self
+
+    def build(self) -> Machine:
+        return Machine.build(
+            self.name,
+            states=self._states,
+            events=self._events,
+            transitions=self._transitions,
+            version=self.version,
+            description=self.description,
+        )
+
+
+def make_guard(spec: str | GuardFn | Guard | None, named: Mapping[str, GuardFn]) -> Guard | None:
+    """Turn a guard spec into a :class:`Guard`.
+
+    A string names a registered guard when ``named`` has it; otherwise it is parsed as a safe
+    expression over ``context`` and ``payload`` (see :mod:`statewright.definition.guards`).
+    """
+    if spec is None or isinstance(spec, Guard):
+        return spec
+    if isinstance(spec, str):
+        if spec in named:
+            return Guard(spec, named[spec])
+        from statewright.definition.guards import compile_expression
+
+        return Guard(spec, compile_expression(spec), expr=spec)
+    return Guard(getattr(spec, "__name__", "guard"), spec)

@@ -1,0 +1,35 @@
+"""The engine: transitions, steps, retries, timers, workers and recovery."""
+
+from __future__ import annotations
+
+from statewright.engine.core import Engine, Replayed, Stuck
+from statewright.engine.recovery import Recovered, recover
+from statewright.engine.retry import RetryPolicy, classify
+from statewright.engine.steps import Run
+from statewright.engine.worker import Worker
+from statewright.engine.workflow_type import (
+    Applied,
+    Handler,
+    Next,
+    NotApplied,
+    RecoveryAction,
+    WorkflowType,
+)
+
+__all__ = [
+    "Applied",
+    "Engine",
+    "Handler",
+    "Next",
+    "NotApplied",
+    "Recovered",
+    "RecoveryAction",
+    "Replayed",
+    "RetryPolicy",
+    "Run",
+    "Stuck",
+    "Worker",
+    "WorkflowType",
+    "classify",
+    "recover",
+]

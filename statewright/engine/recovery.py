@@ -1,0 +1,83 @@
+"""Recovery of work whose worker died: at start-up and then every lease period."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from statewright.engine.failures import handle_failure
+from statewright.errors import FatalError, TransientError, UnknownWorkflowType
+
+if TYPE_CHECKING:
+    from statewright.engine.core import Engine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Recovered:
+    workflow_id: str
+    state: str
+    owner: str
+    action: str
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def dead_local_owner(owner: str) -> bool:
+    """A worker on this host whose process is gone (no need to wait for its lease)."""
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    return pid != os.getpid() and not _pid_alive(pid)
+
+
+async def recover(engine: Engine, now: float | None = None) -> list[Recovered]:
+    """Apply each type's recovery policy to workflows held by dead or expired workers.
+
+    Default per state is ``rerun``: the lease is cleared and the handler runs again, its
+    finished steps returning their stored results and interrupted ones reconciled.
+    """
+    store = engine.store
+    now = engine.clock.now() if now is None else now
+    dead = [o for o in await store.lease_owners() if dead_local_owner(o)]
+    stale = {r.id: r for r in await store.expired_leases(now, limit=10_000)}
+    for owner in dead:
+        for r in await store.leased_by(owner):
+            stale[r.id] = r
+    done: list[Recovered] = []
+    for row in stale.values():
+        owner = row.lease_owner or ""
+        try:
+            action = engine.type_of(row.type, row.machine_version).recovery_for(row.state)
+        except UnknownWorkflowType:
+            continue  # another deployment's type: leave it to its own workers
+        if row.terminal or action == "rerun":
+            await store.break_leases(owner, [row.id])
+        elif action == "retry":
+            await handle_failure(engine, row, TransientError(f"worker {owner} was lost"))
+        elif action == "fail":
+            await handle_failure(engine, row, FatalError(f"worker {owner} was lost"))
+        else:  # leave: release and wait for an external event (or a pending timer)
+            pending = await store.timers(row.id)
+            await store.defer(row.id, row.version, attempts=row.attempts,
+                              next_due_at=pending[0].due_at if pending else None,
+                              last_error=row.last_error)
+        log.warning("recovered workflow", extra={"action": "recovered", "workflow_id": row.id,
+                                                 "state": row.state, "policy": action,
+                                                 "owner": owner})
+        done.append(Recovered(row.id, row.state, owner, action))
+    return done

@@ -1,0 +1,117 @@
+"""A workflow type: a machine plus the code and policies that run it."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from statewright.definition.machine import Machine
+from statewright.engine.retry import RetryPolicy
+from statewright.errors import DefinitionError, Problem
+
+if TYPE_CHECKING:
+    from statewright.engine.steps import Run
+
+
+@dataclass(frozen=True)
+class Next:
+    """What a handler returns: the event to fire, its payload, and context changes."""
+
+    event: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    context: Mapping[str, Any] | None = None
+    """Shallow update merged into the workflow context in the same transaction."""
+
+
+HandlerResult = Next | str | None
+Handler = Callable[["Run"], Awaitable[HandlerResult] | HandlerResult]
+"""A state handler: gets a :class:`Run`, returns the next event (or None to stay idle)."""
+
+
+@dataclass(frozen=True)
+class Applied:
+    """Reconcile verdict: the external system did apply the step; here is its result."""
+
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class NotApplied:
+    """Reconcile verdict: the external system never applied the step; it is safe to run."""
+
+
+Reconciled = Applied | NotApplied | None
+"""``None`` means the external system could not tell."""
+Reconciler = Callable[[str], Awaitable[Reconciled] | Reconciled]
+"""``reconcile(idempotency_key) -> Applied(result) | NotApplied() | None``."""
+
+RecoveryAction = Literal["rerun", "retry", "fail", "leave"]
+"""What recovery does with a workflow whose worker died mid-state.
+
+``rerun``: run the state's handler again (steps are idempotent; interrupted ones reconcile).
+``retry``: count it as a transient failure (backoff, budget). ``fail``: a fatal failure.
+``leave``: release it and wait for an external event.
+"""
+
+
+@dataclass(frozen=True)
+class WorkflowType:
+    """Binds a :class:`Machine` to handlers and policies.
+
+    Attributes:
+        machine: the definition (its name is the type name).
+        handlers: state name -> handler run by workers while a workflow is in that state.
+        retry: the retry policy for transient errors raised by handlers.
+        on_transient: event fired on a transient error when the state has an edge for it
+            (payload: attempt, max_attempts, error, retry_after); otherwise the handler is
+            re-run in place after the backoff.
+        retry_event: event the backoff timer fires when ``on_transient`` led to a waiting
+            state (e.g. retrying -> running).
+        on_fatal: event fired on a fatal error (or an exhausted budget) when allowed;
+            otherwise the workflow is parked with its error and shows up as stuck.
+        approve_event / deny_event: what ``approve`` and ``deny`` fire.
+        reconcilers: step name -> reconcile hook for steps found executing after a crash.
+        recovery: state name -> :data:`RecoveryAction` for a worker that died; default rerun.
+    """
+
+    machine: Machine
+    handlers: Mapping[str, Handler] = field(default_factory=dict)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    on_transient: str | None = "error_transient"
+    retry_event: str = "retry"
+    on_fatal: str | None = "fatal_error"
+    approve_event: str = "approval_granted"
+    deny_event: str = "approval_denied"
+    reconcilers: Mapping[str, Reconciler] = field(default_factory=dict)
+    recovery: Mapping[str, RecoveryAction] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problems = [
+            Problem("unknown_handler_state", f"handler bound to unknown state {s!r}", state=s)
+            for s in self.handlers
+            if s not in self.machine.states
+        ]
+        problems += [
+            Problem("handler_on_terminal", f"terminal state {s!r} cannot have a handler", state=s)
+            for s in self.handlers
+            if s in self.machine.states and self.machine.states[s].terminal
+        ]
+        problems += [
+            Problem("unknown_recovery_state", f"recovery for unknown state {s!r}", state=s)
+            for s in self.recovery
+            if s not in self.machine.states
+        ]
+        if problems:
+            raise DefinitionError(problems, self.machine.name)
+
+    @property
+    def name(self) -> str:
+        return self.machine.name
+
+    @property
+    def version(self) -> int:
+        return self.machine.version
+
+    def recovery_for(self, state: str) -> RecoveryAction:
+        return self.recovery.get(state, "rerun")

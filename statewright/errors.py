@@ -1,0 +1,237 @@
+"""One exception tree for every layer.
+
+Each class's docstring is its default message and each carries a stable ``code`` that the CLI,
+HTTP and MCP surfaces map to responses. Attributes carry the facts (state, event, versions) so
+callers never parse messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+class StatewrightError(Exception):
+    """A statewright operation failed."""
+
+    code: ClassVar[str] = "statewright_error"
+
+    def __init__(self, message: str | None = None, **details: Any) -> None:
+        self.message = message or (self.__doc__ or self.code).strip()
+        self.details: dict[str, Any] = details
+        super().__init__(self.message)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready description: ``{"code", "message", **details}``."""
+        return {"code": self.code, "message": self.message, **self.details}
+
+
+# --- definition ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a machine definition."""
+
+    code: str
+    message: str
+    state: str | None = None
+    event: str | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class DefinitionError(StatewrightError):
+    """The machine definition is invalid."""
+
+    code = "definition_invalid"
+
+    def __init__(self, problems: Iterable[Problem] | str, machine: str | None = None) -> None:
+        if isinstance(problems, str):
+            problems = [Problem("invalid", problems)]
+        self.problems: list[Problem] = list(problems)
+        self.machine = machine
+        head = f"machine {machine!r} is invalid" if machine else "definition is invalid"
+        lines = "; ".join(p.message for p in self.problems)
+        super().__init__(
+            f"{head}: {lines}",
+            machine=machine,
+            problems=[
+                {"code": p.code, "message": p.message, "state": p.state, "event": p.event}
+                for p in self.problems
+            ],
+        )
+
+
+class IllegalTransition(StatewrightError):
+    """The event is not allowed in the current state."""
+
+    code = "illegal_transition"
+
+    def __init__(
+        self,
+        state: str,
+        event: str,
+        allowed: Sequence[str] = (),
+        reason: str | None = None,
+        workflow_id: str | None = None,
+    ) -> None:
+        self.state = state
+        self.event = event
+        self.allowed = list(allowed)
+        self.reason = reason
+        self.workflow_id = workflow_id
+        why = f" ({reason})" if reason else ""
+        allowed_txt = ", ".join(self.allowed) or "none"
+        super().__init__(
+            f"event {event!r} is not allowed in state {state!r}{why}; allowed: {allowed_txt}",
+            state=state,
+            event=event,
+            allowed=self.allowed,
+            reason=reason,
+            workflow_id=workflow_id,
+        )
+
+
+class InvalidPayload(StatewrightError):
+    """The event payload does not match the event's schema."""
+
+    code = "invalid_payload"
+
+    def __init__(self, event: str, message: str, path: str = "") -> None:
+        self.event = event
+        self.path = path
+        where = f" at {path}" if path else ""
+        super().__init__(
+            f"payload of event {event!r} is invalid{where}: {message}",
+            event=event,
+            path=path,
+        )
+
+
+class InvalidInput(StatewrightError):
+    """An argument is malformed."""
+
+    code = "invalid_input"
+
+
+# --- store -----------------------------------------------------------------------------------
+
+
+class StoreError(StatewrightError):
+    """The store could not complete the operation; nothing was changed."""
+
+    code = "store_error"
+
+
+class VersionConflict(StatewrightError):
+    """The workflow changed since it was read: the transition was not applied."""
+
+    code = "version_conflict"
+
+    def __init__(self, workflow_id: str, expected: int, actual: int | None) -> None:
+        self.workflow_id = workflow_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"workflow {workflow_id!r} is at version {actual}, not {expected}: "
+            "it changed since it was read; re-read and retry",
+            workflow_id=workflow_id,
+            expected=expected,
+            actual=actual,
+        )
+
+
+class WorkflowNotFound(StatewrightError):
+    """No workflow has this id."""
+
+    code = "workflow_not_found"
+
+    def __init__(self, workflow_id: str) -> None:
+        self.workflow_id = workflow_id
+        super().__init__(f"no workflow with id {workflow_id!r}", workflow_id=workflow_id)
+
+
+class WorkflowExists(StatewrightError):
+    """A workflow with this id exists with a different type."""
+
+    code = "workflow_exists"
+
+    def __init__(self, workflow_id: str, existing_type: str, requested_type: str) -> None:
+        self.workflow_id = workflow_id
+        super().__init__(
+            f"workflow {workflow_id!r} already exists as type {existing_type!r}, "
+            f"not {requested_type!r}",
+            workflow_id=workflow_id,
+            existing_type=existing_type,
+            requested_type=requested_type,
+        )
+
+
+class ReplayMismatch(StatewrightError):
+    """Replaying the transition log does not give the stored row."""
+
+    code = "replay_mismatch"
+
+
+# --- engine ----------------------------------------------------------------------------------
+
+
+class UnknownWorkflowType(StatewrightError):
+    """No workflow type is registered under this name (and version)."""
+
+    code = "unknown_workflow_type"
+
+    def __init__(self, name: str, version: int | None = None) -> None:
+        self.name = name
+        self.version = version
+        v = f" version {version}" if version is not None else ""
+        super().__init__(f"unknown workflow type {name!r}{v}", name=name, version=version)
+
+
+class StepError(StatewrightError):
+    """A step failed."""
+
+    code = "step_failed"
+
+
+class TransientError(StatewrightError):
+    """A transient failure (timeout, 429, 503): the work may be retried after a backoff.
+
+    Args:
+        retry_after: seconds the remote system asked us to wait (``Retry-After``), if any.
+    """
+
+    code = "transient_error"
+
+    def __init__(self, message: str | None = None, retry_after: float | None = None) -> None:
+        self.retry_after = retry_after
+        super().__init__(message, retry_after=retry_after)
+
+
+class FatalError(StatewrightError):
+    """A fatal failure (422, 403, bad data): retrying cannot help."""
+
+    code = "fatal_error"
+
+
+class StepOutcomeUnknown(FatalError):
+    """A step was interrupted mid-flight and its outcome cannot be established safely."""
+
+    code = "step_outcome_unknown"
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(
+            f"step {key!r} was interrupted while executing, no reconcile hook could tell its "
+            "outcome, and it is not declared safe to repeat",
+        )
+        self.details["key"] = key
+
+
+class Cancelled(BaseException):  # noqa: N818 - reads as a state, like asyncio.CancelledError
+    """The workflow was cancelled. A ``BaseException`` so ``except Exception`` cannot eat it."""
+
+    code: ClassVar[str] = "cancelled"

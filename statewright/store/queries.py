@@ -1,0 +1,41 @@
+"""Named SQL queries loaded from package data (``sql/<dialect>/queries.sql``).
+
+Each query starts with ``-- name: <name>`` and a one-line ``-- purpose`` comment, so SQL stays
+plain, greppable text per dialect.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+@cache
+def load_queries(dialect: str) -> dict[str, str]:
+    """All named queries of a dialect."""
+    text = resources.files("statewright.store").joinpath(f"sql/{dialect}/queries.sql").read_text()
+    parts = _NAME.split(text)
+    queries: dict[str, str] = {}
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        lines = [ln for ln in body.strip().splitlines() if not ln.startswith("--")]
+        queries[name] = "\n".join(lines).strip()
+    return queries
+
+
+def migrations(dialect: str) -> list[tuple[int, str, str]]:
+    """``(number, name, sql)`` for every migration of a dialect, in order."""
+    folder = resources.files("statewright.store").joinpath(f"sql/{dialect}/migrations")
+    out = []
+    for entry in folder.iterdir():
+        m = re.fullmatch(r"(\d{4})_(\w+)\.sql", entry.name)
+        if m:
+            out.append((int(m.group(1)), m.group(2), entry.read_text()))
+    return sorted(out)
+
+
+def schema(dialect: str) -> str:
+    """The whole schema as the migrations leave it (``sql/<dialect>/schema.sql``)."""
+    return resources.files("statewright.store").joinpath(f"sql/{dialect}/schema.sql").read_text()

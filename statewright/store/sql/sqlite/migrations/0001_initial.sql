@@ -1,0 +1,79 @@
+-- 0001_initial: workflows, append-only transition log, step ledger, timers, inbox.
+
+CREATE TABLE workflows (
+    id               TEXT PRIMARY KEY,
+    type             TEXT    NOT NULL,
+    machine_version  INTEGER NOT NULL,
+    state            TEXT    NOT NULL,
+    context          TEXT    NOT NULL,
+    version          INTEGER NOT NULL,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    terminal         INTEGER NOT NULL DEFAULT 0,
+    created_at       REAL    NOT NULL,
+    updated_at       REAL    NOT NULL,
+    state_entered_at REAL    NOT NULL,
+    next_due_at      REAL,
+    lease_owner      TEXT,
+    lease_expires_at REAL,
+    last_error       TEXT
+);
+
+-- "by state and age" (stuck detection, listings)
+CREATE INDEX workflows_state_age ON workflows (type, state, state_entered_at);
+-- the worker's claim: due and unleased only
+CREATE INDEX workflows_due ON workflows (next_due_at)
+    WHERE next_due_at IS NOT NULL AND lease_owner IS NULL;
+CREATE INDEX workflows_lease ON workflows (lease_expires_at)
+    WHERE lease_owner IS NOT NULL;
+
+CREATE TABLE transitions (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    workflow_id   TEXT    NOT NULL,
+    version       INTEGER NOT NULL,
+    from_state    TEXT,
+    to_state      TEXT    NOT NULL,
+    event         TEXT    NOT NULL,
+    payload       TEXT    NOT NULL,
+    actor         TEXT    NOT NULL,
+    context_patch TEXT,
+    at            REAL    NOT NULL
+);
+-- "history of one workflow"; also makes a doubled transition impossible
+CREATE UNIQUE INDEX transitions_workflow_version ON transitions (workflow_id, version);
+
+CREATE TRIGGER transitions_append_only_update BEFORE UPDATE ON transitions
+BEGIN SELECT RAISE(ABORT, 'the transition log is append-only'); END;
+CREATE TRIGGER transitions_append_only_delete BEFORE DELETE ON transitions
+BEGIN SELECT RAISE(ABORT, 'the transition log is append-only'); END;
+
+CREATE TABLE steps (
+    key         TEXT PRIMARY KEY,
+    workflow_id TEXT    NOT NULL,
+    step        TEXT    NOT NULL,
+    status      TEXT    NOT NULL CHECK (status IN ('executing', 'done', 'failed')),
+    result      TEXT,
+    error       TEXT,
+    attempts    INTEGER NOT NULL,
+    started_at  REAL    NOT NULL,
+    finished_at REAL
+);
+CREATE INDEX steps_workflow ON steps (workflow_id);
+
+CREATE TABLE timers (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    workflow_id TEXT NOT NULL,
+    due_at      REAL NOT NULL,
+    event       TEXT NOT NULL,
+    payload     TEXT NOT NULL
+);
+CREATE INDEX timers_workflow_due ON timers (workflow_id, due_at);
+
+CREATE TABLE inbox (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    workflow_id TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    payload     TEXT NOT NULL,
+    posted_at   REAL NOT NULL,
+    consumed_at REAL
+);
+CREATE INDEX inbox_pending ON inbox (workflow_id, id) WHERE consumed_at IS NULL;

@@ -1,0 +1,483 @@
+"""The embedded SQLite store (WAL mode, zero setup).
+
+Every write is a function run on the connection's thread inside a savepoint of a shared
+transaction (see :mod:`statewright.store.sqlite_conn` for group commit).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from statewright.errors import InvalidInput, StoreError, VersionConflict, WorkflowNotFound
+from statewright.store.queries import load_queries, migrations
+from statewright.store.sqlite_conn import GroupCommitConnection, Synchronous
+from statewright.types import (
+    InboxItem,
+    NewWorkflow,
+    StepRecord,
+    TimerRecord,
+    TransitionRecord,
+    TransitionWrite,
+    WorkflowFilter,
+    WorkflowRow,
+)
+
+Q = load_queries("sqlite")
+
+
+def _dumps(value: Any) -> str:
+    try:
+        return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"not JSON-serialisable: {exc}") from exc
+
+
+def _workflow(r: sqlite3.Row) -> WorkflowRow:
+    return WorkflowRow(
+        id=r["id"],
+        type=r["type"],
+        machine_version=r["machine_version"],
+        state=r["state"],
+        context=json.loads(r["context"]),
+        version=r["version"],
+        attempts=r["attempts"],
+        terminal=bool(r["terminal"]),
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        state_entered_at=r["state_entered_at"],
+        next_due_at=r["next_due_at"],
+        lease_owner=r["lease_owner"],
+        lease_expires_at=r["lease_expires_at"],
+        last_error=r["last_error"],
+    )
+
+
+def _transition(r: sqlite3.Row) -> TransitionRecord:
+    patch = r["context_patch"]
+    return TransitionRecord(
+        seq=r["seq"],
+        workflow_id=r["workflow_id"],
+        version=r["version"],
+        from_state=r["from_state"],
+        to_state=r["to_state"],
+        event=r["event"],
+        payload=json.loads(r["payload"]),
+        actor=r["actor"],
+        context_patch=None if patch is None else json.loads(patch),
+        at=r["at"],
+    )
+
+
+def _step(r: sqlite3.Row) -> StepRecord:
+    result = r["result"]
+    return StepRecord(
+        key=r["key"],
+        workflow_id=r["workflow_id"],
+        step=r["step"],
+        status=r["status"],
+        result=None if result is None else json.loads(result),
+        error=r["error"],
+        attempts=r["attempts"],
+        started_at=r["started_at"],
+        finished_at=r["finished_at"],
+    )
+
+
+def _inbox(r: sqlite3.Row) -> InboxItem:
+    return InboxItem(
+        id=r["id"],
+        workflow_id=r["workflow_id"],
+        name=r["name"],
+        payload=json.loads(r["payload"]),
+        posted_at=r["posted_at"],
+        consumed_at=r["consumed_at"],
+    )
+
+
+def _statements(script: str) -> list[str]:
+    # Split on statement boundaries the way SQLite does (triggers contain ';').
+    out: list[str] = []
+    buf = ""
+    for line in script.splitlines(keepends=True):
+        buf += line
+        if sqlite3.complete_statement(buf):
+            if buf.strip():
+                out.append(buf)
+            buf = ""
+    if buf.strip() and not all(
+        ln.strip().startswith("--") or not ln.strip() for ln in buf.splitlines()
+    ):
+        raise StoreError(f"incomplete SQL statement in migration: {buf[:80]!r}")
+    return out
+
+
+class SQLiteStore:
+    """The :class:`~statewright.store.protocol.Store` on one SQLite file (or ``:memory:``).
+
+    Args:
+        path: database file; created with its folder when missing.
+        synchronous: ``FULL`` (fsync every commit: durable against power loss) or ``NORMAL``
+            (WAL fsyncs at checkpoints: durable against process crashes).
+    """
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str | Path = "statewright.db", synchronous: Synchronous = "FULL"):
+        self.path = str(path)
+        self.conn = GroupCommitConnection(self.path, synchronous)
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.conn.start()
+        await self.conn.read(self._migrate)
+
+    async def close(self) -> None:
+        self.conn.stop()
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> list[int]:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+        )
+        applied_now = []
+        conn.execute("BEGIN IMMEDIATE")  # one process migrates at a time
+        try:
+            done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+            for number, name, sql in migrations("sqlite"):
+                if number in done:
+                    continue
+                for stmt in _statements(sql):
+                    conn.execute(stmt)
+                conn.execute(
+                    "INSERT INTO schema_migrations VALUES (?, ?, ?)", (number, name, time.time())
+                )
+                applied_now.append(number)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return applied_now
+
+    # -- workflows and transitions -----------------------------------------------------------
+
+    async def create_workflow(self, new: NewWorkflow) -> tuple[WorkflowRow, bool]:
+        def fn(conn: sqlite3.Connection) -> tuple[WorkflowRow, bool]:
+            context = _dumps(new.context)
+            cur = conn.execute(
+                Q["insert_workflow"],
+                {
+                    "id": new.id,
+                    "type": new.type,
+                    "machine_version": new.machine_version,
+                    "state": new.state,
+                    "context": context,
+                    "terminal": int(new.terminal),
+                    "at": new.at,
+                    "next_due_at": new.run_at,
+                },
+            )
+            created = cur.rowcount == 1
+            if created:
+                conn.execute(
+                    Q["append_transition"],
+                    {
+                        "workflow_id": new.id,
+                        "version": 1,
+                        "from_state": None,
+                        "to_state": new.state,
+                        "event": "$start",
+                        "payload": context,
+                        "actor": new.actor,
+                        "context_patch": context,
+                        "at": new.at,
+                    },
+                )
+                if new.timers:
+                    self._add_timers(conn, new.id, new.timers)
+                    conn.execute(Q["refresh_next_due"], {"id": new.id, "run_at": new.run_at})
+            row = conn.execute(Q["get_workflow"], {"id": new.id}).fetchone()
+            return _workflow(row), created
+
+        return await self.conn.write(fn)
+
+    @staticmethod
+    def _add_timers(conn: sqlite3.Connection, workflow_id: str, timers: Sequence[Any]) -> None:
+        conn.executemany(
+            Q["insert_timer"],
+            [
+                {"id": workflow_id, "due_at": t.due_at, "event": t.event, "payload": _dumps(t.payload)}
+                for t in timers
+            ],
+        )
+
+    async def get_workflow(self, workflow_id: str) -> WorkflowRow | None:
+        def fn(conn: sqlite3.Connection) -> WorkflowRow | None:
+            row = conn.execute(Q["get_workflow"], {"id": workflow_id}).fetchone()
+            return None if row is None else _workflow(row)
+
+        return await self.conn.read(fn)
+
+    async def apply_transition(self, write: TransitionWrite) -> WorkflowRow:
+        return await self.conn.write(lambda conn: self._apply(conn, write))
+
+    def _apply(self, conn: sqlite3.Connection, w: TransitionWrite) -> WorkflowRow:
+        cur = conn.execute(
+            Q["cas_update_workflow"],
+            {
+                "id": w.workflow_id,
+                "expected_version": w.expected_version,
+                "to_state": w.to_state,
+                "context": _dumps(w.context),
+                "attempts": w.attempts,
+                "terminal": int(w.terminal),
+                "at": w.at,
+                "run_at": w.run_at,
+                "last_error": w.last_error,
+                "release_lease": int(w.release_lease),
+            },
+        )
+        if cur.rowcount != 1:
+            actual = conn.execute(Q["version_of"], {"id": w.workflow_id}).fetchone()
+            if actual is None:
+                raise WorkflowNotFound(w.workflow_id)
+            raise VersionConflict(w.workflow_id, w.expected_version, actual[0])
+        conn.execute(
+            Q["append_transition"],
+            {
+                "workflow_id": w.workflow_id,
+                "version": w.expected_version + 1,
+                "from_state": w.from_state,
+                "to_state": w.to_state,
+                "event": w.event,
+                "payload": _dumps(w.payload),
+                "actor": w.actor,
+                "context_patch": None if w.context_patch is None else _dumps(w.context_patch),
+                "at": w.at,
+            },
+        )
+        touched_timers = False
+        if w.clear_timers:
+            touched_timers = conn.execute(Q["delete_timers"], {"id": w.workflow_id}).rowcount > 0
+        elif w.fired_timer_id is not None:
+            conn.execute(Q["delete_timer"], {"id": w.workflow_id, "timer_id": w.fired_timer_id})
+            touched_timers = True
+        if w.add_timers:
+            self._add_timers(conn, w.workflow_id, w.add_timers)
+            touched_timers = True
+        if touched_timers or not w.clear_timers:
+            conn.execute(Q["refresh_next_due"], {"id": w.workflow_id, "run_at": w.run_at})
+        if w.consume_inbox_id is not None:
+            n = conn.execute(Q["consume_input"], {"item_id": w.consume_inbox_id, "at": w.at})
+            if n.rowcount != 1:
+                raise StoreError(f"inbox item {w.consume_inbox_id} was already consumed")
+        row = conn.execute(Q["get_workflow"], {"id": w.workflow_id}).fetchone()
+        return _workflow(row)
+
+    async def history(
+        self, workflow_id: str, after_version: int = 0, limit: int | None = None
+    ) -> list[TransitionRecord]:
+        params = {"id": workflow_id, "after": after_version, "limit": -1 if limit is None else limit}
+        rows = await self.conn.read(lambda c: c.execute(Q["history"], params).fetchall())
+        return [_transition(r) for r in rows]
+
+    async def transitions_since(self, seq: int, limit: int = 500) -> list[TransitionRecord]:
+        params = {"seq": seq, "limit": limit}
+        rows = await self.conn.read(lambda c: c.execute(Q["transitions_since"], params).fetchall())
+        return [_transition(r) for r in rows]
+
+    async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
+        clauses, params = [], {}
+        if where.type is not None:
+            clauses.append("type = :type")
+            params["type"] = where.type
+        if where.state is not None:
+            clauses.append("state = :state")
+            params["state"] = where.state
+        if where.terminal is not None:
+            clauses.append("terminal = :terminal")
+            params["terminal"] = int(where.terminal)
+        if where.entered_before is not None:
+            clauses.append("state_entered_at < :before")
+            params["before"] = where.entered_before
+        sql = "SELECT * FROM workflows"
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += " ORDER BY state_entered_at, id LIMIT :limit OFFSET :offset"
+        params.update(limit=where.limit, offset=where.offset)
+        rows = await self.conn.read(lambda c: c.execute(sql, params).fetchall())
+        return [_workflow(r) for r in rows]
+
+    async def count_by_state(self, terminal: bool | None = None) -> list[tuple[str, str, int]]:
+        params = {"terminal": None if terminal is None else int(terminal)}
+        rows = await self.conn.read(lambda c: c.execute(Q["count_by_state"], params).fetchall())
+        return [(r["type"], r["state"], r["n"]) for r in rows]
+
+    # -- workers -----------------------------------------------------------------------------
+
+    async def claim_due(
+        self,
+        worker_id: str,
+        now: float,
+        lease_seconds: float,
+        limit: int,
+        types: Sequence[str] | None = None,
+    ) -> list[WorkflowRow]:
+        sql = Q["claim_due"]
+        params: dict[str, Any] = {
+            "worker": worker_id, "until": now + lease_seconds, "now": now, "limit": limit
+        }
+        if types is not None:
+            sql = sql.replace(
+                "AND terminal = 0", "AND terminal = 0 AND type IN (SELECT value FROM json_each(:types))"
+            )
+            params["types"] = json.dumps(list(types))
+        rows = await self.conn.write(lambda c: c.execute(sql, params).fetchall())
+        return sorted((_workflow(r) for r in rows), key=lambda w: (w.next_due_at or 0, w.id))
+
+    async def renew_leases(self, worker_id: str, ids: Sequence[str], until: float) -> int:
+        params = {"worker": worker_id, "ids": json.dumps(list(ids)), "until": until}
+        return await self.conn.write(lambda c: c.execute(Q["renew_leases"], params).rowcount)
+
+    async def release_lease(self, workflow_id: str, worker_id: str) -> None:
+        params = {"id": workflow_id, "worker": worker_id}
+        await self.conn.write(lambda c: c.execute(Q["release_lease"], params))
+
+    async def defer(
+        self,
+        workflow_id: str,
+        expected_version: int,
+        *,
+        attempts: int,
+        next_due_at: float | None,
+        last_error: str | None,
+    ) -> WorkflowRow:
+        def fn(conn: sqlite3.Connection) -> WorkflowRow:
+            cur = conn.execute(
+                Q["defer_workflow"],
+                {
+                    "id": workflow_id,
+                    "expected_version": expected_version,
+                    "attempts": attempts,
+                    "next_due_at": next_due_at,
+                    "last_error": last_error,
+                    "at": time.time(),
+                },
+            )
+            row = conn.execute(Q["get_workflow"], {"id": workflow_id}).fetchone()
+            if row is None:
+                raise WorkflowNotFound(workflow_id)
+            if cur.rowcount != 1:
+                raise VersionConflict(workflow_id, expected_version, row["version"])
+            return _workflow(row)
+
+        return await self.conn.write(fn)
+
+    async def expired_leases(self, now: float, limit: int = 100) -> list[WorkflowRow]:
+        params = {"now": now, "limit": limit}
+        rows = await self.conn.read(lambda c: c.execute(Q["expired_leases"], params).fetchall())
+        return [_workflow(r) for r in rows]
+
+    async def leased_by(self, owner: str) -> list[WorkflowRow]:
+        rows = await self.conn.read(
+            lambda c: c.execute(Q["leased_by"], {"owner": owner}).fetchall()
+        )
+        return [_workflow(r) for r in rows]
+
+    async def lease_owners(self) -> list[str]:
+        rows = await self.conn.read(lambda c: c.execute(Q["lease_owners"]).fetchall())
+        return [r[0] for r in rows]
+
+    async def break_leases(self, owner: str, ids: Sequence[str] | None = None) -> int:
+        if ids is None:
+            sql, params = Q["break_leases"], {"owner": owner}
+        else:
+            sql, params = Q["break_leases_of"], {"owner": owner, "ids": json.dumps(list(ids))}
+        return await self.conn.write(lambda c: c.execute(sql, params).rowcount)
+
+    # -- timers ------------------------------------------------------------------------------
+
+    async def timers(self, workflow_id: str) -> list[TimerRecord]:
+        rows = await self.conn.read(
+            lambda c: c.execute(Q["timers"], {"id": workflow_id}).fetchall()
+        )
+        return [
+            TimerRecord(r["id"], r["workflow_id"], r["due_at"], r["event"], json.loads(r["payload"]))
+            for r in rows
+        ]
+
+    # -- step ledger -------------------------------------------------------------------------
+
+    async def step_begin(self, key: str, workflow_id: str, step: str, at: float) -> StepRecord:
+        def fn(conn: sqlite3.Connection) -> StepRecord:
+            row = conn.execute(Q["get_step"], {"key": key}).fetchone()
+            if row is None:
+                conn.execute(
+                    Q["insert_step"],
+                    {"key": key, "workflow_id": workflow_id, "step": step, "at": at},
+                )
+            elif row["status"] != "done":
+                conn.execute(Q["restart_step"], {"key": key, "at": at})
+            else:
+                return _step(row)
+            return _step(conn.execute(Q["get_step"], {"key": key}).fetchone())
+
+        return await self.conn.write(fn)
+
+    async def step_finish(
+        self, key: str, status: str, result: Any, error: str | None, at: float
+    ) -> StepRecord:
+        def fn(conn: sqlite3.Connection) -> StepRecord:
+            params = {
+                "key": key,
+                "status": status,
+                "result": None if result is None else _dumps(result),
+                "error": error,
+                "at": at,
+            }
+            if conn.execute(Q["finish_step"], params).rowcount != 1:
+                raise StoreError(f"no step {key!r} in the ledger")
+            return _step(conn.execute(Q["get_step"], {"key": key}).fetchone())
+
+        return await self.conn.write(fn)
+
+    async def get_step(self, key: str) -> StepRecord | None:
+        row = await self.conn.read(lambda c: c.execute(Q["get_step"], {"key": key}).fetchone())
+        return None if row is None else _step(row)
+
+    async def steps(self, workflow_id: str) -> list[StepRecord]:
+        rows = await self.conn.read(lambda c: c.execute(Q["steps"], {"id": workflow_id}).fetchall())
+        return [_step(r) for r in rows]
+
+    # -- inbox -------------------------------------------------------------------------------
+
+    async def post_input(
+        self, workflow_id: str, name: str, payload: dict[str, Any], at: float
+    ) -> InboxItem:
+        def fn(conn: sqlite3.Connection) -> InboxItem:
+            if conn.execute(Q["version_of"], {"id": workflow_id}).fetchone() is None:
+                raise WorkflowNotFound(workflow_id)
+            params = {"id": workflow_id, "name": name, "payload": _dumps(payload), "at": at}
+            return _inbox(conn.execute(Q["post_input"], params).fetchone())
+
+        return await self.conn.write(fn)
+
+    async def next_input(self, workflow_id: str, name: str | None = None) -> InboxItem | None:
+        params = {"id": workflow_id, "name": name}
+        row = await self.conn.read(lambda c: c.execute(Q["next_input"], params).fetchone())
+        return None if row is None else _inbox(row)
+
+    async def consume_input(self, item_id: int, at: float) -> bool:
+        params = {"item_id": item_id, "at": at}
+        return await self.conn.write(lambda c: c.execute(Q["consume_input"], params).rowcount == 1)

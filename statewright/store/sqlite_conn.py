@@ -1,0 +1,199 @@
+"""A SQLite connection owned by one thread that commits concurrent writes together.
+
+Why hand-written rather than aiosqlite: aiosqlite hops to its thread once per statement and
+commits once per transaction, so N concurrent transitions cost N fsyncs. Here every write
+operation queued while the previous commit was in flight runs in the *next* single
+transaction, each inside its own SAVEPOINT (so one conflicting transition rolls back alone),
+and all of them are acknowledged after that one COMMIT: group commit. A future resolves only
+after its data is durable, so nothing is reported done that a crash could lose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+
+from statewright.errors import StatewrightError, StoreError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+MAX_BATCH = 512
+
+
+@dataclass
+class _Op(Generic[T]):
+    fn: Callable[[sqlite3.Connection], T]
+    write: bool
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[T]
+
+
+def _resolve(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the awaiting task was cancelled
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def translate(exc: BaseException) -> StatewrightError:
+    """Driver errors become StoreError (the original stays as ``__cause__``)."""
+    if isinstance(exc, StatewrightError):
+        return exc
+    err = StoreError(f"SQLite failed: {exc}")
+    err.__cause__ = exc
+    return err
+
+
+class GroupCommitConnection:
+    """One SQLite connection on a dedicated thread, with group commit for writes."""
+
+    def __init__(self, path: str, synchronous: Synchronous = "FULL", busy_timeout_ms: int = 10000):
+        self.path = path
+        self.synchronous = synchronous
+        self.busy_timeout_ms = busy_timeout_ms
+        self._queue: queue.SimpleQueue[_Op[Any] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._open_error: BaseException | None = None
+        self.commits = 0
+        """Number of COMMITs issued (a group commit counts once)."""
+        self.batched_writes = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="statewright-sqlite", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._open_error is not None:
+            raise translate(self._open_error)
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+    # -- submitting work ---------------------------------------------------------------------
+
+    async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await self._submit(fn, write=False)
+
+    async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` inside a transaction (a savepoint of a shared one) and commit."""
+        return await self._submit(fn, write=True)
+
+    async def _submit(self, fn: Callable[[sqlite3.Connection], T], write: bool) -> T:
+        if self._thread is None:
+            raise StoreError("the SQLite store is not open")
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put(_Op(fn, write, loop, future))
+        return await future
+
+    # -- the thread --------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        if self.path != ":memory:":
+            conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
+
+    def _run(self) -> None:
+        try:
+            conn = self._connect()
+        except BaseException as exc:
+            self._open_error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        try:
+            while True:
+                first = self._queue.get()
+                if first is None:
+                    return
+                batch: list[_Op[Any]] = [first]
+                stop = False
+                while len(batch) < MAX_BATCH:
+                    try:
+                        op = self._queue.get_nowait()
+                    except queue.Empty:
+                        break
+                    if op is None:
+                        stop = True
+                        break
+                    batch.append(op)
+                self._run_batch(conn, batch)
+                if stop:
+                    return
+        finally:
+            conn.close()
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[_Op[Any]]) -> None:
+        results: list[tuple[_Op[Any], Any, BaseException | None]] = []
+        writes = [op for op in batch if op.write]
+        for op in batch:
+            if not op.write:
+                results.append(self._call(conn, op))
+        if writes:
+            results.extend(self._run_writes(conn, writes))
+        for op, result, error in results:
+            op.loop.call_soon_threadsafe(_resolve, op.future, result, error)
+
+    @staticmethod
+    def _call(conn: sqlite3.Connection, op: _Op[Any]) -> tuple[_Op[Any], Any, BaseException | None]:
+        try:
+            return op, op.fn(conn), None
+        except BaseException as exc:
+            return op, None, translate(exc)
+
+    def _run_writes(
+        self, conn: sqlite3.Connection, ops: list[_Op[Any]]
+    ) -> list[tuple[_Op[Any], Any, BaseException | None]]:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            err = translate(exc)
+            return [(op, None, err) for op in ops]
+        done: list[tuple[_Op[Any], Any, BaseException | None]] = []
+        for op in ops:
+            try:
+                conn.execute("SAVEPOINT op")
+                result = op.fn(conn)
+                conn.execute("RELEASE op")
+                done.append((op, result, None))
+            except BaseException as exc:
+                try:
+                    conn.execute("ROLLBACK TO op")
+                    conn.execute("RELEASE op")
+                except sqlite3.Error:
+                    log.exception("rollback to savepoint failed", extra={"action": "rollback"})
+                done.append((op, None, translate(exc)))
+        try:
+            conn.execute("COMMIT")
+            self.commits += 1
+            self.batched_writes += len(ops)
+        except sqlite3.Error as exc:
+            # Fail closed: nothing in this batch is durable, so every write in it fails.
+            log.error("commit failed", extra={"action": "persistence_failure", "error": str(exc)})
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            err = translate(exc)
+            return [(op, None, err) for op, _, _ in done]
+        return done

@@ -1,0 +1,162 @@
+"""Rows and write requests shared by the store and the engine. Frozen dataclasses only."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+JSON = dict[str, Any]
+StepStatus = Literal["executing", "done", "failed"]
+
+
+@dataclass(frozen=True)
+class WorkflowRow:
+    """The one durable row that holds a workflow's current state."""
+
+    id: str
+    type: str
+    """The machine name the workflow runs."""
+    machine_version: int
+    """The definition version it was started with."""
+    state: str
+    context: JSON
+    version: int
+    """Number of transitions applied, the creation included; the compare-and-swap counter."""
+    attempts: int
+    """Consecutive transient failures in the current state (the retry counter)."""
+    terminal: bool
+    created_at: float
+    updated_at: float
+    state_entered_at: float
+    next_due_at: float | None
+    """When a worker should next look at it: a handler to run or a timer to fire."""
+    lease_owner: str | None
+    lease_expires_at: float | None
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class TransitionRecord:
+    """One entry of the append-only transition log."""
+
+    seq: int
+    workflow_id: str
+    version: int
+    from_state: str | None
+    to_state: str
+    event: str
+    payload: JSON
+    actor: str
+    context_patch: JSON | None
+    at: float
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One entry of the step ledger (idempotent side effects)."""
+
+    key: str
+    workflow_id: str
+    step: str
+    status: StepStatus
+    result: Any
+    error: str | None
+    attempts: int
+    started_at: float
+    finished_at: float | None
+
+
+@dataclass(frozen=True)
+class TimerRecord:
+    """A durable timer: fire ``event`` for the workflow at ``due_at``."""
+
+    id: int
+    workflow_id: str
+    due_at: float
+    event: str
+    payload: JSON
+
+
+@dataclass(frozen=True)
+class InboxItem:
+    """An external input posted to a workflow."""
+
+    id: int
+    workflow_id: str
+    name: str
+    payload: JSON
+    posted_at: float
+    consumed_at: float | None
+
+
+@dataclass(frozen=True)
+class TimerSpec:
+    """A timer to create as part of a transition."""
+
+    due_at: float
+    event: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NewWorkflow:
+    """Everything :meth:`Store.create_workflow` writes: the row and the first log entry."""
+
+    id: str
+    type: str
+    machine_version: int
+    state: str
+    context: Mapping[str, Any]
+    actor: str
+    at: float
+    terminal: bool = False
+    run_at: float | None = None
+    timers: tuple[TimerSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class TransitionWrite:
+    """One atomic transition: CAS on the row + log append + timer and lease changes.
+
+    The store applies all of it in one transaction or none of it.
+    """
+
+    workflow_id: str
+    expected_version: int
+    from_state: str
+    to_state: str
+    event: str
+    payload: Mapping[str, Any]
+    actor: str
+    at: float
+    context: Mapping[str, Any]
+    """The full context after the transition (stored on the row)."""
+    context_patch: Mapping[str, Any] | None = None
+    """What changed (stored in the log, so replay can rebuild ``context``)."""
+    terminal: bool = False
+    attempts: int = 0
+    run_at: float | None = None
+    """Set when the target state has a handler: the workflow is due for a worker then."""
+    clear_timers: bool = True
+    """Delete the workflow's pending timers (leaving a state cancels its timers)."""
+    fired_timer_id: int | None = None
+    """The timer this transition consumes (deleted even when ``clear_timers`` is False)."""
+    add_timers: tuple[TimerSpec, ...] = ()
+    release_lease: bool = True
+    last_error: str | None = None
+    consume_inbox_id: int | None = None
+    """An inbox item this transition consumes, atomically."""
+
+
+@dataclass(frozen=True)
+class WorkflowFilter:
+    """Filter for :meth:`Store.list_workflows`. ``None`` means no constraint."""
+
+    type: str | None = None
+    state: str | None = None
+    terminal: bool | None = None
+    entered_before: float | None = None
+    """Only workflows that entered their state before this time (age filter)."""
+    limit: int = 100
+    offset: int = 0
