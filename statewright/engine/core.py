@@ -140,7 +140,7 @@ class Engine:
 
     async def start(
         self,
-        type: str,
+        workflow_type: str,
         input: Mapping[str, Any] | None = None,
         *,
         workflow_id: str | None = None,
@@ -151,7 +151,7 @@ class Engine:
         With a caller-chosen ``workflow_id`` start is idempotent: starting an existing id of
         the same type returns the existing workflow unchanged.
         """
-        wtype = self.type_of(type)
+        wtype = self.type_of(workflow_type)
         if input is not None and not isinstance(input, Mapping):
             raise InvalidInput(f"input must be a JSON object, got {type(input).__name__}")
         if workflow_id is None:

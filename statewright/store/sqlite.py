@@ -127,9 +127,14 @@ class SQLiteStore:
 
     dialect = "sqlite"
 
-    def __init__(self, path: str | Path = "statewright.db", synchronous: Synchronous = "FULL"):
+    def __init__(
+        self,
+        path: str | Path = "statewright.db",
+        synchronous: Synchronous = "FULL",
+        busy_timeout: float = 10.0,
+    ) -> None:
         self.path = str(path)
-        self.conn = GroupCommitConnection(self.path, synchronous)
+        self.conn = GroupCommitConnection(self.path, synchronous, int(busy_timeout * 1000))
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"

@@ -1,0 +1,235 @@
+"""The store contract: every backend must pass this suite unchanged."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from statewright.errors import InvalidInput, StoreError, VersionConflict, WorkflowNotFound
+from statewright.store import Store
+from statewright.types import NewWorkflow, TimerSpec, TransitionWrite, WorkflowFilter
+
+T0 = 1_800_000_000.0
+
+
+def new(wid: str = "w1", **kw: object) -> NewWorkflow:
+    base: dict[str, object] = {
+        "id": wid, "type": "t", "machine_version": 1, "state": "a",
+        "context": {"n": 1}, "actor": "tester", "at": T0,
+    }
+    base.update(kw)
+    return NewWorkflow(**base)  # type: ignore[arg-type]
+
+
+def move(wid: str, expected: int, to: str = "b", **kw: object) -> TransitionWrite:
+    base: dict[str, object] = {
+        "workflow_id": wid, "expected_version": expected, "from_state": "a", "to_state": to,
+        "event": "go", "payload": {"p": expected}, "actor": "tester", "at": T0 + expected,
+        "context": {"n": expected + 1}, "context_patch": {"n": expected + 1},
+    }
+    base.update(kw)
+    return TransitionWrite(**base)  # type: ignore[arg-type]
+
+
+async def test_create_writes_row_and_first_log_entry(store: Store) -> None:
+    row, created = await store.create_workflow(new(run_at=T0))
+    assert created
+    assert (row.state, row.version, row.context, row.next_due_at) == ("a", 1, {"n": 1}, T0)
+    [entry] = await store.history("w1")
+    assert (entry.version, entry.from_state, entry.to_state, entry.event) == (1, None, "a", "$start")
+    assert entry.context_patch == {"n": 1}
+
+
+async def test_create_is_idempotent(store: Store) -> None:
+    await store.create_workflow(new())
+    row, created = await store.create_workflow(new(context={"other": True}))
+    assert not created
+    assert row.context == {"n": 1}
+    assert len(await store.history("w1")) == 1
+
+
+async def test_transition_is_cas_plus_log_append(store: Store) -> None:
+    await store.create_workflow(new())
+    row = await store.apply_transition(move("w1", 1))
+    assert (row.state, row.version, row.context) == ("b", 2, {"n": 2})
+    assert row.state_entered_at == T0 + 1
+    log = await store.history("w1")
+    assert [e.version for e in log] == [1, 2]
+    assert (log[1].from_state, log[1].to_state, log[1].payload) == ("a", "b", {"p": 1})
+
+
+async def test_stale_version_conflicts_and_changes_nothing(store: Store) -> None:
+    await store.create_workflow(new())
+    await store.apply_transition(move("w1", 1))
+    with pytest.raises(VersionConflict) as info:
+        await store.apply_transition(move("w1", 1, to="c"))
+    assert (info.value.expected, info.value.actual) == (1, 2)
+    row = await store.get_workflow("w1")
+    assert row is not None and (row.state, row.version) == ("b", 2)
+    assert len(await store.history("w1")) == 2
+
+
+async def test_two_writers_racing_on_one_version_exactly_one_wins(store: Store) -> None:
+    await store.create_workflow(new())
+    results = await asyncio.gather(
+        *(store.apply_transition(move("w1", 1, to=f"s{i}")) for i in range(8)),
+        return_exceptions=True,
+    )
+    winners = [r for r in results if not isinstance(r, BaseException)]
+    losers = [r for r in results if isinstance(r, BaseException)]
+    assert len(winners) == 1
+    assert all(isinstance(e, VersionConflict) for e in losers)
+    log = await store.history("w1")
+    assert [e.version for e in log] == [1, 2]
+    assert log[1].to_state == winners[0].state  # type: ignore[union-attr]
+
+
+async def test_group_commit_isolates_a_failing_write(store: Store) -> None:
+    for i in range(10):
+        await store.create_workflow(new(f"w{i}"))
+    writes = [move(f"w{i}", 1) for i in range(10)] + [move("w3", 7)]
+    results = await asyncio.gather(
+        *(store.apply_transition(w) for w in writes), return_exceptions=True
+    )
+    assert all(not isinstance(r, BaseException) for r in results[:10])
+    assert isinstance(results[10], VersionConflict)
+    for i in range(10):
+        assert [e.version for e in await store.history(f"w{i}")] == [1, 2]
+
+
+async def test_unknown_workflow(store: Store) -> None:
+    with pytest.raises(WorkflowNotFound):
+        await store.apply_transition(move("nope", 1))
+    assert await store.get_workflow("nope") is None
+    with pytest.raises(WorkflowNotFound):
+        await store.post_input("nope", "x", {}, T0)
+
+
+async def test_non_json_payload_is_invalid_input_and_changes_nothing(store: Store) -> None:
+    await store.create_workflow(new())
+    with pytest.raises(InvalidInput):
+        await store.apply_transition(move("w1", 1, payload={"bad": object()}))
+    row = await store.get_workflow("w1")
+    assert row is not None and row.version == 1
+    assert len(await store.history("w1")) == 1
+
+
+async def test_timers_set_next_due_and_are_cleared_on_leaving(store: Store) -> None:
+    await store.create_workflow(new(timers=(TimerSpec(T0 + 50, "late"), TimerSpec(T0 + 10, "soon"))))
+    row = await store.get_workflow("w1")
+    assert row is not None and row.next_due_at == T0 + 10
+    assert [t.event for t in await store.timers("w1")] == ["soon", "late"]
+    # a self-transition keeps the timers except the fired one
+    soon = (await store.timers("w1"))[0]
+    row = await store.apply_transition(
+        move("w1", 1, to="a", clear_timers=False, fired_timer_id=soon.id)
+    )
+    assert [t.event for t in await store.timers("w1")] == ["late"]
+    assert row.next_due_at == T0 + 50
+    # leaving the state clears them; new ones come with the target; run_at can be earlier
+    row = await store.apply_transition(
+        move("w1", 2, add_timers=(TimerSpec(T0 + 99, "x"),), run_at=T0 + 5)
+    )
+    assert [t.event for t in await store.timers("w1")] == ["x"]
+    assert row.next_due_at == T0 + 5
+    row = await store.apply_transition(move("w1", 3, to="c"))
+    assert await store.timers("w1") == [] and row.next_due_at is None
+
+
+async def test_claim_due_leases_only_due_unleased_live_work(store: Store) -> None:
+    await store.create_workflow(new("due", run_at=T0))
+    await store.create_workflow(new("later", run_at=T0 + 100))
+    await store.create_workflow(new("idle"))
+    await store.create_workflow(new("done", run_at=T0, terminal=True))
+    claimed = await store.claim_due("w-1", T0, 30, 10)
+    assert [r.id for r in claimed] == ["due"]
+    assert claimed[0].lease_owner == "w-1" and claimed[0].lease_expires_at == T0 + 30
+    assert await store.claim_due("w-2", T0, 30, 10) == []
+    assert [r.id for r in await store.claim_due("w-2", T0 + 100, 30, 10)] == ["later"]
+    assert await store.claim_due("w-3", T0, 30, 10, types=["other"]) == []
+
+
+async def test_leases_renew_expire_break_and_release(store: Store) -> None:
+    await store.create_workflow(new("a1", run_at=T0))
+    await store.create_workflow(new("a2", run_at=T0))
+    await store.claim_due("w-1", T0, 30, 10)
+    assert await store.lease_owners() == ["w-1"]
+    assert {r.id for r in await store.leased_by("w-1")} == {"a1", "a2"}
+    assert await store.renew_leases("w-1", ["a1"], T0 + 60) == 1
+    assert [r.id for r in await store.expired_leases(T0 + 45)] == ["a2"]
+    assert await store.break_leases("w-1", ["a2"]) == 1
+    await store.release_lease("a1", "someone-else")
+    row = await store.get_workflow("a1")
+    assert row is not None and row.lease_owner == "w-1"
+    await store.release_lease("a1", "w-1")
+    assert await store.lease_owners() == []
+    # a transition releases the lease with it
+    await store.claim_due("w-2", T0, 30, 10)
+    row = await store.apply_transition(move("a1", 1))
+    assert row.lease_owner is None
+
+
+async def test_defer_records_attempt_without_transition(store: Store) -> None:
+    await store.create_workflow(new(run_at=T0))
+    await store.claim_due("w-1", T0, 30, 10)
+    row = await store.defer("w1", 1, attempts=2, next_due_at=T0 + 8, last_error="boom")
+    assert (row.version, row.attempts, row.next_due_at, row.last_error) == (1, 2, T0 + 8, "boom")
+    assert row.lease_owner is None
+    assert len(await store.history("w1")) == 1
+    with pytest.raises(VersionConflict):
+        await store.defer("w1", 5, attempts=3, next_due_at=None, last_error=None)
+
+
+async def test_step_ledger(store: Store) -> None:
+    await store.create_workflow(new())
+    rec = await store.step_begin("w1:pay", "w1", "pay", T0)
+    assert (rec.status, rec.attempts) == ("executing", 1)
+    rec = await store.step_begin("w1:pay", "w1", "pay", T0 + 1)  # found executing: a re-run
+    assert (rec.status, rec.attempts) == ("executing", 2)
+    rec = await store.step_finish("w1:pay", "done", {"charge": 7}, None, T0 + 2)
+    assert (rec.status, rec.result, rec.finished_at) == ("done", {"charge": 7}, T0 + 2)
+    again = await store.step_begin("w1:pay", "w1", "pay", T0 + 3)
+    assert again == rec  # done stays done
+    assert await store.get_step("w1:none") is None
+    assert [s.key for s in await store.steps("w1")] == ["w1:pay"]
+    with pytest.raises(StoreError):
+        await store.step_finish("w1:none", "done", None, None, T0)
+
+
+async def test_inbox(store: Store) -> None:
+    await store.create_workflow(new())
+    first = await store.post_input("w1", "doc", {"page": 1}, T0)
+    await store.post_input("w1", "note", {"x": 1}, T0 + 1)
+    item = await store.next_input("w1")
+    assert item is not None and item.id == first.id and item.payload == {"page": 1}
+    assert await store.consume_input(first.id, T0 + 2)
+    assert not await store.consume_input(first.id, T0 + 3)
+    item = await store.next_input("w1", "note")
+    assert item is not None and item.name == "note"
+    assert await store.next_input("w1", "doc") is None
+
+
+async def test_transition_consumes_inbox_atomically(store: Store) -> None:
+    await store.create_workflow(new())
+    item = await store.post_input("w1", "answer", {"ok": True}, T0)
+    await store.apply_transition(move("w1", 1, consume_inbox_id=item.id))
+    assert await store.next_input("w1") is None
+    item2 = await store.post_input("w1", "answer", {"ok": False}, T0)
+    await store.consume_input(item2.id, T0)
+    with pytest.raises(StoreError):  # already consumed: the whole transition fails
+        await store.apply_transition(move("w1", 2, consume_inbox_id=item2.id))
+    row = await store.get_workflow("w1")
+    assert row is not None and row.version == 2
+
+
+async def test_listing_and_counts(store: Store) -> None:
+    for i in range(5):
+        await store.create_workflow(new(f"w{i}", at=T0 + i))
+    await store.apply_transition(move("w0", 1))
+    rows = await store.list_workflows(WorkflowFilter(state="a", entered_before=T0 + 3))
+    assert [r.id for r in rows] == ["w1", "w2"]
+    assert await store.count_by_state() == [("t", "a", 4), ("t", "b", 1)]
+    since = await store.transitions_since(0)
+    assert len(since) == 6 and [e.seq for e in since] == sorted(e.seq for e in since)
+    assert await store.transitions_since(since[-1].seq) == []

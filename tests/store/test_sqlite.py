@@ -1,0 +1,74 @@
+"""SQLite-only behaviour: the log's append-only triggers and failing closed under a lock."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from statewright import Engine, IllegalTransition, MachineBuilder, SQLiteStore, StoreError
+
+MACHINE = (
+    MachineBuilder("pingpong")
+    .state("a", initial=True).state("b").state("end", terminal=True)
+    .event("go").event("back").event("stop")
+    .transition("go", "a", "b").transition("back", "b", "a").transition("stop", ["a", "b"], "end")
+    .build()
+)
+
+
+async def test_log_is_append_only(tmp_path: Path) -> None:
+    async with Engine(SQLiteStore(tmp_path / "db.sqlite"), [MACHINE]) as engine:
+        await engine.start("pingpong", workflow_id="w")
+        await engine.send("w", "go")
+    raw = sqlite3.connect(tmp_path / "db.sqlite")
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        raw.execute("UPDATE transitions SET event = 'forged'")
+    with pytest.raises(sqlite3.IntegrityError, match="append-only"):
+        raw.execute("DELETE FROM transitions")
+    raw.close()
+
+
+async def test_persistence_failure_fails_closed(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite"
+    engine = Engine(SQLiteStore(path, busy_timeout=0.05), [MACHINE])
+    async with engine:
+        await engine.start("pingpong", workflow_id="w")
+        blocker = sqlite3.connect(path, isolation_level=None)
+        blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        try:
+            with pytest.raises(StoreError):
+                await engine.send("w", "go")
+        finally:
+            blocker.execute("ROLLBACK")
+            blocker.close()
+        row = await engine.get("w")
+        assert (row.state, row.version) == ("a", 1)
+        assert len(await engine.history("w")) == 1
+        # and it works again once the store is available
+        assert (await engine.send("w", "go")).state == "b"
+        await engine.check("w")
+
+
+async def test_illegal_transition_leaves_the_file_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite"
+    async with Engine(SQLiteStore(path), [MACHINE]) as engine:
+        await engine.start("pingpong", workflow_id="w")
+        await engine.send("w", "stop")
+        before = _rows(path)
+        with pytest.raises(IllegalTransition) as info:
+            await engine.send("w", "go")
+        assert (info.value.state, info.value.event, info.value.reason) == (
+            "end", "go", "terminal state"
+        )
+        assert _rows(path) == before
+        assert len(await engine.history("w")) == 2
+
+
+def _rows(path: Path) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT * FROM workflows").fetchall()
+    finally:
+        conn.close()

@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+import pytest
+
+from statewright import ManualClock
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
