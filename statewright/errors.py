@@ -231,7 +231,7 @@ class StepOutcomeUnknown(FatalError):
         self.details["key"] = key
 
 
-class Cancelled(BaseException):  # noqa: N818 - reads as a state, like asyncio.CancelledError
+class Cancelled(BaseException):
     """The workflow was cancelled. A ``BaseException`` so ``except Exception`` cannot eat it."""
 
     code: ClassVar[str] = "cancelled"

@@ -16,7 +16,6 @@ from typing import Any
 from statewright.clock import Clock, SystemClock
 from statewright.definition.machine import Machine, State
 from statewright.engine.hooks import Observers, TransitionEvent
-from statewright.engine.retry import retry_after_of
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import (
     IllegalTransition,
@@ -215,8 +214,12 @@ class Engine:
         # An external event leaves a worker's lease alone: that worker's own result will
         # then lose the compare-and-swap and be dropped.
         return await self._fire(
-            row, event, {} if payload is None else payload, actor,
-            context_patch=context, release_lease=False,
+            row,
+            event,
+            {} if payload is None else payload,
+            actor,
+            context_patch=context,
+            release_lease=False,
         )
 
     async def approve(
@@ -226,16 +229,24 @@ class Engine:
         row = await self.get(workflow_id)
         event = self.type_of(row.type, row.machine_version).approve_event
         return await self.send(
-            workflow_id, event, _decision(approver, comment), actor=approver,
+            workflow_id,
+            event,
+            _decision(approver, comment),
+            actor=approver,
             expected_version=row.version,
         )
 
-    async def deny(self, workflow_id: str, approver: str, comment: str | None = None) -> WorkflowRow:
+    async def deny(
+        self, workflow_id: str, approver: str, comment: str | None = None
+    ) -> WorkflowRow:
         """Fire the type's denial event with the approver as actor."""
         row = await self.get(workflow_id)
         event = self.type_of(row.type, row.machine_version).deny_event
         return await self.send(
-            workflow_id, event, _decision(approver, comment), actor=approver,
+            workflow_id,
+            event,
+            _decision(approver, comment),
+            actor=approver,
             expected_version=row.version,
         )
 
@@ -257,7 +268,7 @@ class Engine:
         machine = self.type_of(row.type, row.machine_version).machine
         return machine.allowed_events(row.state, row.context)
 
-    async def list(self, where: WorkflowFilter | None = None) -> list[WorkflowRow]:
+    async def list_workflows(self, where: WorkflowFilter | None = None) -> list[WorkflowRow]:
         return await self.store.list_workflows(where or WorkflowFilter())
 
     async def stuck(self, now: float | None = None) -> list[Stuck]:
@@ -270,8 +281,12 @@ class Engine:
                     continue
                 threshold = state.stuck_after or self.default_stuck_after
                 rows = await self.store.list_workflows(
-                    WorkflowFilter(type=wtype.name, state=state.name,
-                                   entered_before=now - threshold, limit=1000)
+                    WorkflowFilter(
+                        type=wtype.name,
+                        state=state.name,
+                        entered_before=now - threshold,
+                        limit=1000,
+                    )
                 )
                 found += [Stuck(r, now - r.state_entered_at, threshold) for r in rows]
         return sorted(found, key=lambda s: -s.age)
@@ -288,8 +303,11 @@ class Engine:
             if problem:
                 raise ReplayMismatch(f"workflow {workflow_id!r} v{rec.version}: {problem}")
             if rec.context_patch is not None:
-                context = (dict(rec.context_patch) if rec.from_state is None
-                           else {**context, **rec.context_patch})
+                context = (
+                    dict(rec.context_patch)
+                    if rec.from_state is None
+                    else {**context, **rec.context_patch}
+                )
             state, version = rec.to_state, rec.version
         return Replayed(state, version, context)
 
@@ -325,7 +343,9 @@ class Engine:
         machine = wtype.machine
         try:
             if not isinstance(payload, Mapping):
-                raise InvalidPayload(event, f"expected a JSON object, got {type(payload).__name__}")
+                raise InvalidPayload(
+                    event, f"expected a JSON object, got {type(payload).__name__}"
+                )
             t = machine.resolve(row.state, event, row.context, payload)
         except IllegalTransition as exc:
             err = IllegalTransition(exc.state, exc.event, exc.allowed, exc.reason, row.id)

@@ -22,7 +22,9 @@ def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:1000]
 
 
-async def handle_failure(engine: Engine, row: WorkflowRow, exc: BaseException) -> WorkflowRow | None:
+async def handle_failure(
+    engine: Engine, row: WorkflowRow, exc: BaseException
+) -> WorkflowRow | None:
     """Apply the type's retry policy to a failure of ``row``'s current state.
 
     Transient: count the attempt (durably), then fire ``on_transient`` (e.g. running ->
@@ -49,15 +51,29 @@ async def handle_failure(engine: Engine, row: WorkflowRow, exc: BaseException) -
                 if retry_after is not None:
                     payload["retry_after"] = retry_after
                 return await engine._fire(
-                    row, wtype.on_transient, payload, "engine",
-                    attempts=attempt, retry_delay=delay, last_error=error,
+                    row,
+                    wtype.on_transient,
+                    payload,
+                    "engine",
+                    attempts=attempt,
+                    retry_delay=delay,
+                    last_error=error,
                 )
             if attempt <= policy.max_attempts:
-                log.info("retry scheduled", extra={"action": "retry_scheduled",
-                                                   "workflow_id": row.id, "attempt": attempt,
-                                                   "delay": delay})
+                log.info(
+                    "retry scheduled",
+                    extra={
+                        "action": "retry_scheduled",
+                        "workflow_id": row.id,
+                        "attempt": attempt,
+                        "delay": delay,
+                    },
+                )
                 return await engine.store.defer(
-                    row.id, row.version, attempts=attempt, next_due_at=now + delay,
+                    row.id,
+                    row.version,
+                    attempts=attempt,
+                    next_due_at=now + delay,
                     last_error=error,
                 )
             error = f"retry budget of {policy.max_attempts} attempts spent; last: {error}"
@@ -66,11 +82,17 @@ async def handle_failure(engine: Engine, row: WorkflowRow, exc: BaseException) -
             row_attempts = row.attempts
         if wtype.on_fatal and machine.can(row.state, wtype.on_fatal):
             return await engine._fire(
-                row, wtype.on_fatal, {"error": error}, "engine",
-                attempts=row_attempts, last_error=error,
+                row,
+                wtype.on_fatal,
+                {"error": error},
+                "engine",
+                attempts=row_attempts,
+                last_error=error,
             )
-        log.error("workflow parked after a fatal error",
-                  extra={"action": "workflow_parked", "workflow_id": row.id, "error": error})
+        log.error(
+            "workflow parked after a fatal error",
+            extra={"action": "workflow_parked", "workflow_id": row.id, "error": error},
+        )
         return await engine.store.defer(
             row.id, row.version, attempts=row_attempts, next_due_at=None, last_error=error
         )
@@ -78,8 +100,10 @@ async def handle_failure(engine: Engine, row: WorkflowRow, exc: BaseException) -
         return None
     except (IllegalTransition, InvalidPayload):
         # The machine refused the error event (a guard); park rather than loop.
-        log.exception("error event refused; parking", extra={"action": "workflow_parked",
-                                                            "workflow_id": row.id})
+        log.exception(
+            "error event refused; parking",
+            extra={"action": "workflow_parked", "workflow_id": row.id},
+        )
         return await engine.store.defer(
             row.id, row.version, attempts=row.attempts, next_due_at=None, last_error=error
         )

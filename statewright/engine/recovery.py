@@ -73,11 +73,22 @@ async def recover(engine: Engine, now: float | None = None) -> list[Recovered]:
             await handle_failure(engine, row, FatalError(f"worker {owner} was lost"))
         else:  # leave: release and wait for an external event (or a pending timer)
             pending = await store.timers(row.id)
-            await store.defer(row.id, row.version, attempts=row.attempts,
-                              next_due_at=pending[0].due_at if pending else None,
-                              last_error=row.last_error)
-        log.warning("recovered workflow", extra={"action": "recovered", "workflow_id": row.id,
-                                                 "state": row.state, "policy": action,
-                                                 "owner": owner})
+            await store.defer(
+                row.id,
+                row.version,
+                attempts=row.attempts,
+                next_due_at=pending[0].due_at if pending else None,
+                last_error=row.last_error,
+            )
+        log.warning(
+            "recovered workflow",
+            extra={
+                "action": "recovered",
+                "workflow_id": row.id,
+                "state": row.state,
+                "policy": action,
+                "owner": owner,
+            },
+        )
         done.append(Recovered(row.id, row.state, owner, action))
     return done

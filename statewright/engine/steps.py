@@ -97,7 +97,9 @@ class Run:
         try:
             result = await maybe_await(action(key))
         except Exception as exc:
-            await store.step_finish(key, "failed", None, f"{type(exc).__name__}: {exc}", self.now())
+            await store.step_finish(
+                key, "failed", None, f"{type(exc).__name__}: {exc}", self.now()
+            )
             raise
         await store.step_finish(key, "done", result, None, self.now())
         self.engine.observers.step_finished(self.workflow, name, time.perf_counter() - started)

@@ -132,8 +132,10 @@ class Worker:
         except StoreError:
             # Fail closed: the workflow stays where it was; the lease expires and another
             # round (or worker) picks it up when the store is back.
-            log.exception("store failed while processing", extra={"action": "process_failed",
-                                                                   "workflow_id": row.id})
+            log.exception(
+                "store failed while processing",
+                extra={"action": "process_failed", "workflow_id": row.id},
+            )
         finally:
             self._in_flight.discard(row.id)
 
@@ -161,27 +163,47 @@ class Worker:
             # Nothing to run (a timer was consumed meanwhile): re-arm from the pending timers.
             pending = await store.timers(row.id)
             await store.defer(
-                row.id, row.version, attempts=row.attempts,
-                next_due_at=pending[0].due_at if pending else None, last_error=row.last_error,
+                row.id,
+                row.version,
+                attempts=row.attempts,
+                next_due_at=pending[0].due_at if pending else None,
+                last_error=row.last_error,
             )
             return
         try:
             result = await maybe_await(handler(Run(engine, wtype, row)))
         except Exception as exc:
-            log.warning("handler failed", extra={"action": "handler_failed",
-                                                 "workflow_id": row.id, "state": row.state,
-                                                 "error": describe(exc)})
+            log.warning(
+                "handler failed",
+                extra={
+                    "action": "handler_failed",
+                    "workflow_id": row.id,
+                    "state": row.state,
+                    "error": describe(exc),
+                },
+            )
             await handle_failure(engine, row, exc)
             return
         if result is None:
             pending = await store.timers(row.id)
-            await store.defer(row.id, row.version, attempts=0,
-                              next_due_at=pending[0].due_at if pending else None, last_error=None)
+            await store.defer(
+                row.id,
+                row.version,
+                attempts=0,
+                next_due_at=pending[0].due_at if pending else None,
+                last_error=None,
+            )
             return
         nxt = Next(result) if isinstance(result, str) else result
         try:
-            await engine._fire(row, nxt.event, nxt.payload, f"worker:{self.id}",
-                               context_patch=nxt.context, attempts=0)
+            await engine._fire(
+                row,
+                nxt.event,
+                nxt.payload,
+                f"worker:{self.id}",
+                context_patch=nxt.context,
+                attempts=0,
+            )
         except VersionConflict:
             await store.release_lease(row.id, self.id)
         except (IllegalTransition, InvalidPayload) as exc:

@@ -222,7 +222,12 @@ class SQLiteStore:
         conn.executemany(
             Q["insert_timer"],
             [
-                {"id": workflow_id, "due_at": t.due_at, "event": t.event, "payload": _dumps(t.payload)}
+                {
+                    "id": workflow_id,
+                    "due_at": t.due_at,
+                    "event": t.event,
+                    "payload": _dumps(t.payload),
+                }
                 for t in timers
             ],
         )
@@ -293,7 +298,11 @@ class SQLiteStore:
     async def history(
         self, workflow_id: str, after_version: int = 0, limit: int | None = None
     ) -> list[TransitionRecord]:
-        params = {"id": workflow_id, "after": after_version, "limit": -1 if limit is None else limit}
+        params = {
+            "id": workflow_id,
+            "after": after_version,
+            "limit": -1 if limit is None else limit,
+        }
         rows = await self.conn.read(lambda c: c.execute(Q["history"], params).fetchall())
         return [_transition(r) for r in rows]
 
@@ -303,7 +312,8 @@ class SQLiteStore:
         return [_transition(r) for r in rows]
 
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
-        clauses, params = [], {}
+        clauses: list[str] = []
+        params: dict[str, Any] = {}
         if where.type is not None:
             clauses.append("type = :type")
             params["type"] = where.type
@@ -341,11 +351,15 @@ class SQLiteStore:
     ) -> list[WorkflowRow]:
         sql = Q["claim_due"]
         params: dict[str, Any] = {
-            "worker": worker_id, "until": now + lease_seconds, "now": now, "limit": limit
+            "worker": worker_id,
+            "until": now + lease_seconds,
+            "now": now,
+            "limit": limit,
         }
         if types is not None:
             sql = sql.replace(
-                "AND terminal = 0", "AND terminal = 0 AND type IN (SELECT value FROM json_each(:types))"
+                "AND terminal = 0",
+                "AND terminal = 0 AND type IN (SELECT value FROM json_each(:types))",
             )
             params["types"] = json.dumps(list(types))
         rows = await self.conn.write(lambda c: c.execute(sql, params).fetchall())
@@ -418,7 +432,9 @@ class SQLiteStore:
             lambda c: c.execute(Q["timers"], {"id": workflow_id}).fetchall()
         )
         return [
-            TimerRecord(r["id"], r["workflow_id"], r["due_at"], r["event"], json.loads(r["payload"]))
+            TimerRecord(
+                r["id"], r["workflow_id"], r["due_at"], r["event"], json.loads(r["payload"])
+            )
             for r in rows
         ]
 
@@ -462,7 +478,9 @@ class SQLiteStore:
         return None if row is None else _step(row)
 
     async def steps(self, workflow_id: str) -> list[StepRecord]:
-        rows = await self.conn.read(lambda c: c.execute(Q["steps"], {"id": workflow_id}).fetchall())
+        rows = await self.conn.read(
+            lambda c: c.execute(Q["steps"], {"id": workflow_id}).fetchall()
+        )
         return [_step(r) for r in rows]
 
     # -- inbox -------------------------------------------------------------------------------

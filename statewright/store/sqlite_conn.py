@@ -155,7 +155,9 @@ class GroupCommitConnection:
             op.loop.call_soon_threadsafe(_resolve, op.future, result, error)
 
     @staticmethod
-    def _call(conn: sqlite3.Connection, op: _Op[Any]) -> tuple[_Op[Any], Any, BaseException | None]:
+    def _call(
+        conn: sqlite3.Connection, op: _Op[Any]
+    ) -> tuple[_Op[Any], Any, BaseException | None]:
         try:
             return op, op.fn(conn), None
         except BaseException as exc:

@@ -15,8 +15,13 @@ T0 = 1_800_000_000.0
 
 def new(wid: str = "w1", **kw: object) -> NewWorkflow:
     base: dict[str, object] = {
-        "id": wid, "type": "t", "machine_version": 1, "state": "a",
-        "context": {"n": 1}, "actor": "tester", "at": T0,
+        "id": wid,
+        "type": "t",
+        "machine_version": 1,
+        "state": "a",
+        "context": {"n": 1},
+        "actor": "tester",
+        "at": T0,
     }
     base.update(kw)
     return NewWorkflow(**base)  # type: ignore[arg-type]
@@ -24,9 +29,16 @@ def new(wid: str = "w1", **kw: object) -> NewWorkflow:
 
 def move(wid: str, expected: int, to: str = "b", **kw: object) -> TransitionWrite:
     base: dict[str, object] = {
-        "workflow_id": wid, "expected_version": expected, "from_state": "a", "to_state": to,
-        "event": "go", "payload": {"p": expected}, "actor": "tester", "at": T0 + expected,
-        "context": {"n": expected + 1}, "context_patch": {"n": expected + 1},
+        "workflow_id": wid,
+        "expected_version": expected,
+        "from_state": "a",
+        "to_state": to,
+        "event": "go",
+        "payload": {"p": expected},
+        "actor": "tester",
+        "at": T0 + expected,
+        "context": {"n": expected + 1},
+        "context_patch": {"n": expected + 1},
     }
     base.update(kw)
     return TransitionWrite(**base)  # type: ignore[arg-type]
@@ -37,7 +49,12 @@ async def test_create_writes_row_and_first_log_entry(store: Store) -> None:
     assert created
     assert (row.state, row.version, row.context, row.next_due_at) == ("a", 1, {"n": 1}, T0)
     [entry] = await store.history("w1")
-    assert (entry.version, entry.from_state, entry.to_state, entry.event) == (1, None, "a", "$start")
+    assert (entry.version, entry.from_state, entry.to_state, entry.event) == (
+        1,
+        None,
+        "a",
+        "$start",
+    )
     assert entry.context_patch == {"n": 1}
 
 
@@ -116,7 +133,9 @@ async def test_non_json_payload_is_invalid_input_and_changes_nothing(store: Stor
 
 
 async def test_timers_set_next_due_and_are_cleared_on_leaving(store: Store) -> None:
-    await store.create_workflow(new(timers=(TimerSpec(T0 + 50, "late"), TimerSpec(T0 + 10, "soon"))))
+    await store.create_workflow(
+        new(timers=(TimerSpec(T0 + 50, "late"), TimerSpec(T0 + 10, "soon")))
+    )
     row = await store.get_workflow("w1")
     assert row is not None and row.next_due_at == T0 + 10
     assert [t.event for t in await store.timers("w1")] == ["soon", "late"]

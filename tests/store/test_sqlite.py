@@ -11,9 +11,15 @@ from statewright import Engine, IllegalTransition, MachineBuilder, SQLiteStore, 
 
 MACHINE = (
     MachineBuilder("pingpong")
-    .state("a", initial=True).state("b").state("end", terminal=True)
-    .event("go").event("back").event("stop")
-    .transition("go", "a", "b").transition("back", "b", "a").transition("stop", ["a", "b"], "end")
+    .state("a", initial=True)
+    .state("b")
+    .state("end", terminal=True)
+    .event("go")
+    .event("back")
+    .event("stop")
+    .transition("go", "a", "b")
+    .transition("back", "b", "a")
+    .transition("stop", ["a", "b"], "end")
     .build()
 )
 
@@ -60,7 +66,9 @@ async def test_illegal_transition_leaves_the_file_untouched(tmp_path: Path) -> N
         with pytest.raises(IllegalTransition) as info:
             await engine.send("w", "go")
         assert (info.value.state, info.value.event, info.value.reason) == (
-            "end", "go", "terminal state"
+            "end",
+            "go",
+            "terminal state",
         )
         assert _rows(path) == before
         assert len(await engine.history("w")) == 2

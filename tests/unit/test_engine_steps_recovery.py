@@ -23,10 +23,14 @@ from statewright.engine.workflow_type import Reconciled
 from statewright.testing import memory_engine
 
 PAY = (
-    MachineBuilder("pay").state("charging", initial=True).state("paid", terminal=True)
+    MachineBuilder("pay")
+    .state("charging", initial=True)
+    .state("paid", terminal=True)
     .state("failed", terminal=True)
-    .event("charged").event("fatal_error")
-    .transition("charged", "charging", "paid").transition("fatal_error", "charging", "failed")
+    .event("charged")
+    .event("fatal_error")
+    .transition("charged", "charging", "paid")
+    .transition("fatal_error", "charging", "failed")
     .build()
 )
 DEAD = "vm-that-is-gone:999999:dead"
@@ -43,8 +47,11 @@ class Gateway:
         return {"charge_id": key, "amount": self.charges[key]}
 
     def lookup(self, key: str) -> Reconciled:
-        return Applied({"charge_id": key, "amount": self.charges[key]}) if key in self.charges \
+        return (
+            Applied({"charge_id": key, "amount": self.charges[key]})
+            if key in self.charges
             else NotApplied()
+        )
 
 
 def pay_type(gw: Gateway, **step_kw: Any) -> WorkflowType:
@@ -154,7 +161,7 @@ async def test_dead_local_worker_is_recovered_at_once_by_rerun(clock: ManualCloc
     gw = Gateway()
     async with memory_engine([pay_type(gw)], clock) as engine:
         await engine.start("pay", workflow_id="p")
-        [claimed] = await engine.store.claim_due(DEAD, clock.now(), 3600, 10)
+        assert len(await engine.store.claim_due(DEAD, clock.now(), 3600, 10)) == 1
         assert await Worker(engine).run_until_idle() == 0  # leased by the dead worker
         # not a local pid: wait for the lease to expire
         assert await recover(engine) == []
@@ -177,8 +184,11 @@ async def test_dead_pid_on_this_host_needs_no_lease_expiry(clock: ManualClock) -
 
 
 async def test_agent_task_default_recovery_running_goes_to_retrying(clock: ManualClock) -> None:
-    wtype = WorkflowType(agent_task_machine(), {"running": lambda run: "complete"},
-                         recovery={"running": "retry", "blocked": "leave"})
+    wtype = WorkflowType(
+        agent_task_machine(),
+        {"running": lambda run: "complete"},
+        recovery={"running": "retry", "blocked": "leave"},
+    )
     async with memory_engine([wtype], clock) as engine:
         await engine.start("agent_task", workflow_id="t")
         await engine.send("t", "start")

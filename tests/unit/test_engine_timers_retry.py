@@ -10,8 +10,8 @@ from pathlib import Path
 
 from statewright import (
     Engine,
-    ManualClock,
     MachineBuilder,
+    ManualClock,
     Next,
     RetryPolicy,
     Run,
@@ -84,8 +84,15 @@ async def test_backoff_survives_a_restart_and_fires_on_time(tmp_path: Path) -> N
     assert (row.state, row.attempts, row.context) == ("done", 0, {"result": "ok"})
     assert flaky.calls == 3
     events = [h.event for h in await engine.history("t")]
-    assert events == ["$start", "start", "error_transient", "retry", "error_transient",
-                      "retry", "complete"]
+    assert events == [
+        "$start",
+        "start",
+        "error_transient",
+        "retry",
+        "error_transient",
+        "retry",
+        "complete",
+    ]
     await engine.check("t")
     await engine.close()
 
@@ -115,15 +122,21 @@ async def test_retry_budget_is_durable_and_ends_in_failed(tmp_path: Path) -> Non
     assert flaky.calls == POLICY.max_attempts + 1
     last = (await engine.history("t"))[-1]
     assert (last.event, last.payload["attempt"], last.payload["max_attempts"]) == (
-        "error_transient", 4, 3
+        "error_transient",
+        4,
+        3,
     )
     await engine.close()
 
 
 async def test_in_place_retry_without_a_retry_state(tmp_path: Path, clock: ManualClock) -> None:
     machine = (
-        MachineBuilder("job").state("work", initial=True).state("ok", terminal=True)
-        .event("finished").transition("finished", "work", "ok").build()
+        MachineBuilder("job")
+        .state("work", initial=True)
+        .state("ok", terminal=True)
+        .event("finished")
+        .transition("finished", "work", "ok")
+        .build()
     )
     calls: list[float] = []
 
@@ -154,8 +167,12 @@ async def test_fatal_error_without_a_fail_edge_parks_and_is_stuck(
     tmp_path: Path, clock: ManualClock
 ) -> None:
     machine = (
-        MachineBuilder("job").state("work", initial=True, stuck_after=60)
-        .state("ok", terminal=True).event("finished").transition("finished", "work", "ok").build()
+        MachineBuilder("job")
+        .state("work", initial=True, stuck_after=60)
+        .state("ok", terminal=True)
+        .event("finished")
+        .transition("finished", "work", "ok")
+        .build()
     )
 
     def handler(run: Run) -> str:
@@ -175,15 +192,17 @@ async def test_fatal_error_without_a_fail_edge_parks_and_is_stuck(
 
 async def test_approval_reminder_and_timeout_fire_after_restart(tmp_path: Path) -> None:
     clock, path = ManualClock(), tmp_path / "a.db"
-    wtype = agent_type(lambda run: "request_approval", approval_timeout=100.0,
-                       approval_reminder=60.0)
+    wtype = agent_type(
+        lambda run: "request_approval", approval_timeout=100.0, approval_reminder=60.0
+    )
     t0 = clock.now()
     engine = await _run(path, clock, wtype)
     await engine.start("agent_task", workflow_id="a")
     await Worker(engine).run_until_idle()
     assert (await engine.get("a")).state == "paused"
     assert [(t.event, t.due_at) for t in await engine.store.timers("a")] == [
-        ("approval_reminder", t0 + 60), ("approval_timeout", t0 + 100)
+        ("approval_reminder", t0 + 60),
+        ("approval_timeout", t0 + 100),
     ]
     await engine.close()
 
@@ -205,7 +224,8 @@ async def test_approval_reminder_and_timeout_fire_after_restart(tmp_path: Path) 
     row = await engine.get("a")
     assert row.state == "failed"
     assert [(h.event, h.actor) for h in await engine.history("a")][-2:] == [
-        ("approval_reminder", "timer"), ("approval_timeout", "timer")
+        ("approval_reminder", "timer"),
+        ("approval_timeout", "timer"),
     ]
     await engine.check("a")
     await engine.close()
@@ -224,8 +244,9 @@ async def test_approval_cancels_the_timeout(tmp_path: Path, clock: ManualClock) 
     clock.advance(500)
     await Worker(engine).run_until_idle()
     assert (await engine.get("a")).state == "done"
-    approval = [h for h in await engine.history("a") if h.event == "approval_granted"][0]
+    approval = next(h for h in await engine.history("a") if h.event == "approval_granted")
     assert approval.actor == "maria" and approval.payload == {
-        "approver": "maria", "comment": "looks fine"
+        "approver": "maria",
+        "comment": "looks fine",
     }
     await engine.close()

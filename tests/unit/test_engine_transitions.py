@@ -28,10 +28,19 @@ from statewright.testing import memory_engine
 
 DOC = (
     MachineBuilder("doc", version=1)
-    .state("draft", initial=True).state("review").state("published", terminal=True)
-    .event("submit", payload_schema={"type": "object", "required": ["by"],
-                                     "properties": {"by": {"type": "string"}}})
-    .event("publish").event("reject")
+    .state("draft", initial=True)
+    .state("review")
+    .state("published", terminal=True)
+    .event(
+        "submit",
+        payload_schema={
+            "type": "object",
+            "required": ["by"],
+            "properties": {"by": {"type": "string"}},
+        },
+    )
+    .event("publish")
+    .event("reject")
     .transition("submit", "draft", "review")
     .transition("publish", "review", "published", guard="context.approved == True")
     .transition("reject", "review", "draft")
@@ -44,13 +53,19 @@ async def test_start_send_and_read(clock: ManualClock) -> None:
         wf = await engine.start("doc", {"title": "x"}, workflow_id="d1", actor="ann")
         assert (wf.state, wf.version, wf.machine_version, wf.type) == ("draft", 1, 1, "doc")
         assert await engine.allowed_events("d1") == ["submit"]
-        wf = await engine.send("d1", "submit", {"by": "ann"}, actor="ann",
-                               context={"approved": True})
-        assert (wf.state, wf.version, wf.context) == ("review", 2, {"title": "x", "approved": True})
+        wf = await engine.send(
+            "d1", "submit", {"by": "ann"}, actor="ann", context={"approved": True}
+        )
+        assert (wf.state, wf.version, wf.context) == (
+            "review",
+            2,
+            {"title": "x", "approved": True},
+        )
         assert await engine.allowed_events("d1") == ["publish", "reject"]
         history = await engine.history("d1")
         assert [(h.event, h.actor, h.to_state) for h in history] == [
-            ("$start", "ann", "draft"), ("submit", "ann", "review")
+            ("$start", "ann", "draft"),
+            ("submit", "ann", "review"),
         ]
         assert (await engine.check("d1")).state == "review"
 
@@ -65,7 +80,10 @@ async def test_illegal_transition_names_state_and_event_and_changes_nothing(
             await engine.send("d1", "publish")
         err = info.value
         assert (err.state, err.event, err.allowed, err.workflow_id) == (
-            "draft", "publish", ["submit"], "d1"
+            "draft",
+            "publish",
+            ["submit"],
+            "d1",
         )
         assert err.code == "illegal_transition" and "'publish'" in str(err)
         # guard failing is illegal too
@@ -144,8 +162,11 @@ async def test_racing_senders_exactly_one_wins(tmp_path: Path) -> None:
 async def test_machine_versions_are_recorded_and_kept(clock: ManualClock) -> None:
     v2 = (
         MachineBuilder("doc", version=2)
-        .state("draft", initial=True).state("published", terminal=True)
-        .event("publish").transition("publish", "draft", "published").build()
+        .state("draft", initial=True)
+        .state("published", terminal=True)
+        .event("publish")
+        .transition("publish", "draft", "published")
+        .build()
     )
     async with memory_engine([DOC], clock) as engine:  # type: ignore[list-item]
         old = await engine.start("doc", workflow_id="old")
