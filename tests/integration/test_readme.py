@@ -1,0 +1,32 @@
+"""The README's Python blocks run as pasted (in a scratch directory)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
+
+
+def test_readme_has_python_examples() -> None:
+    assert python_blocks()
+
+
+def test_readme_python_blocks_run(tmp_path: Path) -> None:
+    for i, block in enumerate(python_blocks()):
+        script = tmp_path / f"block{i}.py"
+        script.write_text(block)
+        done = subprocess.run(
+            [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        if "hello-ada" in block:
+            assert done.stdout.splitlines()[0] == "awaiting_approval"
+            assert "approval_granted awaiting_approval -> sent by grace" in done.stdout
