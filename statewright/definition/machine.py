@@ -91,7 +91,8 @@ class Event:
     def validate_payload(self, payload: Any) -> None:
         """Raise :class:`InvalidPayload` unless ``payload`` fits this event."""
         if not isinstance(payload, Mapping):
-            raise InvalidPayload(self.name, f"expected a JSON object, got {type(payload).__name__}")
+            got = type(payload).__name__
+            raise InvalidPayload(self.name, f"expected a JSON object, got {got}")
         if self.payload_schema is None:
             return
         # jsonschema is a pure-Python validator: no I/O, fine for this layer.
@@ -172,8 +173,10 @@ class Machine:
             transitions=transition_list,
             description=description,
             _by_source=MappingProxyType(
-                {s: MappingProxyType({e: tuple(ts) for e, ts in evs.items()})
-                 for s, evs in by_source.items()}
+                {
+                    s: MappingProxyType({e: tuple(ts) for e, ts in evs.items()})
+                    for s, evs in by_source.items()
+                }
             ),
         )
 

@@ -75,7 +75,7 @@ class Engine:
     def __init__(
         self,
         store: Store,
-        types: Iterable[WorkflowType] = (),
+        types: Iterable[WorkflowType | Machine] = (),
         *,
         clock: Clock | None = None,
         rng: random.Random | None = None,

@@ -99,7 +99,7 @@ async def test_two_writers_racing_on_one_version_exactly_one_wins(store: Store) 
     assert all(isinstance(e, VersionConflict) for e in losers)
     log = await store.history("w1")
     assert [e.version for e in log] == [1, 2]
-    assert log[1].to_state == winners[0].state  # type: ignore[union-attr]
+    assert log[1].to_state == winners[0].state
 
 
 async def test_group_commit_isolates_a_failing_write(store: Store) -> None:

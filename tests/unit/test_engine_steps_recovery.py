@@ -92,7 +92,7 @@ async def test_failed_step_is_recorded_and_runs_again(clock: ManualClock) -> Non
             raise ConnectionError("reset")
         return "ok"
 
-    async with memory_engine([PAY], clock) as engine:  # type: ignore[list-item]
+    async with memory_engine([PAY], clock) as engine:
         await engine.start("pay", workflow_id="p")
         run = Run(engine, engine.type_of("pay"), await engine.get("p"))
         with pytest.raises(ConnectionError):

@@ -49,7 +49,7 @@ DOC = (
 
 
 async def test_start_send_and_read(clock: ManualClock) -> None:
-    async with memory_engine([agent_task_machine(), DOC], clock) as engine:  # type: ignore[list-item]
+    async with memory_engine([agent_task_machine(), DOC], clock) as engine:
         wf = await engine.start("doc", {"title": "x"}, workflow_id="d1", actor="ann")
         assert (wf.state, wf.version, wf.machine_version, wf.type) == ("draft", 1, 1, "doc")
         assert await engine.allowed_events("d1") == ["submit"]
@@ -73,7 +73,7 @@ async def test_start_send_and_read(clock: ManualClock) -> None:
 async def test_illegal_transition_names_state_and_event_and_changes_nothing(
     clock: ManualClock,
 ) -> None:
-    async with memory_engine([DOC], clock) as engine:  # type: ignore[list-item]
+    async with memory_engine([DOC], clock) as engine:
         await engine.start("doc", workflow_id="d1")
         before = await engine.get("d1")
         with pytest.raises(IllegalTransition) as info:
@@ -98,7 +98,7 @@ async def test_illegal_transition_names_state_and_event_and_changes_nothing(
 
 
 async def test_bad_inputs_are_typed_errors_and_change_nothing(clock: ManualClock) -> None:
-    async with memory_engine([DOC], clock) as engine:  # type: ignore[list-item]
+    async with memory_engine([DOC], clock) as engine:
         await engine.start("doc", workflow_id="d1")
         with pytest.raises(InvalidPayload) as info:
             await engine.send("d1", "submit", {"by": 7})
@@ -123,7 +123,7 @@ async def test_bad_inputs_are_typed_errors_and_change_nothing(clock: ManualClock
 
 
 async def test_start_with_an_id_is_idempotent(clock: ManualClock) -> None:
-    async with memory_engine([DOC, agent_task_machine()], clock) as engine:  # type: ignore[list-item]
+    async with memory_engine([DOC, agent_task_machine()], clock) as engine:
         first = await engine.start("doc", {"a": 1}, workflow_id="same")
         again = await engine.start("doc", {"a": 2}, workflow_id="same")
         assert again == first
@@ -133,7 +133,7 @@ async def test_start_with_an_id_is_idempotent(clock: ManualClock) -> None:
 
 
 async def test_stale_expected_version_conflicts(clock: ManualClock) -> None:
-    async with memory_engine([DOC], clock) as engine:  # type: ignore[list-item]
+    async with memory_engine([DOC], clock) as engine:
         await engine.start("doc", workflow_id="d1")
         await engine.send("d1", "submit", {"by": "a"}, expected_version=1)
         with pytest.raises(VersionConflict) as info:
@@ -168,7 +168,7 @@ async def test_machine_versions_are_recorded_and_kept(clock: ManualClock) -> Non
         .transition("publish", "draft", "published")
         .build()
     )
-    async with memory_engine([DOC], clock) as engine:  # type: ignore[list-item]
+    async with memory_engine([DOC], clock) as engine:
         old = await engine.start("doc", workflow_id="old")
         engine.register(v2)
         new = await engine.start("doc", workflow_id="new")
@@ -198,7 +198,7 @@ async def test_observers_never_break_a_transition(clock: ManualClock) -> None:
     def broken(ev: TransitionEvent) -> None:
         raise RuntimeError("observer bug")
 
-    async with memory_engine([DOC], clock) as engine:  # type: ignore[list-item]
+    async with memory_engine([DOC], clock) as engine:
         engine.observers.transition.append(broken)
         engine.observers.transition.append(lambda ev: seen.append(ev.after.state))
         await engine.start("doc", workflow_id="d1")
