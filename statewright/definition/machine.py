@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -88,6 +89,16 @@ class Event:
     payload_schema: Mapping[str, Any] | None = None
     approval: bool = False
 
+    @cached_property
+    def _validator(self) -> Any:
+        # Built once per event, not per payload: this sits on every transition's path.
+        # jsonschema is a pure-Python validator: no I/O, fine for this layer.
+        import jsonschema
+
+        from statewright.definition.data import plain
+
+        return jsonschema.Draft202012Validator(plain(self.payload_schema))
+
     def validate_payload(self, payload: Any) -> None:
         """Raise :class:`InvalidPayload` unless ``payload`` fits this event."""
         if not isinstance(payload, Mapping):
@@ -95,14 +106,12 @@ class Event:
             raise InvalidPayload(self.name, f"expected a JSON object, got {got}")
         if self.payload_schema is None:
             return
-        # jsonschema is a pure-Python validator: no I/O, fine for this layer.
         import jsonschema
 
         from statewright.definition.data import plain
 
         # plain(): jsonschema only treats real dicts as JSON objects, not MappingProxyType.
-        validator = jsonschema.Draft202012Validator(plain(self.payload_schema))
-        error = jsonschema.exceptions.best_match(validator.iter_errors(plain(payload)))
+        error = jsonschema.exceptions.best_match(self._validator.iter_errors(plain(payload)))
         if error is not None:
             path = "/".join(str(p) for p in error.absolute_path)
             raise InvalidPayload(self.name, error.message, path)
