@@ -25,6 +25,10 @@ class Recovered:
     action: str
 
 
+LIVE_WORKERS: set[str] = set()
+"""Ids of the workers created in this process (see :func:`dead_local_owner`)."""
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -32,17 +36,28 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    try:  # a killed child its parent has not reaped yet is a zombie: dead for our purpose
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[0]
+        return state not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return True
 
 
 def dead_local_owner(owner: str) -> bool:
-    """A worker on this host whose process is gone (no need to wait for its lease)."""
+    """A worker on this host whose process is gone (no need to wait for its lease).
+
+    A lease under this very pid but not of a worker created in this process belongs to an
+    earlier process that had the same pid (a restarted container's PID 1, typically).
+    """
     host, _, rest = owner.partition(":")
     pid_text = rest.partition(":")[0]
     if host != socket.gethostname() or not pid_text.isdigit():
         return False
     pid = int(pid_text)
-    return pid != os.getpid() and not _pid_alive(pid)
+    if pid == os.getpid():
+        return owner not in LIVE_WORKERS
+    return not _pid_alive(pid)
 
 
 async def recover(engine: Engine, now: float | None = None) -> list[Recovered]:

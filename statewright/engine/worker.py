@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from statewright.engine.failures import describe, handle_failure
+from statewright.engine.recovery import LIVE_WORKERS
+from statewright.engine.recovery import recover as run_recovery
 from statewright.engine.steps import Run, maybe_await
 from statewright.engine.workflow_type import Next
 from statewright.errors import (
@@ -63,6 +65,7 @@ class Worker:
         self.poll_interval = poll_interval
         self.types = list(types) if types is not None else [t.name for t in engine.types]
         self.id = worker_id or new_worker_id()
+        LIVE_WORKERS.add(self.id)
         self._stopping = asyncio.Event()
         self._in_flight: set[str] = set()
         self.processed = 0
@@ -73,8 +76,6 @@ class Worker:
 
     async def run(self, *, recover: bool = True) -> None:
         """Run until :meth:`stop`. Recovers stale work first and every lease period."""
-        from statewright.engine.recovery import recover as run_recovery
-
         heartbeat = asyncio.create_task(self._heartbeat())
         try:
             if recover:

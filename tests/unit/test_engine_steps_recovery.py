@@ -202,3 +202,38 @@ async def test_agent_task_default_recovery_running_goes_to_retrying(clock: Manua
         clock.advance(3600)
         await Worker(engine).run_until_idle()
         assert (await engine.get("t")).state == "done"
+
+
+async def test_lease_of_an_earlier_process_with_our_pid_is_recovered(clock: ManualClock) -> None:
+    import os
+    import socket
+
+    earlier = f"{socket.gethostname()}:{os.getpid()}:0ldrun00"
+    async with memory_engine([pay_type(Gateway())], clock) as engine:
+        await engine.start("pay", workflow_id="p")
+        live = Worker(engine)
+        await engine.store.claim_due(earlier, clock.now(), 3600, 10)
+        [rec] = await recover(engine)
+        assert rec.owner == earlier
+        await engine.start("pay", workflow_id="q")
+        await engine.store.claim_due(live.id, clock.now(), 3600, 10)
+        assert await recover(engine) == []  # a live worker of this process keeps its lease
+
+
+def test_a_zombie_child_counts_as_dead() -> None:
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from statewright.engine.recovery import dead_local_owner
+
+    child = subprocess.Popen([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), 9)"])
+    try:
+        deadline = time.monotonic() + 10
+        owner = f"{socket.gethostname()}:{child.pid}:x"
+        while not dead_local_owner(owner):
+            assert time.monotonic() < deadline, "a killed, unreaped child must count as dead"
+            time.sleep(0.02)
+    finally:
+        child.wait()
