@@ -1,0 +1,1 @@
+"""Helpers of the SIGKILL acceptance test: the app under test and its worker subprocess."""
