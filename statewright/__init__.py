@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from statewright.clock import Clock, ManualClock, SystemClock
 from statewright.definition.machine import Event, Guard, Machine, MachineBuilder, State, Transition
 from statewright.engine import (
@@ -36,6 +38,10 @@ from statewright.sync import SyncEngine
 from statewright.types import TransitionRecord, WorkflowFilter, WorkflowRow
 
 __version__ = "0.1.0"
+
+# A library does not configure logging; this keeps Python's last-resort handler from printing
+# our WARNINGs to stderr in scripts that never set logging up.
+logging.getLogger("statewright").addHandler(logging.NullHandler())
 
 __all__ = [
     "Applied",

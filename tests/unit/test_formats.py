@@ -331,3 +331,11 @@ def test_xstate_unsupported_features_rejected(doc: dict[str, Any], message: str)
     assert message in str(info.value)
     if "states" in doc:
         assert "xstate_unsupported" in [p.code for p in info.value.problems]
+
+
+def test_load_path_of_a_missing_file_is_invalid_input(tmp_path: Path) -> None:
+    from statewright.definition.formats import load_path
+    from statewright.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match="cannot read"):
+        load_path(tmp_path / "absent.yaml")

@@ -74,7 +74,11 @@ def load_path(
     """Read a machine from a ``.json``, ``.yaml`` or ``.yml`` file."""
     p = Path(path)
     loader = _LOADERS[_suffix(p)]
-    return loader(p.read_text(encoding="utf-8"), guards)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"cannot read machine definition {str(p)!r}: {exc}") from exc
+    return loader(text, guards)
 
 
 def save_path(machine: Machine, path: str | os.PathLike[str]) -> None:
