@@ -1,0 +1,141 @@
+"""Where the CLI gets its workflow types and its engine.
+
+``--app`` lists sources, comma-separated:
+
+- ``path/to/file.py`` or ``package.module``: the module's ``TYPES`` list;
+- ``file.py:attr`` or ``module:attr``: that attribute, a :class:`WorkflowType`, a
+  :class:`Machine`, or a list of them;
+- ``machine.json`` / ``machine.yaml``: a definition file, registered without handlers (its
+  timers fire, nothing else runs by itself).
+
+The built-in ``agent_task`` machine is always registered (an app may replace it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TypeVar
+
+from statewright.cli.options import Settings
+from statewright.clock import Clock
+from statewright.definition import Machine, agent_task_machine, load_path
+from statewright.engine import Engine, WorkflowType
+from statewright.errors import InvalidInput
+from statewright.store import store_from_url
+
+T = TypeVar("T")
+Loaded = WorkflowType | Machine
+DEFINITION_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+def load_app(spec: str | None) -> list[Loaded]:
+    """The workflow types named by an ``--app`` value (see the module docstring)."""
+    found: list[Loaded] = []
+    for item in (part.strip() for part in (spec or "").split(",")):
+        if item:
+            found += _load_one(item)
+    return found
+
+
+def _load_one(item: str) -> list[Loaded]:
+    if item.lower().endswith(DEFINITION_SUFFIXES):
+        return [load_path(_existing(item))]
+    target, _, attr = item.partition(":")
+    if target.endswith(".py"):
+        module = import_file(_existing(target))
+    else:
+        module = _import_module(target)
+    if attr:
+        if not hasattr(module, attr):
+            raise InvalidInput(f"--app {item!r}: {target!r} has no attribute {attr!r}")
+        return _collect(getattr(module, attr), item)
+    if not hasattr(module, "TYPES"):
+        raise InvalidInput(
+            f"--app {item!r}: the module has no TYPES list; name an attribute with {target}:attr"
+        )
+    return _collect(module.TYPES, item)
+
+
+def _existing(path: str) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInput(f"--app: no such file {path!r}")
+    return p
+
+
+def import_file(path: Path) -> ModuleType:
+    """Import a Python file as a module (cached by its resolved path)."""
+    path = path.resolve()
+    name = f"_statewright_app_{path.stem}_{abs(hash(str(path))):x}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise InvalidInput(f"--app: cannot import {str(path)!r}")
+    module = importlib.util.module_from_spec(spec)
+    # Like `python file.py`: the file's folder is importable, so it may import its siblings.
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise InvalidInput(f"--app: importing {str(path)!r} failed: {exc}") from exc
+    return module
+
+
+def _import_module(name: str) -> ModuleType:
+    # A console script does not have the working directory on sys.path; `--app myapp`
+    # should find ./myapp.py as `python -m` would.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise InvalidInput(f"--app: cannot import module {name!r}: {exc}") from exc
+
+
+def _collect(obj: Any, item: str) -> list[Loaded]:
+    if isinstance(obj, Loaded):
+        return [obj]
+    if isinstance(obj, list | tuple) and all(isinstance(x, Loaded) for x in obj):
+        return list(obj)
+    raise InvalidInput(
+        f"--app {item!r}: expected a WorkflowType, a Machine or a list of them, "
+        f"got {type(obj).__name__}"
+    )
+
+
+def build_engine(settings: Settings, clock: Clock | None = None) -> Engine:
+    """An engine on ``--db`` with the built-in machine and the ``--app`` types registered."""
+    types = load_app(settings.app)
+    engine = Engine(store_from_url(settings.db), clock=clock)
+    engine.register(agent_task_machine(), *types)
+    return engine
+
+
+def with_engine(settings: Settings, fn: Callable[[Engine], Awaitable[T]]) -> T:
+    """Open the engine, run ``fn`` on it, close it: one command's whole life."""
+    engine = build_engine(settings)
+
+    async def go() -> T:
+        async with engine:
+            return await fn(engine)
+
+    return asyncio.run(go())
+
+
+def db_path(engine: Engine) -> str:
+    """The store's file, absolute, for messages (or its URL when it has no file)."""
+    path = getattr(engine.store, "path", None)
+    if not isinstance(path, str) or path == ":memory:":
+        return str(path)
+    return str(Path(path).resolve())

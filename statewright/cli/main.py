@@ -1,0 +1,75 @@
+"""The Typer app: global options, the command table, and the console-script entry point."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import typer
+
+from statewright.cli import definitions, demo, ops, workflows
+from statewright.cli.options import (
+    AppOption,
+    DbOption,
+    JsonOption,
+    LogLevelOption,
+    Settings,
+    command,
+    root_settings,
+)
+
+HELP = """Durable, explicit state machines for AI-agent and backend workflows.
+
+Exit codes: 0 success; 2 the input was refused and nothing was written (malformed JSON or
+argument, a payload that breaks the event's schema, an event not allowed in the current
+state); 1 any other failure (unknown workflow or type, version conflict, store error, a
+failed check). Errors print one line `error[<code>]: <message>` on stderr (with --json, the
+error as a JSON object).
+"""
+
+app = typer.Typer(
+    name="statewright",
+    help=HELP,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    db: DbOption = None,
+    app_: AppOption = None,
+    as_json: JsonOption = False,
+    log_level: LogLevelOption = None,
+) -> None:
+    ctx.obj = root_settings(db, app_, as_json, log_level)
+
+
+_COMMANDS: list[tuple[str, Callable[..., None], str]] = [
+    ("init", ops.init, "error"),
+    ("start", workflows.start, "error"),
+    ("send", workflows.send, "error"),
+    ("show", workflows.show, "error"),
+    ("history", workflows.history, "error"),
+    ("approve", workflows.approve, "error"),
+    ("deny", workflows.deny, "error"),
+    ("list", workflows.list_, "error"),
+    ("stuck", ops.stuck, "error"),
+    ("replay", ops.replay, "error"),
+    ("diagram", definitions.diagram, "error"),
+    ("check", definitions.check, "error"),
+    ("worker", ops.worker, "info"),
+    ("demo", demo.demo, "error"),
+]
+for _name, _fn, _level in _COMMANDS:
+    app.command(_name)(command(_fn, log_level=_level))
+
+
+def main() -> None:
+    """Console-script entry point (``statewright``)."""
+    app()
+
+
+__all__ = ["Settings", "app", "main"]

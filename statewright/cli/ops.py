@@ -1,0 +1,155 @@
+"""Operations: init, stuck, replay, worker."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from statewright.cli.loading import db_path, with_engine
+from statewright.cli.options import Settings
+from statewright.cli.output import duration, emit_json, err, out, table
+from statewright.engine import Engine, Worker, recover
+from statewright.errors import InvalidInput
+
+
+def init(s: Settings) -> None:
+    """Create the database, or migrate it to the current schema; print where it is."""
+
+    async def go(engine: Engine) -> dict[str, Any]:
+        return {"db": db_path(engine), "types": sorted(t.name for t in engine.types)}
+
+    info = with_engine(s, go)
+    if s.json:
+        emit_json(info)
+    else:
+        out.print(f"database ready: [bold]{escape(info['db'])}[/]")
+        out.print(f"workflow types: {escape(', '.join(info['types']))}")
+
+
+def stuck(s: Settings) -> None:
+    """Non-terminal workflows that have sat in their state longer than its threshold."""
+    found = with_engine(s, lambda e: e.stuck())
+    if s.json:
+        emit_json(
+            [{"workflow": x.workflow, "age": x.age, "threshold": x.threshold} for x in found]
+        )
+        return
+    if not found:
+        out.print("no stuck workflows")
+        return
+    out.print(
+        table(
+            f"{len(found)} stuck workflow(s)",
+            ["id", "type", "state", "in state", "threshold", "error"],
+            [
+                (
+                    x.workflow.id,
+                    x.workflow.type,
+                    x.workflow.state,
+                    duration(x.age),
+                    duration(x.threshold),
+                    x.workflow.last_error or "",
+                )
+                for x in found
+            ],
+        )
+    )
+
+
+def replay(s: Settings, workflow_id: Annotated[str, typer.Argument(help="Workflow id.")]) -> None:
+    """Rebuild a workflow from its transition log and compare it with the stored row."""
+    replayed = with_engine(s, lambda e: e.check(workflow_id))
+    if s.json:
+        emit_json({"ok": True, "workflow_id": workflow_id, "replayed": replayed})
+        return
+    out.print(
+        f"[green]OK[/] replaying the log of {escape(workflow_id)} gives the stored row: "
+        f"state {escape(str(replayed.state))}, version {replayed.version}"
+    )
+
+
+def worker(
+    s: Settings,
+    concurrency: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="STATEWRIGHT_CONCURRENCY",
+            show_envvar=True,
+            help="Workflows run at once.",
+        ),
+    ] = 8,
+    lease_seconds: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            envvar="STATEWRIGHT_LEASE_SECONDS",
+            show_envvar=True,
+            help="How long a claim lasts without a heartbeat.",
+        ),
+    ] = 30.0,
+    poll_interval: Annotated[
+        float,
+        typer.Option(
+            min=0.01,
+            envvar="STATEWRIGHT_POLL_INTERVAL",
+            show_envvar=True,
+            help="Seconds between claims when idle.",
+        ),
+    ] = 0.5,
+    once: Annotated[bool, typer.Option("--once", help="Run one round of due work.")] = False,
+    until_idle: Annotated[
+        bool, typer.Option("--until-idle", help="Run until nothing is due, then exit.")
+    ] = False,
+) -> None:
+    """Run the handlers and timers of due workflows (SIGINT/SIGTERM stop it cleanly).
+
+    Recovers work held by dead workers first. Without --once or --until-idle it runs until
+    stopped: the current handlers finish and persist, then it exits.
+    """
+    if once and until_idle:
+        raise InvalidInput("--once and --until-idle exclude each other")
+
+    async def go(engine: Engine) -> dict[str, Any]:
+        w = Worker(
+            engine,
+            concurrency=concurrency,
+            lease_seconds=lease_seconds,
+            poll_interval=poll_interval,
+        )
+        if not s.json:
+            err.print(f"worker {w.id} on {escape(db_path(engine))}: {escape(', '.join(w.types))}")
+        recovered = await recover(engine)
+        if once:
+            processed = await w.run_once()
+        elif until_idle:
+            processed = await w.run_until_idle()
+        else:
+            processed = await _run_until_signalled(w)
+        return {"worker_id": w.id, "recovered": len(recovered), "processed": processed}
+
+    result = with_engine(s, go)
+    if s.json:
+        emit_json(result)
+    else:
+        out.print(
+            f"worker stopped: recovered {result['recovered']}, "
+            f"processed {result['processed']} workflow step(s)"
+        )
+
+
+async def _run_until_signalled(w: Worker) -> int:
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, w.stop)
+    try:
+        await w.run(recover=True)
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+    return w.processed

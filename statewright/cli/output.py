@@ -1,0 +1,194 @@
+"""Formatting for the CLI: Rich for people, JSON for programs, and the error report.
+
+Exit codes: 0 success; 2 the input was refused (malformed JSON or argument, a payload that
+breaks the event's schema, an event not allowed in the current state) and nothing was
+written; 1 any other failure (not found, conflict, store error, a failed check).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import json
+import logging
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from statewright.errors import (
+    IllegalTransition,
+    InvalidInput,
+    InvalidPayload,
+    StatewrightError,
+)
+
+out = Console(highlight=False, soft_wrap=True)  # lines stay whole: greppable, copyable
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+REFUSED = (InvalidInput, InvalidPayload, IllegalTransition)
+"""Errors that mean "bad input, nothing changed": exit code 2."""
+
+
+def exit_code(exc: BaseException) -> int:
+    return 2 if isinstance(exc, REFUSED) else 1
+
+
+def fail(exc: BaseException, *, as_json: bool) -> int:
+    """Report ``exc`` on stderr and return the exit code.
+
+    A :class:`StatewrightError` is one line ``error[<code>]: <message>``; anything else is
+    reported as ``internal_error``. The ``__cause__``/``__context__`` chain follows, one
+    ``caused by`` line each. With ``as_json`` the report is the error's ``to_dict()``.
+    """
+    if isinstance(exc, StatewrightError):
+        data = exc.to_dict()
+    else:
+        data = {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}
+    causes = list(_causes(exc))
+    if as_json:
+        if causes:
+            data["causes"] = causes
+        sys.stderr.write(json.dumps(data, default=str) + "\n")
+    else:
+        err.print(f"error[{data['code']}]: {data['message']}", markup=False)
+        for cause in causes:
+            err.print(f"  caused by: {cause}", style="dim", markup=False)
+    return exit_code(exc)
+
+
+def _causes(exc: BaseException) -> Iterable[str]:
+    seen = {id(exc)}
+    cur = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        yield f"{type(cur).__name__}: {cur}"
+        cur = cur.__cause__ or (None if cur.__suppress_context__ else cur.__context__)
+
+
+def parse_json_object(text: str | None, what: str) -> dict[str, Any]:
+    """Strictly parse a JSON object from the command line: no NaN, no duplicate keys."""
+    if text is None:
+        return {}
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in items:
+            if key in obj:
+                raise ValueError(f"duplicate key {key!r}")
+            obj[key] = value
+        return obj
+
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not valid JSON")
+
+    try:
+        value = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except ValueError as exc:
+        raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def plain(value: Any) -> Any:
+    """Dataclasses (rows, records) to JSON-ready dicts, recursively."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(plain(data), indent=2, default=str) + "\n")
+
+
+def when(ts: float | None) -> str:
+    """Local time; the date only when it is not today."""
+    if ts is None:
+        return "-"
+    at = datetime.datetime.fromtimestamp(ts)
+    today = at.date() == datetime.date.today()
+    return at.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M:%S")
+
+
+def duration(seconds: float) -> str:
+    s = int(max(0.0, seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    if s < 172800:
+        return f"{s // 3600}h"
+    return f"{s // 86400}d"
+
+
+def compact(value: Any, limit: int = 80) -> str:
+    text = json.dumps(plain(value), default=str, separators=(", ", ": "))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    t = Table(title=title, title_justify="left", show_lines=False)
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*(escape(str(v)) for v in r))
+    return t
+
+
+class _StderrHandler(logging.Handler):
+    """Writes to whatever ``sys.stderr`` is at the time (test runners swap it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            sys.stderr.write(self.format(record) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
+_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
+
+
+class _Formatter(logging.Formatter):
+    """``LEVEL logger: message key=value ...`` with the structured ``extra`` fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        extras = " ".join(
+            f"{k}={v}"
+            for k, v in vars(record).items()
+            if k not in _STANDARD and not (k == "action" and v == message)
+        )
+        text = f"{record.levelname} {record.name}: {message}"
+        text += f" {extras}" if extras else ""
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+@contextlib.contextmanager
+def logs_to_stderr(level: str) -> Iterator[None]:
+    """Send statewright's logs to stderr at ``level`` while the block runs.
+
+    The previous level is restored afterwards, so running commands in-process (tests) leaves
+    logging as it was.
+    """
+    logger = logging.getLogger("statewright")
+    handler = _StderrHandler()
+    handler.setFormatter(_Formatter())
+    previous = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level.upper())
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(previous)

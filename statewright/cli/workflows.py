@@ -1,0 +1,214 @@
+"""Commands on workflows: start, send, show, history, approve, deny, list."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.console import Group
+from rich.markup import escape
+from rich.panel import Panel
+
+from statewright.cli.loading import with_engine
+from statewright.cli.options import Settings
+from statewright.cli.output import (
+    compact,
+    duration,
+    emit_json,
+    out,
+    parse_json_object,
+    plain,
+    table,
+    when,
+)
+from statewright.engine import Engine
+from statewright.errors import UnknownWorkflowType
+from statewright.types import WorkflowFilter, WorkflowRow
+
+IdArg = Annotated[str, typer.Argument(help="Workflow id.", show_default=False)]
+
+
+def _row_line(row: WorkflowRow, verb: str) -> None:
+    out.print(
+        f"{verb} [bold]{escape(row.id)}[/] ({escape(row.type)} v{row.machine_version}): "
+        f"[bold cyan]{escape(row.state)}[/] at version {row.version}"
+    )
+
+
+def start(
+    s: Settings,
+    type_: Annotated[str, typer.Argument(metavar="TYPE", help="Workflow type (machine name).")],
+    input_: Annotated[
+        str | None, typer.Option("--input", help="Initial context, a JSON object.")
+    ] = None,
+    workflow_id: Annotated[
+        str | None, typer.Option("--id", help="Choose the id (then start is idempotent).")
+    ] = None,
+    actor: Annotated[str, typer.Option(help="Who starts it (recorded in the log).")] = "cli",
+) -> None:
+    """Start a workflow in its machine's initial state."""
+    context = parse_json_object(input_, "--input")
+    row = with_engine(s, lambda e: e.start(type_, context, workflow_id=workflow_id, actor=actor))
+    emit_json(row) if s.json else _row_line(row, "started")
+
+
+def send(
+    s: Settings,
+    workflow_id: IdArg,
+    event: Annotated[str, typer.Argument(help="Event name.", show_default=False)],
+    payload: Annotated[str | None, typer.Option(help="Event payload, a JSON object.")] = None,
+    actor: Annotated[str, typer.Option(help="Who fires it (recorded in the log).")] = "cli",
+    expected_version: Annotated[
+        int | None,
+        typer.Option(help="Refuse (version_conflict) unless the workflow is at this version."),
+    ] = None,
+) -> None:
+    """Fire an event; refused with exit code 2 if it is not allowed now."""
+    data = parse_json_object(payload, "--payload")
+    row = with_engine(
+        s,
+        lambda e: e.send(workflow_id, event, data, actor=actor, expected_version=expected_version),
+    )
+    emit_json(row) if s.json else _row_line(row, "moved")
+
+
+def approve(
+    s: Settings,
+    workflow_id: IdArg,
+    approver: Annotated[str, typer.Option(help="Who approves (recorded as the actor).")],
+    comment: Annotated[str | None, typer.Option(help="Why.")] = None,
+) -> None:
+    """Approve a workflow waiting for a decision (fires its type's approval event)."""
+    row = with_engine(s, lambda e: e.approve(workflow_id, approver, comment))
+    emit_json(row) if s.json else _row_line(row, "approved")
+
+
+def deny(
+    s: Settings,
+    workflow_id: IdArg,
+    approver: Annotated[str, typer.Option(help="Who denies (recorded as the actor).")],
+    comment: Annotated[str | None, typer.Option(help="Why.")] = None,
+) -> None:
+    """Deny a workflow waiting for a decision (fires its type's denial event)."""
+    row = with_engine(s, lambda e: e.deny(workflow_id, approver, comment))
+    emit_json(row) if s.json else _row_line(row, "denied")
+
+
+async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
+    row = await engine.get(workflow_id)
+    try:
+        allowed: list[str] | None = await engine.allowed_events(workflow_id)
+    except UnknownWorkflowType:
+        allowed = None  # the type is not loaded (--app): show the row anyway
+    return {
+        "workflow": row,
+        "allowed_events": allowed,
+        "timers": await engine.store.timers(workflow_id),
+        "steps": await engine.store.steps(workflow_id),
+    }
+
+
+def show(s: Settings, workflow_id: IdArg) -> None:
+    """Show a workflow: state, version, context, allowed events, timers, steps, last error."""
+    d = with_engine(s, lambda e: _details(e, workflow_id))
+    if s.json:
+        emit_json(d)
+        return
+    row: WorkflowRow = d["workflow"]
+    allowed: list[str] | None = d["allowed_events"]
+    if allowed is None:
+        allowed_text = "? (the type is not loaded: pass --app)"
+    else:
+        allowed_text = ", ".join(allowed) or "(none)"
+    lines = [
+        f"type      {escape(row.type)} v{row.machine_version}",
+        f"state     [bold cyan]{escape(row.state)}[/]" + (" (terminal)" if row.terminal else ""),
+        f"version   {row.version}",
+        f"entered   {when(row.state_entered_at)}   created {when(row.created_at)}",
+        f"allowed   {escape(allowed_text)}",
+        f"context   {escape(compact(row.context, 200))}",
+    ]
+    if row.attempts:
+        lines.append(f"attempts  {row.attempts}")
+    if row.next_due_at is not None:
+        lines.append(f"next due  {when(row.next_due_at)}")
+    if row.lease_owner:
+        lines.append(f"leased by {escape(row.lease_owner)} until {when(row.lease_expires_at)}")
+    if row.last_error:
+        lines.append(f"[red]error     {escape(row.last_error)}[/]")
+    parts: list[Any] = ["\n".join(lines)]
+    if d["timers"]:
+        parts.append(
+            table("timers", ["due", "event"], [(when(t.due_at), t.event) for t in d["timers"]])
+        )
+    if d["steps"]:
+        parts.append(
+            table(
+                "steps",
+                ["step", "status", "attempts", "result / error"],
+                [
+                    (st.step, st.status, st.attempts, st.error or compact(st.result, 60))
+                    for st in d["steps"]
+                ],
+            )
+        )
+    out.print(Panel(Group(*parts), title=f"workflow {row.id}", title_align="left"))
+
+
+def history(s: Settings, workflow_id: IdArg) -> None:
+    """The workflow's transition log: every change, by whom, with its payload."""
+    records = with_engine(s, lambda e: e.history(workflow_id))
+    if s.json:
+        emit_json(records)
+        return
+    # "from" is the previous line's state, so one state column reads as the path taken.
+    out.print(
+        table(
+            f"history of {workflow_id}",
+            ["v", "at", "event", "-> state", "actor", "payload"],
+            [
+                (
+                    r.version,
+                    when(r.at),
+                    r.event,
+                    r.to_state,
+                    r.actor,
+                    compact(r.payload, 60) if r.payload else "",
+                )
+                for r in records
+            ],
+        )
+    )
+
+
+def list_(
+    s: Settings,
+    type_: Annotated[str | None, typer.Option("--type", help="Only this type.")] = None,
+    state: Annotated[str | None, typer.Option(help="Only workflows in this state.")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many.")] = 100,
+) -> None:
+    """List workflows, longest in their state first."""
+    where = WorkflowFilter(type=type_, state=state, limit=limit)
+    rows = with_engine(s, lambda e: e.list_workflows(where))
+    if s.json:
+        emit_json([plain(r) for r in rows])
+        return
+    now = time.time()
+    out.print(
+        table(
+            f"{len(rows)} workflow(s)",
+            ["id", "type", "state", "v", "in state", "error"],
+            [
+                (
+                    r.id,
+                    r.type,
+                    r.state + (" (end)" if r.terminal else ""),
+                    r.version,
+                    duration(now - r.state_entered_at),
+                    r.last_error or "",
+                )
+                for r in rows
+            ],
+        )
+    )

@@ -1,0 +1,186 @@
+"""The CLI with definitions and apps: diagram, check, --app loading, worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from statewright.definition import agent_task_machine, save_path
+from tests.integration.conftest import EXAMPLES, Cli
+
+ORDERS = str(EXAMPLES / "order_fulfilment.py")
+BROKEN = """\
+name: broken
+states:
+  - {name: a, initial: true}
+  - {name: b}
+  - {name: island}
+  - {name: end, terminal: true}
+events: [{name: go}, {name: back}]
+transitions:
+  - {event: go, source: a, target: b}
+  - {event: back, source: b, target: a}
+  - {event: go, source: b, target: nowhere}
+"""
+
+
+def test_diagram_of_a_type_a_file_and_a_workflow(cli: Cli, tmp_path: Path) -> None:
+    assert cli("diagram", "agent_task").stdout.startswith("stateDiagram-v2\n")
+    assert cli("diagram", "agent_task", "--format", "dot").stdout.startswith('digraph "agent')
+    cli("start", "agent_task", "--id", "t1")
+    cli("send", "t1", "start")
+    assert "class running current" in cli("diagram", "--id", "t1").stdout
+    data = cli.json("diagram", "agent_task", "--id", "t1", "--format", "dot")
+    assert (data["current"], data["format"], data["machine"]) == ("running", "dot", "agent_task")
+
+    path = tmp_path / "task.json"
+    save_path(agent_task_machine("task_copy"), path)
+    assert "[*] --> planned" in cli("diagram", str(path)).stdout
+    assert cli.error("diagram", str(path), "--id", "t1", code=2) == (
+        "error[invalid_input]: workflow 't1' is a 'agent_task', not a 'task_copy'"
+    )
+    assert cli.error("diagram", "nope", code=1).startswith("error[unknown_workflow_type]")
+    assert cli.error("diagram", code=2).startswith("error[invalid_input]")
+    cli("diagram", "agent_task", "--format", "png", code=2)
+
+
+def test_check_a_valid_definition(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "task.yaml"
+    save_path(agent_task_machine(), path)
+    text = cli("check", str(path)).stdout
+    assert text.startswith(f"OK {path}: machine agent_task v1: 7 states")
+    summary = cli.json("check", str(path))
+    assert summary["ok"] and summary["initial"] == "planned"
+    assert summary["terminal"] == ["done", "failed"]
+
+
+def test_check_lists_every_problem_with_its_code(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text(BROKEN)
+    out = cli("check", str(path), code=1).stdout
+    assert out.startswith(f"{path}: 6 problem(s)\n")
+    assert [line.split(":")[0] for line in out.splitlines()[1:]] == [
+        "  unknown_target_state",
+        "  unreachable_state",
+        "  unreachable_state",
+        "  trap_state",
+        "  trap_state",
+        "  trap_state",
+    ]
+    assert "goes to unknown state 'nowhere'" in out
+    report = cli.json("check", str(path), code=1)
+    assert report["ok"] is False
+    assert [(p["code"], p["state"]) for p in report["problems"]][:3] == [
+        ("unknown_target_state", "nowhere"),
+        ("unreachable_state", "island"),
+        ("unreachable_state", "end"),
+    ]
+
+
+def test_check_reports_syntax_and_file_errors(cli: Cli, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    assert "  invalid_syntax: not valid JSON" in cli("check", str(bad), code=1).stdout
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"name": "x", "states": [], "colour": 1}')
+    assert "  invalid_document: " in cli("check", str(schema), code=1).stdout
+    assert cli.error("check", str(tmp_path / "missing.json"), code=2).startswith(
+        "error[invalid_input]: no such file"
+    )
+    other = tmp_path / "machine.txt"
+    other.write_text("x")
+    assert cli.error("check", str(other), code=2).startswith("error[invalid_input]")
+
+
+def test_an_example_app_runs_under_the_cli_worker(cli: Cli) -> None:
+    order = '{"sku": "BOOK-42", "quantity": 1, "amount_cents": 2599}'
+    cli("--app", ORDERS, "start", "order_fulfilment", "--id", "o1", "--input", order)
+    assert cli.json("--app", ORDERS, "worker", "--until-idle")["processed"] == 4
+    shown = cli.json("--app", ORDERS, "show", "o1")
+    assert shown["workflow"]["state"] == "fulfillment_triggered"
+    assert [s["step"] for s in shown["steps"]] == ["reserve", "authorize", "capture", "fulfil"]
+    assert shown["allowed_events"] == ["ship"]
+    line = cli.error("--app", ORDERS, "send", "o1", "ship", "--payload", "{}", code=2)
+    assert line.startswith("error[invalid_payload]: ") and "tracking_number" in line
+    cli("--app", ORDERS, "send", "o1", "ship", "--payload", '{"tracking_number": "T1"}')
+    assert "class shipped current" in cli("--app", ORDERS, "diagram", "--id", "o1").stdout
+    # Without --app the row still shows; only what needs the machine is unknown.
+    assert "pass --app" in cli("show", "o1").stdout
+    assert cli.error("replay", "o1", code=1).startswith("error[unknown_workflow_type]")
+
+
+def test_app_sources_modules_attributes_and_errors(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "cli_app_mod.py").write_text(
+        "from statewright import MachineBuilder, WorkflowType\n"
+        "m = (MachineBuilder('tiny').state('a', initial=True).state('z', terminal=True)\n"
+        "     .event('go').transition('go', 'a', 'z').build())\n"
+        "TYPES = [WorkflowType(m)]\n"
+        "other = MachineBuilder('tiny2').state('a', initial=True).state('z', terminal=True)"
+        ".event('go').transition('go', 'a', 'z').build()\n"
+        "nothing = 42\n"
+    )
+    (tmp_path / "cli_app_boom.py").write_text("raise RuntimeError('boom')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "cli_app_mod", raising=False)
+    assert sorted(cli.json("--app", "cli_app_mod", "init")["types"]) == ["agent_task", "tiny"]
+    assert "tiny2" in cli.json("--app", "cli_app_mod:other,cli_app_mod.py", "init")["types"]
+    for app, why in [
+        ("cli_app_mod:nothing", "expected a WorkflowType, a Machine or a list of them"),
+        ("cli_app_mod:missing", "has no attribute 'missing'"),
+        ("no_such_module_here", "cannot import module"),
+        ("missing.py", "no such file"),
+    ]:
+        assert why in cli.error("--app", app, "init", code=2)
+    lines = cli("--app", "cli_app_boom.py", "init", code=2).stderr.splitlines()
+    assert "importing" in lines[0] and lines[1] == "  caused by: RuntimeError: boom"
+    monkeypatch.delitem(sys.modules, "cli_app_mod", raising=False)
+
+
+def test_worker_modes(cli: Cli) -> None:
+    assert cli.json("worker", "--once") | {"worker_id": "w"} == {
+        "worker_id": "w",
+        "recovered": 0,
+        "processed": 0,
+    }
+    assert "processed 0" in cli("worker", "--until-idle").stdout
+    assert cli.error("worker", "--once", "--until-idle", code=2).startswith("error[invalid_input]")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_worker_stops_cleanly_on_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATEWRIGHT_")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "statewright.cli",
+            "--db",
+            str(tmp_path / "w.db"),
+            "worker",
+            "--poll-interval",
+            "0.05",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline().startswith("worker ")  # it is up
+        time.sleep(0.2)
+        proc.send_signal(sig)
+        stdout, _ = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0
+    assert "worker stopped" in stdout
