@@ -23,7 +23,10 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
         script = tmp_path / f"block{i}.py"
         script.write_text(block)
         done = subprocess.run(
-            [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
             timeout=60,
         )
         assert done.returncode == 0, done.stderr
