@@ -15,6 +15,7 @@ from statewright.engine import (
     Run,
     Worker,
     WorkflowType,
+    agent_task_type,
 )
 from statewright.errors import (
     Cancelled,
@@ -83,5 +84,6 @@ __all__ = [
     "WorkflowRow",
     "WorkflowType",
     "__version__",
+    "agent_task_type",
     "store_from_url",
 ]

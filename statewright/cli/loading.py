@@ -25,8 +25,8 @@ from typing import Any, TypeVar
 
 from statewright.cli.options import Settings
 from statewright.clock import Clock
-from statewright.definition import Machine, agent_task_machine, load_path
-from statewright.engine import Engine, WorkflowType
+from statewright.definition import Machine, load_path
+from statewright.engine import Engine, WorkflowType, agent_task_type
 from statewright.errors import InvalidInput
 from statewright.store import store_from_url
 
@@ -118,7 +118,7 @@ def build_engine(settings: Settings, clock: Clock | None = None) -> Engine:
     """An engine on ``--db`` with the built-in machine and the ``--app`` types registered."""
     types = load_app(settings.app)
     engine = Engine(store_from_url(settings.db), clock=clock)
-    engine.register(agent_task_machine(), *types)
+    engine.register(agent_task_type(), *types)
     return engine
 
 

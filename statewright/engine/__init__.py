@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from statewright.engine.builtin import AGENT_TASK_RECOVERY, agent_task_type
 from statewright.engine.core import Engine, Replayed, Stuck
 from statewright.engine.recovery import Recovered, recover
 from statewright.engine.retry import RetryPolicy, classify
@@ -17,6 +18,7 @@ from statewright.engine.workflow_type import (
 )
 
 __all__ = [
+    "AGENT_TASK_RECOVERY",
     "Applied",
     "Engine",
     "Handler",
@@ -30,6 +32,7 @@ __all__ = [
     "Stuck",
     "Worker",
     "WorkflowType",
+    "agent_task_type",
     "classify",
     "recover",
 ]

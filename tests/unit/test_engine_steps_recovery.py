@@ -16,8 +16,8 @@ from statewright import (
     StepOutcomeUnknown,
     Worker,
     WorkflowType,
+    agent_task_type,
 )
-from statewright.definition.builtin.agent_task import agent_task_machine
 from statewright.engine.recovery import recover
 from statewright.engine.workflow_type import Reconciled
 from statewright.testing import memory_engine
@@ -184,11 +184,7 @@ async def test_dead_pid_on_this_host_needs_no_lease_expiry(clock: ManualClock) -
 
 
 async def test_agent_task_default_recovery_running_goes_to_retrying(clock: ManualClock) -> None:
-    wtype = WorkflowType(
-        agent_task_machine(),
-        {"running": lambda run: "complete"},
-        recovery={"running": "retry", "blocked": "leave"},
-    )
+    wtype = agent_task_type({"running": lambda run: "complete"})
     async with memory_engine([wtype], clock) as engine:
         await engine.start("agent_task", workflow_id="t")
         await engine.send("t", "start")
@@ -237,3 +233,17 @@ def test_a_zombie_child_counts_as_dead() -> None:
             time.sleep(0.02)
     finally:
         child.wait()
+
+
+async def test_agent_task_default_recovery_blocked_stays_blocked(clock: ManualClock) -> None:
+    async with memory_engine([agent_task_type({"blocked": lambda run: None})], clock) as engine:
+        await engine.start("agent_task", workflow_id="t")
+        await engine.send("t", "start")
+        await engine.send("t", "block")
+        assert len(await engine.store.claim_due(DEAD, clock.now(), 10, 10)) == 1
+        clock.advance(11)
+        [rec] = await recover(engine)
+        assert rec.action == "leave"
+        row = await engine.get("t")
+        assert (row.state, row.lease_owner, row.next_due_at) == ("blocked", None, None)
+        assert await Worker(engine).run_until_idle() == 0
