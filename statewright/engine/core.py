@@ -206,21 +206,30 @@ class Engine:
             raise InvalidInput(f"invalid event name {event!r}")
         if context is not None and not isinstance(context, Mapping):
             raise InvalidInput("context must be a JSON object")
-        row = await self.get(workflow_id)
-        if expected_version is not None and row.version != expected_version:
-            err = VersionConflict(workflow_id, expected_version, row.version)
-            self.observers.rejected_transition(workflow_id, row.state, event, err)
-            raise err
-        # An external event leaves a worker's lease alone: that worker's own result will
-        # then lose the compare-and-swap and be dropped.
-        return await self._fire(
-            row,
-            event,
-            {} if payload is None else payload,
-            actor,
-            context_patch=context,
-            release_lease=False,
-        )
+        body = {} if payload is None else payload
+        seen: list[WorkflowRow] = []
+
+        def plan(row: WorkflowRow) -> TransitionWrite:
+            # Runs inside the store's write operation, on the row it just read: one trip
+            # to the store per send instead of a read and then a write.
+            seen.append(row)
+            if expected_version is not None and row.version != expected_version:
+                raise VersionConflict(workflow_id, expected_version, row.version)
+            # An external event leaves a worker's lease alone: that worker's own result
+            # will then lose the compare-and-swap and be dropped.
+            return self._plan(row, event, body, actor, context_patch=context, release_lease=False)
+
+        try:
+            before, after = await self.store.apply_event(workflow_id, plan)
+        except (IllegalTransition, InvalidPayload, VersionConflict) as exc:
+            state = seen[-1].state if seen else "?"
+            self.observers.rejected_transition(workflow_id, state, event, exc)
+            raise
+        except StoreError as exc:
+            self.observers.persistence_failed(workflow_id, event, exc)
+            raise
+        self.observers.transitioned(TransitionEvent(before, after, event, actor))
+        return after
 
     async def approve(
         self, workflow_id: str, approver: str, comment: str | None = None
@@ -331,6 +340,27 @@ class Engine:
         event: str,
         payload: Mapping[str, Any],
         actor: str,
+        **options: Any,
+    ) -> WorkflowRow:
+        """Fire ``event`` on ``row`` as read (compare-and-swap on its version)."""
+        try:
+            write = self._plan(row, event, payload, actor, **options)
+            after = await self.store.apply_transition(write)
+        except (IllegalTransition, InvalidPayload, VersionConflict) as exc:
+            self.observers.rejected_transition(row.id, row.state, event, exc)
+            raise
+        except StoreError as exc:
+            self.observers.persistence_failed(row.id, event, exc)
+            raise
+        self.observers.transitioned(TransitionEvent(row, after, event, actor))
+        return after
+
+    def _plan(
+        self,
+        row: WorkflowRow,
+        event: str,
+        payload: Mapping[str, Any],
+        actor: str,
         *,
         context_patch: Mapping[str, Any] | None = None,
         attempts: int | None = None,
@@ -338,22 +368,21 @@ class Engine:
         retry_delay: float | None = None,
         last_error: str | None = None,
         release_lease: bool = True,
-    ) -> WorkflowRow:
+    ) -> TransitionWrite:
+        """Resolve ``event`` on ``row`` and build the write. Pure but for the clock: no I/O.
+
+        Raises IllegalTransition (naming the workflow) or InvalidPayload.
+        """
         wtype = self.type_of(row.type, row.machine_version)
         machine = wtype.machine
+        if not isinstance(payload, Mapping):
+            raise InvalidPayload(event, f"expected a JSON object, got {type(payload).__name__}")
         try:
-            if not isinstance(payload, Mapping):
-                raise InvalidPayload(
-                    event, f"expected a JSON object, got {type(payload).__name__}"
-                )
             t = machine.resolve(row.state, event, row.context, payload)
         except IllegalTransition as exc:
-            err = IllegalTransition(exc.state, exc.event, exc.allowed, exc.reason, row.id)
-            self.observers.rejected_transition(row.id, row.state, event, err)
-            raise err from None
-        except InvalidPayload as exc:
-            self.observers.rejected_transition(row.id, row.state, event, exc)
-            raise
+            raise IllegalTransition(
+                exc.state, exc.event, exc.allowed, exc.reason, row.id
+            ) from None
         now = self.clock.now()
         target = machine.states[t.target]
         staying = t.target == row.state
@@ -365,7 +394,7 @@ class Engine:
                 run_at = now + retry_delay  # the handler itself is retried later
             elif not target.terminal and machine.can(t.target, wtype.retry_event):
                 timers += (TimerSpec(now + retry_delay, wtype.retry_event),)
-        write = TransitionWrite(
+        return TransitionWrite(
             workflow_id=row.id,
             expected_version=row.version,
             from_state=row.state,
@@ -385,16 +414,6 @@ class Engine:
             release_lease=release_lease,
             last_error=last_error,
         )
-        try:
-            after = await self.store.apply_transition(write)
-        except VersionConflict as exc:
-            self.observers.rejected_transition(row.id, row.state, event, exc)
-            raise
-        except StoreError as exc:
-            self.observers.persistence_failed(row.id, event, exc)
-            raise
-        self.observers.transitioned(TransitionEvent(row, after, event, actor))
-        return after
 
     @staticmethod
     def _run_at(wtype: WorkflowType, state: State, now: float) -> float | None:

@@ -9,7 +9,7 @@ boundary with the original kept as ``__cause__``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from statewright.types import (
@@ -52,6 +52,20 @@ class Store(Protocol):
             WorkflowNotFound: no such workflow.
             VersionConflict: the row is not at ``write.expected_version``; nothing changed.
             StoreError: persistence failed; nothing changed.
+        """
+
+    async def apply_event(
+        self, workflow_id: str, plan: Callable[[WorkflowRow], TransitionWrite]
+    ) -> tuple[WorkflowRow, WorkflowRow]:
+        """Read the row, let ``plan`` build the transition from it, and apply it: one operation.
+
+        ``plan`` is pure (no I/O) and may raise to refuse the transition; then nothing is
+        written and its exception propagates. Returns ``(before, after)``. Saves a round
+        trip per external event compared with :meth:`get_workflow` + :meth:`apply_transition`;
+        the compare-and-swap still guards against writers in other processes.
+
+        Raises:
+            WorkflowNotFound, VersionConflict, StoreError, or whatever ``plan`` raised.
         """
 
     async def history(

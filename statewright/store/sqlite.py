@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -241,6 +241,18 @@ class SQLiteStore:
 
     async def apply_transition(self, write: TransitionWrite) -> WorkflowRow:
         return await self.conn.write(lambda conn: self._apply(conn, write))
+
+    async def apply_event(
+        self, workflow_id: str, plan: Callable[[WorkflowRow], TransitionWrite]
+    ) -> tuple[WorkflowRow, WorkflowRow]:
+        def fn(conn: sqlite3.Connection) -> tuple[WorkflowRow, WorkflowRow]:
+            found = conn.execute(Q["get_workflow"], {"id": workflow_id}).fetchone()
+            if found is None:
+                raise WorkflowNotFound(workflow_id)
+            before = _workflow(found)
+            return before, self._apply(conn, plan(before))
+
+        return await self.conn.write(fn)
 
     def _apply(self, conn: sqlite3.Connection, w: TransitionWrite) -> WorkflowRow:
         cur = conn.execute(

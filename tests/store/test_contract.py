@@ -8,7 +8,7 @@ import pytest
 
 from statewright.errors import InvalidInput, StoreError, VersionConflict, WorkflowNotFound
 from statewright.store import Store
-from statewright.types import NewWorkflow, TimerSpec, TransitionWrite, WorkflowFilter
+from statewright.types import NewWorkflow, TimerSpec, TransitionWrite, WorkflowFilter, WorkflowRow
 
 T0 = 1_800_000_000.0
 
@@ -252,3 +252,31 @@ async def test_listing_and_counts(store: Store) -> None:
     since = await store.transitions_since(0)
     assert len(since) == 6 and [e.seq for e in since] == sorted(e.seq for e in since)
     assert await store.transitions_since(since[-1].seq) == []
+
+
+async def test_apply_event_plans_on_the_row_it_read(store: Store) -> None:
+    await store.create_workflow(new())
+    seen = []
+
+    def plan(row: WorkflowRow) -> TransitionWrite:
+        seen.append(row.version)
+        return move(row.id, row.version)
+
+    before, after = await store.apply_event("w1", plan)
+    assert (before.version, after.version, after.state, seen) == (1, 2, "b", [1])
+    assert [e.version for e in await store.history("w1")] == [1, 2]
+
+
+async def test_apply_event_refused_by_the_plan_writes_nothing(store: Store) -> None:
+    await store.create_workflow(new())
+
+    def refuse(row: WorkflowRow) -> TransitionWrite:
+        raise VersionConflict(row.id, 99, row.version)
+
+    with pytest.raises(VersionConflict):
+        await store.apply_event("w1", refuse)
+    with pytest.raises(WorkflowNotFound):
+        await store.apply_event("nope", lambda row: move(row.id, row.version))
+    row = await store.get_workflow("w1")
+    assert row is not None and row.version == 1
+    assert len(await store.history("w1")) == 1
