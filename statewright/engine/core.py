@@ -408,7 +408,9 @@ class Engine:
             terminal=target.terminal,
             attempts=row.attempts if attempts is None else attempts,
             run_at=run_at,
-            clear_timers=not staying,
+            # next_due_at IS NULL means no pending timers (the store keeps it so): nothing
+            # to delete then, which spares externally driven workflows a statement.
+            clear_timers=not staying and row.next_due_at is not None,
             fired_timer_id=fired_timer,
             add_timers=timers,
             release_lease=release_lease,

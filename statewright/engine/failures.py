@@ -75,6 +75,7 @@ async def handle_failure(
                     attempts=attempt,
                     next_due_at=now + delay,
                     last_error=error,
+                    at=now,
                 )
             error = f"retry budget of {policy.max_attempts} attempts spent; last: {error}"
             row_attempts = attempt
@@ -94,7 +95,7 @@ async def handle_failure(
             extra={"action": "workflow_parked", "workflow_id": row.id, "error": error},
         )
         return await engine.store.defer(
-            row.id, row.version, attempts=row_attempts, next_due_at=None, last_error=error
+            row.id, row.version, attempts=row_attempts, next_due_at=None, last_error=error, at=now
         )
     except VersionConflict:
         return None
@@ -105,5 +106,5 @@ async def handle_failure(
             extra={"action": "workflow_parked", "workflow_id": row.id},
         )
         return await engine.store.defer(
-            row.id, row.version, attempts=row.attempts, next_due_at=None, last_error=error
+            row.id, row.version, attempts=row.attempts, next_due_at=None, last_error=error, at=now
         )

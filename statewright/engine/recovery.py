@@ -87,13 +87,13 @@ async def recover(engine: Engine, now: float | None = None) -> list[Recovered]:
         elif action == "fail":
             await handle_failure(engine, row, FatalError(f"worker {owner} was lost"))
         else:  # leave: release and wait for an external event (or a pending timer)
-            pending = await store.timers(row.id)
             await store.defer(
                 row.id,
                 row.version,
                 attempts=row.attempts,
-                next_due_at=pending[0].due_at if pending else None,
+                next_due_at=None,
                 last_error=row.last_error,
+                at=now,
             )
         log.warning(
             "recovered workflow",

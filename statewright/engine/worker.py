@@ -162,13 +162,13 @@ class Worker:
         handler = wtype.handlers.get(row.state)
         if handler is None or row.next_due_at is None or row.next_due_at > now:
             # Nothing to run (a timer was consumed meanwhile): re-arm from the pending timers.
-            pending = await store.timers(row.id)
             await store.defer(
                 row.id,
                 row.version,
                 attempts=row.attempts,
-                next_due_at=pending[0].due_at if pending else None,
+                next_due_at=None,  # the store re-arms from the pending timers
                 last_error=row.last_error,
+                at=now,
             )
             return
         try:
@@ -186,13 +186,8 @@ class Worker:
             await handle_failure(engine, row, exc)
             return
         if result is None:
-            pending = await store.timers(row.id)
             await store.defer(
-                row.id,
-                row.version,
-                attempts=0,
-                next_due_at=pending[0].due_at if pending else None,
-                last_error=None,
+                row.id, row.version, attempts=0, next_due_at=None, last_error=None, at=now
             )
             return
         nxt = Next(result) if isinstance(result, str) else result

@@ -106,9 +106,12 @@ class Store(Protocol):
         attempts: int,
         next_due_at: float | None,
         last_error: str | None,
+        at: float,
     ) -> WorkflowRow:
         """Record a failed attempt without a transition: counter, error, next due time.
 
+        ``next_due_at`` is merged with the pending timers (the earlier wins), so parking a
+        workflow never silences its timers: ``next_due_at IS NULL`` always means "no timers".
         Releases the lease. Raises :class:`VersionConflict` if the workflow moved on.
         """
 

@@ -250,18 +250,21 @@ class SQLiteStore:
             if found is None:
                 raise WorkflowNotFound(workflow_id)
             before = _workflow(found)
-            return before, self._apply(conn, plan(before))
+            return before, self._apply(conn, plan(before), before)
 
         return await self.conn.write(fn)
 
-    def _apply(self, conn: sqlite3.Connection, w: TransitionWrite) -> WorkflowRow:
+    def _apply(
+        self, conn: sqlite3.Connection, w: TransitionWrite, before: WorkflowRow | None = None
+    ) -> WorkflowRow:
+        context = _dumps(w.context)
         cur = conn.execute(
             Q["cas_update_workflow"],
             {
                 "id": w.workflow_id,
                 "expected_version": w.expected_version,
                 "to_state": w.to_state,
-                "context": _dumps(w.context),
+                "context": context,
                 "attempts": w.attempts,
                 "terminal": int(w.terminal),
                 "at": w.at,
@@ -298,14 +301,37 @@ class SQLiteStore:
         if w.add_timers:
             self._add_timers(conn, w.workflow_id, w.add_timers)
             touched_timers = True
+        next_due_at = w.run_at
         if touched_timers or not w.clear_timers:
             conn.execute(Q["refresh_next_due"], {"id": w.workflow_id, "run_at": w.run_at})
+            next_due_at = conn.execute(Q["next_due_of"], {"id": w.workflow_id}).fetchone()[0]
         if w.consume_inbox_id is not None:
             n = conn.execute(Q["consume_input"], {"item_id": w.consume_inbox_id, "at": w.at})
             if n.rowcount != 1:
                 raise StoreError(f"inbox item {w.consume_inbox_id} was already consumed")
-        row = conn.execute(Q["get_workflow"], {"id": w.workflow_id}).fetchone()
-        return _workflow(row)
+        if before is None:
+            return _workflow(conn.execute(Q["get_workflow"], {"id": w.workflow_id}).fetchone())
+        # The row after the UPDATE, built from the row before it and the write instead of
+        # read back: saves a SELECT and a decode on every external event. Must mirror
+        # cas_update_workflow exactly (tests/store checks it against get_workflow).
+        released = w.release_lease
+        return WorkflowRow(
+            id=before.id,
+            type=before.type,
+            machine_version=before.machine_version,
+            state=w.to_state,
+            context=json.loads(context),
+            version=w.expected_version + 1,
+            attempts=w.attempts,
+            terminal=w.terminal,
+            created_at=before.created_at,
+            updated_at=w.at,
+            state_entered_at=before.state_entered_at if before.state == w.to_state else w.at,
+            next_due_at=next_due_at,
+            lease_owner=None if released else before.lease_owner,
+            lease_expires_at=None if released else before.lease_expires_at,
+            last_error=w.last_error,
+        )
 
     async def history(
         self, workflow_id: str, after_version: int = 0, limit: int | None = None
@@ -393,6 +419,7 @@ class SQLiteStore:
         attempts: int,
         next_due_at: float | None,
         last_error: str | None,
+        at: float,
     ) -> WorkflowRow:
         def fn(conn: sqlite3.Connection) -> WorkflowRow:
             cur = conn.execute(
@@ -403,7 +430,7 @@ class SQLiteStore:
                     "attempts": attempts,
                     "next_due_at": next_due_at,
                     "last_error": last_error,
-                    "at": time.time(),
+                    "at": at,
                 },
             )
             row = conn.execute(Q["get_workflow"], {"id": workflow_id}).fetchone()

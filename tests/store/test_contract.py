@@ -192,12 +192,12 @@ async def test_leases_renew_expire_break_and_release(store: Store) -> None:
 async def test_defer_records_attempt_without_transition(store: Store) -> None:
     await store.create_workflow(new(run_at=T0))
     await store.claim_due("w-1", T0, 30, 10)
-    row = await store.defer("w1", 1, attempts=2, next_due_at=T0 + 8, last_error="boom")
+    row = await store.defer("w1", 1, attempts=2, next_due_at=T0 + 8, last_error="boom", at=T0)
     assert (row.version, row.attempts, row.next_due_at, row.last_error) == (1, 2, T0 + 8, "boom")
     assert row.lease_owner is None
     assert len(await store.history("w1")) == 1
     with pytest.raises(VersionConflict):
-        await store.defer("w1", 5, attempts=3, next_due_at=None, last_error=None)
+        await store.defer("w1", 5, attempts=3, next_due_at=None, last_error=None, at=T0)
 
 
 async def test_step_ledger(store: Store) -> None:
@@ -280,3 +280,30 @@ async def test_apply_event_refused_by_the_plan_writes_nothing(store: Store) -> N
     row = await store.get_workflow("w1")
     assert row is not None and row.version == 1
     assert len(await store.history("w1")) == 1
+
+
+async def test_parking_never_silences_pending_timers(store: Store) -> None:
+    await store.create_workflow(new(run_at=T0, timers=(TimerSpec(T0 + 60, "timeout"),)))
+    row = await store.defer("w1", 1, attempts=0, next_due_at=None, last_error="x", at=T0)
+    assert row.next_due_at == T0 + 60
+    row = await store.defer("w1", 1, attempts=0, next_due_at=T0 + 5, last_error="x", at=T0)
+    assert row.next_due_at == T0 + 5
+
+
+@pytest.mark.parametrize(
+    "write",
+    [
+        {},
+        {"to": "a", "clear_timers": False, "fired_timer_id": None},
+        {"release_lease": False},
+        {"add_timers": (TimerSpec(T0 + 7, "t"),), "run_at": T0 + 9},
+        {"terminal": True, "attempts": 3, "last_error": "e", "context": {"t": (1, 2)}},
+    ],
+)
+async def test_apply_event_returns_exactly_the_stored_row(
+    store: Store, write: dict[str, object]
+) -> None:
+    await store.create_workflow(new(run_at=T0, timers=(TimerSpec(T0 + 60, "timeout"),)))
+    await store.claim_due("w-1", T0, 30, 10)
+    _, after = await store.apply_event("w1", lambda row: move(row.id, row.version, **write))
+    assert after == await store.get_workflow("w1")

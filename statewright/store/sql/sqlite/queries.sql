@@ -37,6 +37,10 @@ UPDATE workflows
                                            WHERE workflow_id = :id))
  WHERE id = :id;
 
+-- name: next_due_of
+-- A workflow's next due time (after its timers changed).
+SELECT next_due_at FROM workflows WHERE id = :id;
+
 -- name: version_of
 -- The current version of a workflow (for conflict reports).
 SELECT version FROM workflows WHERE id = :id;
@@ -76,10 +80,14 @@ UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
  WHERE id = :id AND lease_owner = :worker;
 
 -- name: defer_workflow
--- Record a failed attempt without a transition, and release the lease.
+-- Record a failed attempt without a transition, release the lease; pending timers still count.
 UPDATE workflows
-   SET attempts = :attempts, next_due_at = :next_due_at, last_error = :last_error,
-       updated_at = :at, lease_owner = NULL, lease_expires_at = NULL
+   SET attempts = :attempts, last_error = :last_error, updated_at = :at,
+       lease_owner = NULL, lease_expires_at = NULL,
+       next_due_at = (SELECT min(t) FROM (SELECT :next_due_at AS t
+                                          UNION ALL
+                                          SELECT min(due_at) FROM timers
+                                           WHERE workflow_id = :id))
  WHERE id = :id AND version = :expected_version;
 
 -- name: expired_leases
