@@ -184,6 +184,17 @@ class GroupCommitConnection:
         except sqlite3.Error as exc:
             err = translate(exc)
             return [(op, None, err) for op in ops]
+        if len(ops) == 1:  # alone in its transaction: no savepoint needed to isolate it
+            op = ops[0]
+            try:
+                result = op.fn(conn)
+            except BaseException as exc:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    log.exception("rollback failed", extra={"action": "rollback"})
+                return [(op, None, translate(exc))]
+            return self._commit(conn, [(op, result, None)])
         done: list[_Outcome] = []
         for op in ops:
             try:
@@ -198,10 +209,13 @@ class GroupCommitConnection:
                 except sqlite3.Error:
                     log.exception("rollback to savepoint failed", extra={"action": "rollback"})
                 done.append((op, None, translate(exc)))
+        return self._commit(conn, done)
+
+    def _commit(self, conn: sqlite3.Connection, done: list[_Outcome]) -> list[_Outcome]:
         try:
             conn.execute("COMMIT")
             self.commits += 1
-            self.batched_writes += len(ops)
+            self.batched_writes += len(done)
         except sqlite3.Error as exc:
             # Fail closed: nothing in this batch is durable, so every write in it fails.
             log.error("commit failed", extra={"action": "persistence_failure", "error": str(exc)})
