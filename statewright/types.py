@@ -34,6 +34,10 @@ class WorkflowRow:
     lease_owner: str | None
     lease_expires_at: float | None
     last_error: str | None
+    cancel_requested: str | None = None
+    """The reason of a pending cancel request (cleared when the workflow ends)."""
+    progress: JSON | None = None
+    """The latest progress report of the current state's step (cleared on state change)."""
 
 
 @dataclass(frozen=True)

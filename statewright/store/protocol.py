@@ -127,6 +127,28 @@ class Store(Protocol):
     async def break_leases(self, owner: str, ids: Sequence[str] | None = None) -> int:
         """Clear leases held by ``owner`` (all, or only ``ids``); returns how many."""
 
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return soon after work may have become due, or after ``timeout`` seconds.
+
+        PostgreSQL wakes idle workers with LISTEN/NOTIFY sent by the transaction that made
+        work due; SQLite wakes workers of this process and otherwise polls. Either way the
+        caller then claims; a wake-up is a hint, never a promise.
+        """
+
+    # -- cancel and progress ---------------------------------------------------------------
+
+    async def request_cancel(self, workflow_id: str, reason: str, at: float) -> WorkflowRow:
+        """Flag a cancel request on a live workflow (not a transition; wakes its worker).
+
+        The flag stays until the workflow reaches a terminal state. Raises WorkflowNotFound.
+        """
+
+    async def cancel_requests(self, ids: Sequence[str]) -> dict[str, str]:
+        """Among ``ids``, the workflows with a pending cancel request, with its reason."""
+
+    async def record_progress(self, workflow_id: str, progress: dict[str, Any], at: float) -> None:
+        """Keep the latest progress report of the running step (cleared on state change)."""
+
     # -- timers ----------------------------------------------------------------------------
 
     async def timers(self, workflow_id: str) -> list[TimerRecord]:

@@ -6,6 +6,7 @@ transaction (see :mod:`statewright.store.sqlite_conn` for group commit).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 import time
@@ -54,6 +55,8 @@ def _workflow(r: sqlite3.Row) -> WorkflowRow:
         lease_owner=r["lease_owner"],
         lease_expires_at=r["lease_expires_at"],
         last_error=r["last_error"],
+        cancel_requested=r["cancel_requested"],
+        progress=None if r["progress"] is None else json.loads(r["progress"]),
     )
 
 
@@ -135,6 +138,23 @@ class SQLiteStore:
     ) -> None:
         self.path = str(path)
         self.conn = GroupCommitConnection(self.path, synchronous, int(busy_timeout * 1000))
+        self._wakeups: set[asyncio.Event] = set()
+
+    def _wake(self) -> None:
+        # Wakes this process's idle workers after a write that may have made work due;
+        # other processes poll (SQLite has no notifications across processes).
+        for event in self._wakeups:
+            event.set()
+
+    async def wait_for_work(self, timeout: float) -> None:
+        event = asyncio.Event()
+        self._wakeups.add(event)
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._wakeups.discard(event)
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
@@ -215,7 +235,9 @@ class SQLiteStore:
             row = conn.execute(Q["get_workflow"], {"id": new.id}).fetchone()
             return _workflow(row), created
 
-        return await self.conn.write(fn)
+        result = await self.conn.write(fn)
+        self._wake()
+        return result
 
     @staticmethod
     def _add_timers(conn: sqlite3.Connection, workflow_id: str, timers: Sequence[Any]) -> None:
@@ -240,7 +262,10 @@ class SQLiteStore:
         return await self.conn.read(fn)
 
     async def apply_transition(self, write: TransitionWrite) -> WorkflowRow:
-        return await self.conn.write(lambda conn: self._apply(conn, write))
+        row = await self.conn.write(lambda conn: self._apply(conn, write))
+        if row.next_due_at is not None:
+            self._wake()
+        return row
 
     async def apply_event(
         self, workflow_id: str, plan: Callable[[WorkflowRow], TransitionWrite]
@@ -252,7 +277,10 @@ class SQLiteStore:
             before = _workflow(found)
             return before, self._apply(conn, plan(before), before)
 
-        return await self.conn.write(fn)
+        before, after = await self.conn.write(fn)
+        if after.next_due_at is not None:
+            self._wake()
+        return before, after
 
     def _apply(
         self, conn: sqlite3.Connection, w: TransitionWrite, before: WorkflowRow | None = None
@@ -331,6 +359,8 @@ class SQLiteStore:
             lease_owner=None if released else before.lease_owner,
             lease_expires_at=None if released else before.lease_expires_at,
             last_error=w.last_error,
+            cancel_requested=None if w.terminal else before.cancel_requested,
+            progress=before.progress if before.state == w.to_state else None,
         )
 
     async def history(
@@ -462,7 +492,35 @@ class SQLiteStore:
             sql, params = Q["break_leases"], {"owner": owner}
         else:
             sql, params = Q["break_leases_of"], {"owner": owner, "ids": json.dumps(list(ids))}
-        return await self.conn.write(lambda c: c.execute(sql, params).rowcount)
+        n: int = await self.conn.write(lambda c: c.execute(sql, params).rowcount)
+        if n:
+            self._wake()
+        return n
+
+    # -- cancel and progress -----------------------------------------------------------------
+
+    async def request_cancel(self, workflow_id: str, reason: str, at: float) -> WorkflowRow:
+        def fn(conn: sqlite3.Connection) -> WorkflowRow:
+            conn.execute(Q["request_cancel"], {"id": workflow_id, "reason": reason, "at": at})
+            row = conn.execute(Q["get_workflow"], {"id": workflow_id}).fetchone()
+            if row is None:
+                raise WorkflowNotFound(workflow_id)
+            return _workflow(row)
+
+        row = await self.conn.write(fn)
+        self._wake()
+        return row
+
+    async def cancel_requests(self, ids: Sequence[str]) -> dict[str, str]:
+        params = {"ids": json.dumps(list(ids))}
+        rows = await self.conn.read(lambda c: c.execute(Q["cancel_requests"], params).fetchall())
+        return {r["id"]: r["cancel_requested"] for r in rows}
+
+    async def record_progress(self, workflow_id: str, progress: dict[str, Any], at: float) -> None:
+        params = {"id": workflow_id, "progress": _dumps(progress)}
+        n = await self.conn.write(lambda c: c.execute(Q["record_progress"], params).rowcount)
+        if n != 1:
+            raise WorkflowNotFound(workflow_id)
 
     # -- timers ------------------------------------------------------------------------------
 
@@ -533,7 +591,9 @@ class SQLiteStore:
             params = {"id": workflow_id, "name": name, "payload": _dumps(payload), "at": at}
             return _inbox(conn.execute(Q["post_input"], params).fetchone())
 
-        return await self.conn.write(fn)
+        item = await self.conn.write(fn)
+        self._wake()
+        return item
 
     async def next_input(self, workflow_id: str, name: str | None = None) -> InboxItem | None:
         params = {"id": workflow_id, "name": name}

@@ -9,12 +9,19 @@ from statewright.store import SQLiteStore
 from statewright.store.queries import migrations, schema
 
 
-def _objects(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+def _objects(conn: sqlite3.Connection) -> list[tuple[str, str, object]]:
+    """Tables by their columns (ALTER TABLE rewrites CREATE text), the rest by their SQL."""
     rows = conn.execute(
         "SELECT type, name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
         "AND name != 'schema_migrations' ORDER BY type, name"
     ).fetchall()
-    return [(t, n, " ".join((s or "").split())) for t, n, s in rows]
+    out: list[tuple[str, str, object]] = []
+    for kind, name, sql in rows:
+        if kind == "table":
+            out.append((kind, name, conn.execute(f"PRAGMA table_info({name})").fetchall()))
+        else:
+            out.append((kind, name, " ".join((sql or "").split())))
+    return out
 
 
 async def test_migrations_from_zero_equal_schema(tmp_path: Path) -> None:

@@ -305,5 +305,46 @@ async def test_apply_event_returns_exactly_the_stored_row(
 ) -> None:
     await store.create_workflow(new(run_at=T0, timers=(TimerSpec(T0 + 60, "timeout"),)))
     await store.claim_due("w-1", T0, 30, 10)
-    _, after = await store.apply_event("w1", lambda row: move(row.id, row.version, **write))
+    _, after = await store.apply_event("w1", lambda row: move(row.id, row.version, **write))  # type: ignore[arg-type]
     assert after == await store.get_workflow("w1")
+
+
+async def test_cancel_requests_stay_until_the_workflow_ends(store: Store) -> None:
+    await store.create_workflow(new("w1"))
+    await store.create_workflow(new("w2"))
+    row = await store.request_cancel("w1", "customer asked", T0)
+    assert row.cancel_requested == "customer asked"
+    assert await store.cancel_requests(["w1", "w2", "nope"]) == {"w1": "customer asked"}
+    row = await store.apply_transition(move("w1", 1))
+    assert row.cancel_requested == "customer asked"  # still pending after a transition
+    row = await store.apply_transition(move("w1", 2, to="end", terminal=True))
+    assert row.cancel_requested is None
+    assert await store.cancel_requests(["w1"]) == {}
+    row = await store.request_cancel("w1", "too late", T0)  # an ended workflow: no flag
+    assert row.cancel_requested is None
+    with pytest.raises(WorkflowNotFound):
+        await store.request_cancel("nope", "x", T0)
+
+
+async def test_progress_is_kept_within_a_state_and_cleared_on_leaving(store: Store) -> None:
+    await store.create_workflow(new())
+    await store.record_progress("w1", {"done": 3, "of": 10}, T0)
+    row = await store.get_workflow("w1")
+    assert row is not None and row.progress == {"done": 3, "of": 10}
+    row = await store.apply_transition(move("w1", 1, to="a", clear_timers=False))
+    assert row.progress == {"done": 3, "of": 10}  # self-transition: same state
+    row = await store.apply_transition(move("w1", 2, to="b"))
+    assert row.progress is None
+    with pytest.raises(WorkflowNotFound):
+        await store.record_progress("nope", {}, T0)
+
+
+async def test_wait_for_work_wakes_on_new_work_or_times_out(store: Store) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await store.wait_for_work(0.05)
+    assert loop.time() - started >= 0.04  # nothing happened: the timeout
+    waiter = asyncio.create_task(store.wait_for_work(10))
+    await asyncio.sleep(0.05)
+    await store.create_workflow(new(run_at=T0))
+    await asyncio.wait_for(waiter, 5)  # woken long before its timeout

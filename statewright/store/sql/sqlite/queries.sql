@@ -24,6 +24,8 @@ UPDATE workflows
        terminal = :terminal, updated_at = :at,
        state_entered_at = CASE WHEN state = :to_state THEN state_entered_at ELSE :at END,
        next_due_at = :run_at, last_error = :last_error,
+       cancel_requested = CASE WHEN :terminal THEN NULL ELSE cancel_requested END,
+       progress = CASE WHEN state = :to_state THEN progress ELSE NULL END,
        lease_owner = CASE WHEN :release_lease THEN NULL ELSE lease_owner END,
        lease_expires_at = CASE WHEN :release_lease THEN NULL ELSE lease_expires_at END
  WHERE id = :id AND version = :expected_version;
@@ -166,3 +168,17 @@ SELECT * FROM inbox WHERE workflow_id = :id AND consumed_at IS NULL
 -- name: consume_input
 -- Mark an input consumed, once.
 UPDATE inbox SET consumed_at = :at WHERE id = :item_id AND consumed_at IS NULL;
+
+-- name: request_cancel
+-- Flag a cancel request on a live workflow.
+UPDATE workflows SET cancel_requested = :reason, updated_at = :at
+ WHERE id = :id AND terminal = 0;
+
+-- name: cancel_requests
+-- Pending cancel requests among some workflows.
+SELECT id, cancel_requested FROM workflows
+ WHERE cancel_requested IS NOT NULL AND id IN (SELECT value FROM json_each(:ids));
+
+-- name: record_progress
+-- The latest progress report of a workflow's running step.
+UPDATE workflows SET progress = :progress WHERE id = :id;

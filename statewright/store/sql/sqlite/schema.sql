@@ -15,7 +15,9 @@ CREATE TABLE workflows (
     next_due_at      REAL,
     lease_owner      TEXT,
     lease_expires_at REAL,
-    last_error       TEXT
+    last_error       TEXT,
+    cancel_requested TEXT,
+    progress         TEXT
 );
 
 -- "by state and age" (stuck detection, listings)
