@@ -55,6 +55,8 @@ _COMMANDS: list[tuple[str, Callable[..., None], str]] = [
     ("history", workflows.history, "error"),
     ("approve", workflows.approve, "error"),
     ("deny", workflows.deny, "error"),
+    ("cancel", workflows.cancel, "error"),
+    ("input", workflows.input_, "error"),
     ("list", workflows.list_, "error"),
     ("stuck", ops.stuck, "error"),
     ("replay", ops.replay, "error"),

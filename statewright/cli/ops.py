@@ -98,9 +98,31 @@ def worker(
             min=0.01,
             envvar="STATEWRIGHT_POLL_INTERVAL",
             show_envvar=True,
-            help="Seconds between claims when idle.",
+            help="Longest wait between claims when idle (a wake-up from the store usually "
+            "ends it sooner); also how often running handlers are checked for cancel requests.",
         ),
     ] = 0.5,
+    grace: Annotated[
+        float | None,
+        typer.Option(
+            min=0.0,
+            envvar="STATEWRIGHT_GRACE",
+            show_envvar=True,
+            help="On SIGTERM/SIGINT, seconds running handlers get to finish before they are "
+            "cancelled (their workflows are then left for another worker). Default: no limit; "
+            "a second signal cancels them at once.",
+        ),
+    ] = None,
+    cancel_grace: Annotated[
+        float,
+        typer.Option(
+            min=0.0,
+            envvar="STATEWRIGHT_CANCEL_GRACE",
+            show_envvar=True,
+            help="Seconds a handler has to stop by itself after a cancel request before its "
+            "task is cancelled.",
+        ),
+    ] = 5.0,
     once: Annotated[bool, typer.Option("--once", help="Run one round of due work.")] = False,
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Run until nothing is due, then exit.")
@@ -109,7 +131,8 @@ def worker(
     """Run the handlers and timers of due workflows (SIGINT/SIGTERM stop it cleanly).
 
     Recovers work held by dead workers first. Without --once or --until-idle it runs until
-    stopped: the current handlers finish and persist, then it exits.
+    signalled: it stops claiming, hands back work it claimed but has not started, lets the
+    running handlers finish and persist (see --grace), releases its leases and exits 0.
     """
     if once and until_idle:
         raise InvalidInput("--once and --until-idle exclude each other")
@@ -120,6 +143,7 @@ def worker(
             concurrency=concurrency,
             lease_seconds=lease_seconds,
             poll_interval=poll_interval,
+            cancel_grace=cancel_grace,
         )
         if not s.json:
             err.print(f"worker {w.id} on {escape(db_path(engine))}: {escape(', '.join(w.types))}")
@@ -129,7 +153,7 @@ def worker(
         elif until_idle:
             processed = await w.run_until_idle()
         else:
-            processed = await _run_until_signalled(w)
+            processed = await _run_until_signalled(w, grace)
         return {"worker_id": w.id, "recovered": len(recovered), "processed": processed}
 
     result = with_engine(s, go)
@@ -142,11 +166,19 @@ def worker(
         )
 
 
-async def _run_until_signalled(w: Worker) -> int:
+async def _run_until_signalled(w: Worker, grace: float | None) -> int:
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM)
+    received = 0
+
+    def on_signal() -> None:
+        nonlocal received
+        received += 1
+        # The first signal stops gracefully; another one cancels the running handlers.
+        w.stop(grace if received == 1 else 0.0)
+
     for sig in signals:
-        loop.add_signal_handler(sig, w.stop)
+        loop.add_signal_handler(sig, on_signal)
     try:
         await w.run(recover=True)
     finally:

@@ -1,4 +1,4 @@
-"""Commands on workflows: start, send, show, history, approve, deny, list."""
+"""Commands on workflows: start, send, show, history, approve, deny, cancel, input, list."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from statewright.cli.output import (
     when,
 )
 from statewright.engine import Engine
+from statewright.engine.cancel import CancelRequest
 from statewright.errors import UnknownWorkflowType
 from statewright.types import WorkflowFilter, WorkflowRow
 
@@ -95,14 +96,53 @@ def deny(
     emit_json(row) if s.json else _row_line(row, "denied")
 
 
+def cancel(
+    s: Settings,
+    workflow_id: IdArg,
+    reason: Annotated[str, typer.Option(help="Why (recorded in the cancel event's payload).")],
+    actor: Annotated[str, typer.Option(help="Who cancels (recorded in the log).")] = "cli",
+) -> None:
+    """Cancel a workflow: at once if no worker runs it, else through its running handler.
+
+    Refused (exit code 2) if its current state has no edge for the type's cancel event.
+    """
+    row = with_engine(s, lambda e: e.cancel(workflow_id, reason=reason, actor=actor))
+    if s.json:
+        emit_json(row)
+    elif row.cancel_requested is not None:
+        out.print(
+            f"cancel requested for [bold]{escape(row.id)}[/]: its worker ends the handler "
+            f"running in [bold cyan]{escape(row.state)}[/]"
+        )
+    else:
+        _row_line(row, "cancelled")
+
+
+def input_(
+    s: Settings,
+    workflow_id: IdArg,
+    name: Annotated[str, typer.Argument(help="Input name.", show_default=False)],
+    payload: Annotated[str | None, typer.Option(help="Input payload, a JSON object.")] = None,
+) -> None:
+    """Post an input into a workflow's inbox (a running handler may be waiting for it)."""
+    data = parse_json_object(payload, "--payload")
+    input_id = with_engine(s, lambda e: e.post_input(workflow_id, name, data))
+    if s.json:
+        emit_json({"workflow_id": workflow_id, "name": name, "input_id": input_id})
+    else:
+        out.print(f"posted input {escape(name)!r} #{input_id} to [bold]{escape(workflow_id)}[/]")
+
+
 async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
     row = await engine.get(workflow_id)
     try:
         allowed: list[str] | None = await engine.allowed_events(workflow_id)
     except UnknownWorkflowType:
         allowed = None  # the type is not loaded (--app): show the row anyway
+    request = None if row.cancel_requested is None else CancelRequest.parse(row.cancel_requested)
     return {
         "workflow": row,
+        "cancel_request": request,
         "allowed_events": allowed,
         "timers": await engine.store.timers(workflow_id),
         "steps": await engine.store.steps(workflow_id),
@@ -135,6 +175,12 @@ def show(s: Settings, workflow_id: IdArg) -> None:
         lines.append(f"next due  {when(row.next_due_at)}")
     if row.lease_owner:
         lines.append(f"leased by {escape(row.lease_owner)} until {when(row.lease_expires_at)}")
+    if row.progress is not None:
+        lines.append(f"progress  {escape(_progress(row.progress))}")
+    request: CancelRequest | None = d["cancel_request"]
+    if request is not None:
+        by = f" by {request.actor}" if request.actor else ""
+        lines.append(f"[yellow]cancel    requested{escape(by)}: {escape(request.reason)}[/]")
     if row.last_error:
         lines.append(f"[red]error     {escape(row.last_error)}[/]")
     parts: list[Any] = ["\n".join(lines)]
@@ -154,6 +200,22 @@ def show(s: Settings, workflow_id: IdArg) -> None:
             )
         )
     out.print(Panel(Group(*parts), title=f"workflow {row.id}", title_align="left"))
+
+
+def _progress(progress: dict[str, Any]) -> str:
+    """``3/10 fetching {"extra": 1}`` from ``done``, ``of``, ``message`` and the rest."""
+    rest = dict(progress)
+    done, of, message = rest.pop("done", None), rest.pop("of", None), rest.pop("message", None)
+    parts = []
+    if done is not None:
+        parts.append(f"{done}/{of}" if of is not None else str(done))
+    elif of is not None:
+        rest["of"] = of
+    if message is not None:
+        parts.append(str(message))
+    if rest:
+        parts.append(compact(rest, 120))
+    return " ".join(parts)
 
 
 def history(s: Settings, workflow_id: IdArg) -> None:

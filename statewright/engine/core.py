@@ -15,6 +15,7 @@ from typing import Any
 
 from statewright.clock import Clock, SystemClock
 from statewright.definition.machine import Machine, State
+from statewright.engine.cancel import cancel as cancel_workflow
 from statewright.engine.hooks import Observers, TransitionEvent
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import (
@@ -258,6 +259,20 @@ class Engine:
             actor=approver,
             expected_version=row.version,
         )
+
+    async def cancel(self, workflow_id: str, *, reason: str, actor: str = "system") -> WorkflowRow:
+        """Cancel a workflow: fire its type's ``cancel_event`` with ``{"reason": reason}``.
+
+        When no worker holds the workflow the event fires at once (IllegalTransition if the
+        current state has no edge for it). When a worker holds it, the request is recorded
+        (``cancel_requested`` on the returned row, still in its state) and the worker delivers
+        it to the running handler, which may save partial results; the worker then fires the
+        event as ``actor``.
+
+        Raises:
+            WorkflowNotFound, IllegalTransition, InvalidPayload, InvalidInput, StoreError.
+        """
+        return await cancel_workflow(self, workflow_id, reason, actor)
 
     async def post_input(self, workflow_id: str, name: str, payload: Mapping[str, Any]) -> int:
         """Post an external input into a workflow's inbox; returns its id."""

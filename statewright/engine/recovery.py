@@ -8,6 +8,7 @@ import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from statewright.engine.cancel import deliver_pending
 from statewright.engine.failures import handle_failure
 from statewright.errors import FatalError, TransientError, UnknownWorkflowType
 
@@ -77,17 +78,20 @@ async def recover(engine: Engine, now: float | None = None) -> list[Recovered]:
     for row in stale.values():
         owner = row.lease_owner or ""
         try:
-            action = engine.type_of(row.type, row.machine_version).recovery_for(row.state)
+            wtype = engine.type_of(row.type, row.machine_version)
         except UnknownWorkflowType:
             continue  # another deployment's type: leave it to its own workers
+        action = wtype.recovery_for(row.state)
         if row.terminal or action == "rerun":
-            await store.break_leases(owner, [row.id])
+            await store.break_leases(owner, [row.id])  # its next claim delivers a cancel
         elif action == "retry":
-            await handle_failure(engine, row, TransientError(f"worker {owner} was lost"))
+            after = await handle_failure(engine, row, TransientError(f"worker {owner} was lost"))
+            await deliver_pending(engine, wtype, after, "engine")
         elif action == "fail":
-            await handle_failure(engine, row, FatalError(f"worker {owner} was lost"))
+            after = await handle_failure(engine, row, FatalError(f"worker {owner} was lost"))
+            await deliver_pending(engine, wtype, after, "engine")
         else:  # leave: release and wait for an external event (or a pending timer)
-            await store.defer(
+            after = await store.defer(
                 row.id,
                 row.version,
                 attempts=row.attempts,
@@ -95,6 +99,7 @@ async def recover(engine: Engine, now: float | None = None) -> list[Recovered]:
                 last_error=row.last_error,
                 at=now,
             )
+            await deliver_pending(engine, wtype, after, "engine")
         log.warning(
             "recovered workflow",
             extra={

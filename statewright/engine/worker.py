@@ -1,4 +1,11 @@
-"""The worker loop: claim due workflows, fire due timers, run state handlers."""
+"""The worker loop: claim due workflows, fire due timers, run state handlers.
+
+:meth:`Worker.run` keeps up to ``concurrency`` workflows in flight, claiming more as slots
+free up; when nothing is due it waits on the store's wake-up (LISTEN/NOTIFY on PostgreSQL)
+with polling as the fallback. A heartbeat renews the leases of running handlers and delivers
+cancel requests to them. :meth:`Worker.stop` stops claiming, lets in-flight handlers finish
+and persist (up to a grace period), and hands every lease back.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +14,25 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from statewright.engine.failures import describe, handle_failure
+from statewright.engine.heartbeat import heartbeat
+from statewright.engine.processing import Slot, process
 from statewright.engine.recovery import LIVE_WORKERS
 from statewright.engine.recovery import recover as run_recovery
-from statewright.engine.steps import Run, maybe_await
-from statewright.engine.workflow_type import Next
-from statewright.errors import (
-    FatalError,
-    IllegalTransition,
-    InvalidPayload,
-    StoreError,
-    UnknownWorkflowType,
-    VersionConflict,
-)
-from statewright.types import WorkflowRow
+from statewright.engine.wakeup import listen
+from statewright.errors import StoreError
 
 if TYPE_CHECKING:
     from statewright.engine.core import Engine
 
 log = logging.getLogger(__name__)
+
+ABANDON_TIMEOUT = 10.0
+"""Seconds cancelled handlers get to release their leases once the shutdown grace expired."""
 
 
 def new_worker_id() -> str:
@@ -42,10 +45,13 @@ class Worker:
 
     Args:
         engine: the engine whose types and store to use.
-        concurrency: workflows run at once (and claimed per round).
+        concurrency: workflows run at once (and claimed per round by :meth:`run_once`).
         lease_seconds: how long a claim holds before another worker may recover it; renewed
             by a heartbeat every third of it while a handler runs.
-        poll_interval: seconds between claims when idle.
+        poll_interval: longest wait between claims when idle (the store's wake-ups usually
+            end the wait sooner), and between cancel checks while handlers run.
+        cancel_grace: seconds a handler has, after its worker saw a cancel request, to end
+            by itself (``Cancelled`` from ``run.check_cancel()``) before its task is cancelled.
         types: only claim these workflow types (default: all registered).
     """
 
@@ -56,6 +62,7 @@ class Worker:
         concurrency: int = 8,
         lease_seconds: float = 30.0,
         poll_interval: float = 0.5,
+        cancel_grace: float = 5.0,
         types: Sequence[str] | None = None,
         worker_id: str | None = None,
     ) -> None:
@@ -63,37 +70,75 @@ class Worker:
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
+        self.cancel_grace = cancel_grace
         self.types = list(types) if types is not None else [t.name for t in engine.types]
         self.id = worker_id or new_worker_id()
         LIVE_WORKERS.add(self.id)
-        self._stopping = asyncio.Event()
-        self._in_flight: set[str] = set()
         self.processed = 0
+        self._slots: dict[str, Slot] = {}
+        self._stopping = asyncio.Event()
+        self._deadline: float | None = None
+        self._hurry = asyncio.Event()
 
-    def stop(self) -> None:
-        """Stop claiming; the current handlers finish and persist."""
+    @property
+    def actor(self) -> str:
+        """How this worker's transitions are signed in the log."""
+        return f"worker:{self.id}"
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    @property
+    def in_flight(self) -> list[str]:
+        """Ids of the workflows this worker is processing now."""
+        return list(self._slots)
+
+    @property
+    def slots(self) -> list[Slot]:
+        """The workflows this worker is processing now, with their handlers."""
+        return list(self._slots.values())
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop claiming; let in-flight handlers finish and persist, then release all leases.
+
+        Workflows claimed whose handlers have not started are released at once. After
+        ``grace`` seconds (None: no limit) the remaining handlers are cancelled and their
+        workflows released as they are, for another worker to run again. Calling it again
+        with a shorter grace shortens the wait (``statewright worker`` does so on a second
+        signal).
+        """
+        if grace is not None:
+            deadline = time.monotonic() + max(0.0, grace)
+            if self._deadline is None or deadline < self._deadline:
+                self._deadline = deadline
+                self._hurry.set()
+        if not self._stopping.is_set():
+            log.info(
+                "worker stopping",
+                extra={"action": "worker_stopping", "in_flight": len(self._slots)},
+            )
         self._stopping.set()
 
     async def run(self, *, recover: bool = True) -> None:
-        """Run until :meth:`stop`. Recovers stale work first and every lease period."""
-        heartbeat = asyncio.create_task(self._heartbeat())
+        """Run until :meth:`stop`. Recovers stale work first and every lease period.
+
+        When it returns this worker holds no leases.
+        """
+        beat = asyncio.create_task(heartbeat(self))
         try:
             if recover:
-                await run_recovery(self.engine)
-            last_recovery = self.engine.clock.now()
-            while not self._stopping.is_set():
-                claimed = await self.run_once()
-                now = self.engine.clock.now()
-                if recover and now - last_recovery >= self.lease_seconds:
-                    await run_recovery(self.engine)
-                    last_recovery = now
-                if not claimed:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stopping.wait(), self.poll_interval)
+                await self._recover()
+            await self._claim_loop(recover)
+        except BaseException:
+            self.stop(grace=0.0)  # cancelled or broken: do not wait for handlers
+            raise
         finally:
-            heartbeat.cancel()
+            await self._drain()
+            beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+                await beat
+            await self._release_all()
 
     async def run_until_idle(self, max_rounds: int = 100_000) -> int:
         """Process due work until none is due at the clock's now; returns how many."""
@@ -107,100 +152,132 @@ class Worker:
 
     async def run_once(self) -> int:
         """Claim one round of due workflows and process them concurrently."""
+        slots = await self._claim(self.concurrency)
+        if slots:
+            await asyncio.gather(*(s.task for s in slots if s.task is not None))
+        return len(slots)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    async def _claim_loop(self, recover: bool) -> None:
+        store = self.engine.store
+        stopping = asyncio.create_task(self._stopping.wait())
+        waiter: asyncio.Task[None] | None = None
+        last_recovery = self.engine.clock.now()
+        try:
+            while not self._stopping.is_set():
+                if waiter is None or waiter.done():
+                    waiter = await listen(store, self.poll_interval)
+                free = self.concurrency - len(self._slots)
+                try:
+                    claimed = len(await self._claim(free, reap=True)) if free > 0 else 0
+                except StoreError:
+                    # Fail closed and keep trying: nothing was claimed, nothing changed.
+                    log.exception("claim failed", extra={"action": "claim_failed"})
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._stopping.wait(), self.poll_interval)
+                    continue
+                now = self.engine.clock.now()
+                if recover and now - last_recovery >= self.lease_seconds:
+                    last_recovery = now
+                    await self._recover()
+                if free > 0 and claimed == free:
+                    continue  # there may be more due: claim again at once
+                wait_on: set[asyncio.Future[Any]] = {stopping}
+                if claimed < free:
+                    wait_on.add(waiter)
+                else:  # full: wait for a slot to free up
+                    wait_on.update(s.task for s in self._slots.values() if s.task is not None)
+                await asyncio.wait(wait_on, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (stopping, waiter):
+                if task is not None:
+                    task.cancel()
+
+    async def _recover(self) -> None:
+        try:
+            await run_recovery(self.engine)
+        except StoreError:
+            log.exception("recovery failed", extra={"action": "recovery_failed"})
+
+    async def _claim(self, limit: int, *, reap: bool = False) -> list[Slot]:
         engine = self.engine
         rows = await engine.store.claim_due(
-            self.id, engine.clock.now(), self.lease_seconds, self.concurrency, self.types
+            self.id, engine.clock.now(), self.lease_seconds, limit, self.types
         )
-        if rows:
-            await asyncio.gather(*(self._process(r) for r in rows))
-        return len(rows)
+        slots = []
+        for row in rows:
+            slot = Slot(row)
+            self._slots[row.id] = slot
+            slot.task = asyncio.create_task(self._process(slot))
+            if reap:
+                slot.task.add_done_callback(_reap)
+            slots.append(slot)
+        return slots
 
-    async def _heartbeat(self) -> None:
-        while True:
-            await asyncio.sleep(self.lease_seconds / 3)
-            if self._in_flight:
-                until = self.engine.clock.now() + self.lease_seconds
-                try:
-                    await self.engine.store.renew_leases(self.id, list(self._in_flight), until)
-                except StoreError:
-                    log.exception("lease renewal failed", extra={"action": "heartbeat_failed"})
-
-    async def _process(self, row: WorkflowRow) -> None:
-        self._in_flight.add(row.id)
+    async def _process(self, slot: Slot) -> None:
         try:
-            await self._step(row)
+            await process(self, slot)
             self.processed += 1
         except StoreError:
             # Fail closed: the workflow stays where it was; the lease expires and another
             # round (or worker) picks it up when the store is back.
             log.exception(
                 "store failed while processing",
-                extra={"action": "process_failed", "workflow_id": row.id},
+                extra={"action": "process_failed", "workflow_id": slot.row.id},
             )
         finally:
-            self._in_flight.discard(row.id)
+            self._slots.pop(slot.row.id, None)
 
-    async def _step(self, row: WorkflowRow) -> None:
-        engine = self.engine
-        store = engine.store
-        try:
-            wtype = engine.type_of(row.type, row.machine_version)
-        except UnknownWorkflowType:
-            await store.release_lease(row.id, self.id)
-            raise
-        now = engine.clock.now()
-        due = [t for t in await store.timers(row.id) if t.due_at <= now]
-        if due:
-            timer = due[0]
+    # -- shutdown ------------------------------------------------------------------------------
+
+    async def _drain(self) -> None:
+        """Wait for in-flight work until the grace expires, then cancel what is left."""
+        self._stopping.set()
+        while self._slots:
+            timeout = None if self._deadline is None else self._deadline - time.monotonic()
+            if timeout is not None and timeout <= 0:
+                break
+            self._hurry.clear()
+            hurry = asyncio.create_task(self._hurry.wait())
+            tasks = [s.task for s in self._slots.values() if s.task is not None]
             try:
-                await engine._fire(row, timer.event, timer.payload, "timer", fired_timer=timer.id)
-            except VersionConflict:
-                await store.release_lease(row.id, self.id)
-            except (IllegalTransition, InvalidPayload) as exc:
-                await handle_failure(engine, row, FatalError(f"timer {timer.event!r}: {exc}"))
+                await asyncio.wait(
+                    [*tasks, hurry], timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                hurry.cancel()
+        if not self._slots:
             return
-        handler = wtype.handlers.get(row.state)
-        if handler is None or row.next_due_at is None or row.next_due_at > now:
-            # Nothing to run (a timer was consumed meanwhile): re-arm from the pending timers.
-            await store.defer(
-                row.id,
-                row.version,
-                attempts=row.attempts,
-                next_due_at=None,  # the store re-arms from the pending timers
-                last_error=row.last_error,
-                at=now,
-            )
-            return
+        log.warning(
+            "shutdown grace expired: cancelling handlers",
+            extra={"action": "handlers_cancelled", "workflows": list(self._slots)},
+        )
+        for slot in self._slots.values():
+            slot.abandon()
+        tasks = [s.task for s in self._slots.values() if s.task is not None]
+        _, late = await asyncio.wait(tasks, timeout=ABANDON_TIMEOUT)
+        for task in late:  # stuck on the store: give up on them, the leases go below
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+
+    async def _release_all(self) -> None:
         try:
-            result = await maybe_await(handler(Run(engine, wtype, row)))
-        except Exception as exc:
+            n = await self.engine.store.break_leases(self.id)
+        except StoreError:
+            log.exception("could not release leases", extra={"action": "release_failed"})
+            return
+        if n:
             log.warning(
-                "handler failed",
-                extra={
-                    "action": "handler_failed",
-                    "workflow_id": row.id,
-                    "state": row.state,
-                    "error": describe(exc),
-                },
+                "released leases left at shutdown", extra={"action": "leases_released", "n": n}
             )
-            await handle_failure(engine, row, exc)
-            return
-        if result is None:
-            await store.defer(
-                row.id, row.version, attempts=0, next_due_at=None, last_error=None, at=now
-            )
-            return
-        nxt = Next(result) if isinstance(result, str) else result
-        try:
-            await engine._fire(
-                row,
-                nxt.event,
-                nxt.payload,
-                f"worker:{self.id}",
-                context_patch=nxt.context,
-                attempts=0,
-            )
-        except VersionConflict:
-            await store.release_lease(row.id, self.id)
-        except (IllegalTransition, InvalidPayload) as exc:
-            await handle_failure(engine, row, FatalError(f"handler returned {exc.message}"))
+
+
+def _reap(task: asyncio.Task[None]) -> None:
+    # run() never awaits its processing tasks' results: log what would otherwise be lost.
+    if not task.cancelled() and task.exception() is not None:
+        log.error(
+            "processing a workflow failed",
+            exc_info=task.exception(),
+            extra={"action": "process_failed"},
+        )

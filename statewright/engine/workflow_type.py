@@ -71,6 +71,9 @@ class WorkflowType:
         on_fatal: event fired on a fatal error (or an exhausted budget) when allowed;
             otherwise the workflow is parked with its error and shows up as stuck.
         approve_event / deny_event: what ``approve`` and ``deny`` fire.
+        cancel_event: what :meth:`Engine.cancel` fires (payload ``{"reason": ...}``), at once
+            on an idle workflow, or through the running handler (with the partial results it
+            saved); None: the type cannot be cancelled.
         reconcilers: step name -> reconcile hook for steps found executing after a crash.
         recovery: state name -> :data:`RecoveryAction` for a worker that died; default rerun.
     """
@@ -83,6 +86,7 @@ class WorkflowType:
     on_fatal: str | None = "fatal_error"
     approve_event: str = "approval_granted"
     deny_event: str = "approval_denied"
+    cancel_event: str | None = "cancel"
     reconcilers: Mapping[str, Reconciler] = field(default_factory=dict)
     recovery: Mapping[str, RecoveryAction] = field(default_factory=dict)
 

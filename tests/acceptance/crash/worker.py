@@ -3,8 +3,11 @@
 Runs ``Worker.run`` (recovery first) on the test database until every workflow is terminal,
 unless its kill plan (or the test, from outside) SIGKILLs it first.
 
-Exit codes: 0 all workflows terminal; 3 no progress for ``--stall-seconds`` (stuck work);
-anything else is a crash of the script itself. The test treats only 0 and SIGKILL as normal.
+Exit codes: 0 all workflows terminal, or stopped gracefully by SIGTERM (it prints
+``{"stopped": true, ...}``); 3 no progress for ``--stall-seconds`` (stuck work); anything else
+is a crash of the script itself. The tests treat only 0 and SIGKILL as normal.
+
+``--db`` is a SQLite path or any store URL (``postgresql://...`` for the distributed test).
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ import asyncio
 import json
 import os
 import random
+import signal
 import sys
 import time
 from pathlib import Path
 
-from statewright import Engine, SQLiteStore, Worker, WorkflowFilter
+from statewright import Engine, Worker, WorkflowFilter, store_from_url
 from tests.acceptance.crash.app import Faults, Service, make_type
 
 EXIT_STALLED = 3
@@ -41,7 +45,7 @@ async def run(args: argparse.Namespace) -> int:
         max_jitter=args.jitter,
     )
     service = Service(args.service, journal=args.journal)
-    store = SQLiteStore(args.db, synchronous="FULL")
+    store = store_from_url(args.db)
     engine = Engine(store, [make_type(service, faults)])
     engine.observers.transition.append(faults.on_transition)
     try:
@@ -54,9 +58,16 @@ async def run(args: argparse.Namespace) -> int:
                 poll_interval=0.02,
             )
             task = asyncio.create_task(worker.run())
+            terminated = asyncio.Event()
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminated.set)
             seq, last_progress = 0, time.monotonic()
             while True:
                 await asyncio.sleep(0.02)
+                if terminated.is_set():  # graceful: finish in-flight work, hand back leases
+                    worker.stop()
+                    await task
+                    print(json.dumps({"stopped": True, "worker": worker.id}))
+                    return 0
                 if task.done():
                     task.result()
                     raise RuntimeError("Worker.run returned although it was not stopped")

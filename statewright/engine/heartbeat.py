@@ -1,0 +1,67 @@
+"""A worker's heartbeat: renew the leases of its workflows, deliver cancel requests.
+
+Every third of the lease it renews; and whenever the store wakes it (a cancel request does,
+on SQLite in this process and on PostgreSQL from anywhere), or at least every poll interval,
+it asks the store for cancel requests on the running handlers. A handler that does not end by
+itself within the worker's ``cancel_grace`` then has its task cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from statewright.engine.wakeup import listen
+from statewright.errors import StoreError
+
+if TYPE_CHECKING:
+    from statewright.engine.worker import Worker
+
+log = logging.getLogger(__name__)
+
+CANCEL_CHECK_GAP = 0.1
+"""Least seconds between two cancel checks: every transition wakes the heartbeat."""
+
+
+async def heartbeat(w: Worker) -> None:
+    store = w.engine.store
+    every = w.lease_seconds / 3
+    renew_at = time.monotonic() + every
+    while True:
+        waiter = await listen(store, min(renew_at - time.monotonic(), w.poll_interval))
+        try:
+            await asyncio.sleep(CANCEL_CHECK_GAP)
+            if time.monotonic() >= renew_at:
+                renew_at = time.monotonic() + every
+                await _renew(w)
+            await _watch_cancels(w)
+            await waiter
+        finally:
+            waiter.cancel()
+
+
+async def _renew(w: Worker) -> None:
+    ids = w.in_flight
+    if not ids:
+        return
+    try:
+        await w.engine.store.renew_leases(w.id, ids, w.engine.clock.now() + w.lease_seconds)
+    except StoreError:
+        log.exception("lease renewal failed", extra={"action": "heartbeat_failed"})
+
+
+async def _watch_cancels(w: Worker) -> None:
+    running = [s for s in w.slots if s.running and s.run is not None]
+    if not running:
+        return
+    try:
+        found = await w.engine.store.cancel_requests([s.row.id for s in running])
+        for slot in running:
+            assert slot.run is not None
+            await slot.run.note_cancel(found.get(slot.row.id))
+            if slot.run.cancel_requested is not None:
+                slot.kill_after(w.cancel_grace)
+    except StoreError:
+        log.exception("cancel check failed", extra={"action": "heartbeat_failed"})

@@ -1,0 +1,169 @@
+"""A real ``statewright worker`` process and signals, cancel and inputs from other processes.
+
+SIGTERM while a handler runs: the process stops claiming, lets the handler finish and persist
+its transition, releases its leases and exits 0. A second signal cancels the handler instead.
+``statewright cancel`` from another process reaches the running handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from statewright import Engine, SQLiteStore, WorkflowRow
+from tests.acceptance.apps.slow import TYPES
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = ROOT / "tests" / "acceptance" / "apps" / "slow.py"
+TIMEOUT = 20.0
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATEWRIGHT_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return {**env, **extra}
+
+
+def _cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "statewright.cli", "--db", str(db), "--app", str(APP), *args],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+@asynccontextmanager
+async def worker(
+    db: Path, *args: str, seconds: float = 1.5
+) -> AsyncIterator[subprocess.Popen[str]]:
+    cmd = [sys.executable, "-m", "statewright.cli", "--db", str(db), "--app", str(APP)]
+    proc = subprocess.Popen(
+        [*cmd, "worker", "--concurrency", "1", "--poll-interval", "0.05", *args],
+        cwd=ROOT,
+        env=_env(SLOW_SECONDS=str(seconds)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+async def _until(check: Callable[[], Awaitable[bool]], proc: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not await check():
+        assert proc.poll() is None, f"the worker exited early: {proc.communicate()}"
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+async def _handler_running(engine: Engine, wid: str, proc: subprocess.Popen[str]) -> WorkflowRow:
+    async def running() -> bool:
+        return (await engine.get(wid)).progress is not None
+
+    await _until(running, proc)
+    return await engine.get(wid)
+
+
+def _exit(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+    out, err = proc.communicate(timeout=TIMEOUT)
+    return proc.returncode, out, err
+
+
+@pytest.mark.acceptance
+async def test_sigterm_lets_the_running_handler_persist_then_exits_0(tmp_path: Path) -> None:
+    db = tmp_path / "sw.db"
+    async with Engine(SQLiteStore(db), TYPES) as engine:
+        await engine.start("slow", workflow_id="first")
+        await engine.start("slow", workflow_id="second")  # not claimed: concurrency 1
+        async with worker(db, seconds=1.0) as proc:
+            running = await _handler_running(engine, "first", proc)
+            assert running.lease_owner is not None and running.state == "working"
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            code, out, err = _exit(proc)
+            took = time.monotonic() - t0
+        assert code == 0, err
+        assert "worker stopped" in out and "processed 1" in out
+        assert 0.2 < took < 1.0 + 5.0  # waited for the handler, not for a lease to expire
+        first, second = await engine.get("first"), await engine.get("second")
+        assert (first.state, first.context) == ("done", {"slept": 1.0})
+        assert [r.event for r in await engine.history("first")] == ["$start", "finish"]
+        assert (second.state, second.version, second.lease_owner) == ("working", 1, None)
+        assert await engine.store.lease_owners() == []
+        await engine.check("first")
+
+
+@pytest.mark.acceptance
+async def test_a_second_signal_cancels_the_handler_and_leaves_the_workflow(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "sw.db"
+    async with Engine(SQLiteStore(db), TYPES) as engine:
+        await engine.start("slow", workflow_id="long")
+        async with worker(db, seconds=60.0) as proc:
+            await _handler_running(engine, "long", proc)
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.3)
+            assert proc.poll() is None  # still waiting for the handler
+            proc.send_signal(signal.SIGINT)
+            code, _, err = _exit(proc)
+        assert code == 0, err
+        row = await engine.get("long")
+        assert (row.state, row.version, row.lease_owner) == ("working", 1, None)
+        [step] = await engine.store.steps("long")
+        assert step.status == "executing"  # reconciled by the next worker that runs it
+        assert await engine.store.lease_owners() == []
+
+
+@pytest.mark.acceptance
+async def test_cancel_and_show_from_another_process_reach_the_running_handler(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "sw.db"
+    async with Engine(SQLiteStore(db), TYPES) as engine:
+        await engine.start("slow", workflow_id="job")
+        async with worker(db, "--cancel-grace", "0.2", seconds=60.0) as proc:
+            await _handler_running(engine, "job", proc)
+            shown = _cli(db, "show", "job")
+            assert shown.returncode == 0 and "progress" in shown.stdout
+            assert "stage" in shown.stdout and "sleeping" in shown.stdout
+            posted = _cli(db, "input", "job", "note", "--payload", '{"text": "hi"}')
+            assert posted.returncode == 0, posted.stderr
+            asked = _cli(db, "cancel", "job", "--reason", "not needed", "--actor", "dana")
+            assert asked.returncode == 0 and "cancel requested" in asked.stdout
+
+            async def cancelled() -> bool:
+                return (await engine.get("job")).state == "cancelled"
+
+            await _until(cancelled, proc)
+            proc.send_signal(signal.SIGTERM)
+            code, _, err = _exit(proc)
+        assert code == 0, err
+        row = await engine.get("job")
+        assert row.context == {"started": True} and row.cancel_requested is None
+        last = (await engine.history("job"))[-1]
+        assert (last.event, last.actor, last.payload) == (
+            "cancel",
+            "dana",
+            {"reason": "not needed"},
+        )
+        assert (await engine.store.next_input("job")) is not None  # nobody consumed it
+        refused = _cli(db, "cancel", "job", "--reason", "again")
+        assert refused.returncode == 2 and "illegal_transition" in refused.stderr
