@@ -117,14 +117,14 @@ def test_illegal_transition_exits_2_with_one_line_and_changes_nothing(cli: Cli) 
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
         "error[illegal_transition]: event 'complete' is not allowed in state 'planned'; "
-        "allowed: start"
+        "allowed: start, cancel"
     ]
     report = json.loads(cli("--json", "send", "t1", "complete", code=2).stderr)
     assert report["code"] == "illegal_transition"
     assert (report["state"], report["event"], report["allowed"]) == (
         "planned",
         "complete",
-        ["start"],
+        ["start", "cancel"],
     )
     assert (cli.json("show", "t1"), cli.json("history", "t1")) == before
 

@@ -25,6 +25,7 @@ LEGAL = [
     ("retrying", "retry", "running"),
     ("retrying", "retries_exhausted", "failed"),
     ("retrying", "fatal_error", "failed"),
+    *((s, "cancel", "failed") for s in ("planned", "running", "paused", "blocked", "retrying")),
 ]
 
 
@@ -45,7 +46,7 @@ def test_exact_edges() -> None:
 
 
 def test_allowed_events_per_state() -> None:
-    assert M.allowed_events("planned") == ["start"]
+    assert M.allowed_events("planned") == ["start", "cancel"]
     assert M.allowed_events("running", payload=BUDGET) == [
         "request_approval",
         "block",
@@ -53,15 +54,17 @@ def test_allowed_events_per_state() -> None:
         "complete",
         "fail",
         "fatal_error",
+        "cancel",
     ]
     assert M.allowed_events("paused") == [
         "approval_granted",
         "approval_denied",
         "approval_timeout",
         "approval_reminder",
+        "cancel",
     ]
-    assert M.allowed_events("blocked") == ["dependency_ready", "fatal_error"]
-    assert M.allowed_events("retrying") == ["fatal_error", "retry", "retries_exhausted"]
+    assert M.allowed_events("blocked") == ["dependency_ready", "fatal_error", "cancel"]
+    assert M.allowed_events("retrying") == ["fatal_error", "retry", "retries_exhausted", "cancel"]
 
 
 @pytest.mark.parametrize("state", ["done", "failed"])

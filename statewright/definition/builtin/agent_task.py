@@ -175,6 +175,16 @@ def agent_task_machine(
         "known): retrying cannot help, so the task ends in 'failed'.",
         roles=_AGENT,
     )
+    b.event(
+        "cancel",
+        "Someone cancelled the task (payload: reason); a running step may save partial "
+        "results first; the task ends in 'failed'.",
+        roles=("operator", "system"),
+        payload_schema={
+            "type": "object",
+            "properties": {"reason": {"type": "string", "description": "Why it was cancelled."}},
+        },
+    )
     b.event("retry", "The backoff is over: try the work again in 'running'.", roles=_AGENT)
     b.event("retries_exhausted", "No retries are left; the task ends in 'failed'.", roles=_AGENT)
 
@@ -199,4 +209,5 @@ def agent_task_machine(
     b.transition("fatal_error", ["blocked", "retrying", "running"], "failed")
     b.transition("retry", "retrying", "running")
     b.transition("retries_exhausted", "retrying", "failed")
+    b.transition("cancel", ["planned", "running", "paused", "blocked", "retrying"], "failed")
     return b.build()
