@@ -12,20 +12,31 @@ DEFAULT_DB = ".statewright/statewright.db"
 
 
 def store_from_url(url: str | None = None) -> Store:
-    """A store for ``url``: ``sqlite:///path/to.db``, ``sqlite://:memory:``, or a plain path.
+    """A store for ``url``: ``sqlite:///path/to.db``, ``sqlite://:memory:``, a plain path, or
+    ``postgresql://user:password@host:port/dbname`` (also ``postgres://``).
 
-    Default: ``.statewright/statewright.db`` under the current directory.
+    Default: ``.statewright/statewright.db`` under the current directory. PostgreSQL needs the
+    ``postgres`` extra (``pip install statewright[postgres]``).
     """
     if not url:
         return SQLiteStore(DEFAULT_DB)
     if url.startswith(("postgres://", "postgresql://")):
-        raise InvalidInput("the PostgreSQL store is not built yet (planned: issue #4)")
+        try:  # imported here: SQLite users need no PostgreSQL driver
+            from statewright.store.postgres import PostgresStore
+        except ImportError as exc:
+            raise InvalidInput(
+                f"the PostgreSQL store needs psycopg and psycopg-pool "
+                f"(pip install 'statewright[postgres]'): {exc}"
+            ) from exc
+        return PostgresStore(url)
     if url.startswith("sqlite://"):
         rest = url.removeprefix("sqlite://")
         path = rest[1:] if rest.startswith("/") else rest
         return SQLiteStore(path or DEFAULT_DB)
     if "://" in url:
-        raise InvalidInput(f"unknown store URL {url!r}: use sqlite:///path.db")
+        raise InvalidInput(
+            f"unknown store URL {url!r}: use sqlite:///path.db or postgresql://host/dbname"
+        )
     return SQLiteStore(Path(url))
 
 

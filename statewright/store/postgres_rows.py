@@ -1,0 +1,141 @@
+"""PostgreSQL rows to and from statewright's types: JSON for JSONB, parameters, row decoding."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from decimal import Decimal
+from typing import Any
+
+from psycopg.rows import DictRow
+
+from statewright.errors import InvalidInput
+from statewright.types import (
+    InboxItem,
+    StepRecord,
+    TimerSpec,
+    TransitionRecord,
+    TransitionWrite,
+    WorkflowRow,
+)
+
+# A JSON string (skipped whole) or a number written with an exponent.
+_EXPONENT_NUMBER = re.compile(r'"(?:[^"\\]|\\.)*"|(-?\d+(?:\.\d+)?[eE][-+]?\d+)')
+
+
+def _positional(match: re.Match[str]) -> str:
+    number = match.group(1)
+    if number is None:
+        return match.group(0)
+    text = format(Decimal(number), "f")
+    return text if "." in text else text + ".0"
+
+
+def dumps(value: Any) -> str:
+    """JSON text for a JSONB parameter; InvalidInput for what JSON cannot hold."""
+    try:
+        text = json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"not JSON-serialisable: {exc}") from exc
+    # JSONB keeps numbers as exact decimals without their notation: 1e16 would come back as
+    # the int 10000000000000000 and 1e300 as an int unequal to the float. Written out with a
+    # fraction digit, a float stays a float, and the same one.
+    return _EXPONENT_NUMBER.sub(_positional, text) if "e" in text or "E" in text else text
+
+
+def timer_params(timers: Iterable[TimerSpec]) -> dict[str, list[Any]]:
+    # Three parallel arrays, unnested in SQL: any number of timers, still one statement.
+    timers = list(timers)
+    return {
+        "timer_due": [float(t.due_at) for t in timers],
+        "timer_event": [t.event for t in timers],
+        "timer_payload": [dumps(t.payload) for t in timers],
+    }
+
+
+def transition_params(w: TransitionWrite) -> dict[str, Any]:
+    """Everything ``apply_transition`` binds; raises InvalidInput before any I/O."""
+    return {
+        "id": w.workflow_id,
+        "expected_version": w.expected_version,
+        "from_state": w.from_state,
+        "to_state": w.to_state,
+        "event": w.event,
+        "payload": dumps(w.payload),
+        "actor": w.actor,
+        "at": float(w.at),
+        "context": dumps(w.context),
+        "context_patch": None if w.context_patch is None else dumps(w.context_patch),
+        "terminal": bool(w.terminal),
+        "attempts": w.attempts,
+        "run_at": None if w.run_at is None else float(w.run_at),
+        "clear_timers": bool(w.clear_timers),
+        "fired_timer_id": w.fired_timer_id,
+        "release_lease": bool(w.release_lease),
+        "last_error": w.last_error,
+        "consume_inbox_id": w.consume_inbox_id,
+        **timer_params(w.add_timers),
+    }
+
+
+def workflow_row(r: DictRow) -> WorkflowRow:
+    return WorkflowRow(
+        id=r["id"],
+        type=r["type"],
+        machine_version=r["machine_version"],
+        state=r["state"],
+        context=r["context"],
+        version=r["version"],
+        attempts=r["attempts"],
+        terminal=r["terminal"],
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        state_entered_at=r["state_entered_at"],
+        next_due_at=r["next_due_at"],
+        lease_owner=r["lease_owner"],
+        lease_expires_at=r["lease_expires_at"],
+        last_error=r["last_error"],
+        cancel_requested=r["cancel_requested"],
+        progress=r["progress"],
+    )
+
+
+def transition_record(r: DictRow) -> TransitionRecord:
+    return TransitionRecord(
+        seq=r["seq"],
+        workflow_id=r["workflow_id"],
+        version=r["version"],
+        from_state=r["from_state"],
+        to_state=r["to_state"],
+        event=r["event"],
+        payload=r["payload"],
+        actor=r["actor"],
+        context_patch=r["context_patch"],
+        at=r["at"],
+    )
+
+
+def step_record(r: DictRow) -> StepRecord:
+    return StepRecord(
+        key=r["key"],
+        workflow_id=r["workflow_id"],
+        step=r["step"],
+        status=r["status"],
+        result=r["result"],
+        error=r["error"],
+        attempts=r["attempts"],
+        started_at=r["started_at"],
+        finished_at=r["finished_at"],
+    )
+
+
+def inbox_item(r: DictRow) -> InboxItem:
+    return InboxItem(
+        id=r["id"],
+        workflow_id=r["workflow_id"],
+        name=r["name"],
+        payload=r["payload"],
+        posted_at=r["posted_at"],
+        consumed_at=r["consumed_at"],
+    )

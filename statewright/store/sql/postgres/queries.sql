@@ -1,0 +1,287 @@
+-- name: get_workflow
+-- One workflow row by id.
+SELECT * FROM workflows WHERE id = %(id)s;
+
+-- name: lock_workflow
+-- One workflow row by id, locked until the end of the transaction (apply_event plans on it).
+SELECT * FROM workflows WHERE id = %(id)s FOR UPDATE;
+
+-- name: version_of
+-- The current version of a workflow (for conflict reports).
+SELECT version FROM workflows WHERE id = %(id)s;
+
+-- name: create_workflow
+-- Create a workflow at version 1 with its first log entry and timers, in one statement; a
+-- duplicate id is left alone (idempotent start) and the existing row is returned instead.
+-- Workers are notified (on commit) when the new workflow has a due time.
+WITH new_timers AS (
+    SELECT t.due_at, t.event, t.payload, t.ord
+      FROM unnest(%(timer_due)s::float8[], %(timer_event)s::text[],
+                  %(timer_payload)s::jsonb[]) WITH ORDINALITY AS t(due_at, event, payload, ord)
+), ins AS (
+    INSERT INTO workflows (id, type, machine_version, state, context, version, attempts,
+                           terminal, created_at, updated_at, state_entered_at, next_due_at)
+    VALUES (%(id)s, %(type)s, %(machine_version)s, %(state)s, %(context)s::jsonb, 1, 0,
+            %(terminal)s, %(at)s, %(at)s, %(at)s,
+            LEAST(%(run_at)s::float8, (SELECT min(due_at) FROM new_timers)))
+    ON CONFLICT (id) DO NOTHING
+    RETURNING *
+), appending AS (
+    SELECT pg_advisory_xact_lock_shared(hashtext('statewright.log')) FROM ins
+), logged AS (
+    INSERT INTO transitions (workflow_id, version, from_state, to_state, event, payload, actor,
+                             context_patch, at)
+    SELECT id, 1, NULL, state, '$start', context, %(actor)s::text, context, %(at)s::float8
+      FROM ins, appending
+), armed AS (
+    INSERT INTO timers (workflow_id, due_at, event, payload)
+    SELECT ins.id, t.due_at, t.event, t.payload FROM ins, new_timers t ORDER BY t.ord
+)
+SELECT ins.*, TRUE AS created,
+       CASE WHEN ins.next_due_at IS NOT NULL THEN pg_notify('statewright_work', '') END
+  FROM ins
+UNION ALL
+SELECT w.*, FALSE, NULL FROM workflows w
+ WHERE w.id = %(id)s AND NOT EXISTS (SELECT 1 FROM ins);
+
+-- name: apply_transition
+-- One whole transition in one statement (one round trip): compare-and-swap the row, append
+-- the log entry, replace the timers, consume an inbox item, notify workers when work is due.
+-- All parts see the snapshot from before the statement, so next_due_at is computed from the
+-- timers that remain (the old ones minus the cleared or fired ones, plus the new ones): the
+-- earlier of that and the handler's run time, NULL exactly when there is no timer and no run.
+-- The inbox item is locked first so two consumers cannot both succeed; an already consumed
+-- item makes the compare-and-swap match nothing, like a stale version. The log entry is
+-- appended under the shared log lock (see log_horizon), taken after the row lock so a writer
+-- holding it never waits for anything else.
+WITH item AS (
+    SELECT id FROM inbox
+     WHERE id = %(consume_inbox_id)s::bigint AND consumed_at IS NULL
+       FOR UPDATE
+), new_timers AS (
+    SELECT t.due_at, t.event, t.payload, t.ord
+      FROM unnest(%(timer_due)s::float8[], %(timer_event)s::text[],
+                  %(timer_payload)s::jsonb[]) WITH ORDINALITY AS t(due_at, event, payload, ord)
+), moved AS (
+    UPDATE workflows
+       SET state = %(to_state)s, context = %(context)s::jsonb, version = version + 1,
+           attempts = %(attempts)s, terminal = %(terminal)s, updated_at = %(at)s,
+           state_entered_at = CASE WHEN state = %(to_state)s THEN state_entered_at
+                                   ELSE %(at)s END,
+           next_due_at = LEAST(%(run_at)s::float8,
+                               (SELECT min(due_at) FROM new_timers),
+                               (SELECT min(due_at) FROM timers
+                                 WHERE workflow_id = %(id)s AND NOT %(clear_timers)s
+                                   AND id IS DISTINCT FROM %(fired_timer_id)s::bigint)),
+           last_error = %(last_error)s,
+           cancel_requested = CASE WHEN %(terminal)s THEN NULL ELSE cancel_requested END,
+           progress = CASE WHEN state = %(to_state)s THEN progress ELSE NULL END,
+           lease_owner = CASE WHEN %(release_lease)s THEN NULL ELSE lease_owner END,
+           lease_expires_at = CASE WHEN %(release_lease)s THEN NULL ELSE lease_expires_at END
+     WHERE id = %(id)s AND version = %(expected_version)s
+       AND (%(consume_inbox_id)s::bigint IS NULL OR EXISTS (SELECT 1 FROM item))
+    RETURNING *
+), appending AS (
+    SELECT pg_advisory_xact_lock_shared(hashtext('statewright.log')) FROM moved
+), logged AS (
+    INSERT INTO transitions (workflow_id, version, from_state, to_state, event, payload, actor,
+                             context_patch, at)
+    SELECT id, version, %(from_state)s::text, state, %(event)s::text, %(payload)s::jsonb,
+           %(actor)s::text, %(context_patch)s::jsonb, updated_at
+      FROM moved, appending
+), disarmed AS (
+    DELETE FROM timers
+     WHERE workflow_id = %(id)s AND EXISTS (SELECT 1 FROM moved)
+       AND (%(clear_timers)s OR id = %(fired_timer_id)s::bigint)
+), armed AS (
+    INSERT INTO timers (workflow_id, due_at, event, payload)
+    SELECT moved.id, t.due_at, t.event, t.payload FROM moved, new_timers t ORDER BY t.ord
+), consumed AS (
+    UPDATE inbox SET consumed_at = %(at)s
+     WHERE id = (SELECT id FROM item) AND EXISTS (SELECT 1 FROM moved)
+)
+SELECT moved.*,
+       CASE WHEN moved.next_due_at IS NOT NULL THEN pg_notify('statewright_work', '') END
+  FROM moved;
+
+-- name: history
+-- One workflow's log in version order (a NULL limit is no limit).
+SELECT * FROM transitions WHERE workflow_id = %(id)s AND version > %(after)s ORDER BY version
+ LIMIT %(limit)s;
+
+-- name: log_lock
+-- Wait until no transaction is appending to the log (they hold the lock shared until commit).
+SELECT pg_advisory_xact_lock(hashtext('statewright.log'));
+
+-- name: log_horizon
+-- Under log_lock: every seq up to the largest one is final (committed or rolled back for good).
+-- Kept in the session for transitions_since, which reads after the lock is released.
+SELECT set_config('statewright.log_horizon', coalesce(max(seq), 0)::text, false)
+  FROM transitions;
+
+-- name: transitions_since
+-- The global log after a cursor, in commit order: seq values are taken before commit, so a
+-- later seq can commit first; reading only up to the horizon means a cursor never skips one.
+SELECT * FROM transitions
+ WHERE seq > %(seq)s AND seq <= current_setting('statewright.log_horizon')::bigint
+ ORDER BY seq LIMIT %(limit)s;
+
+-- name: list_workflows
+-- Workflows by type, state, terminal flag and age (NULL: no constraint), oldest in state first.
+SELECT * FROM workflows
+ WHERE (%(type)s::text IS NULL OR type = %(type)s::text)
+   AND (%(state)s::text IS NULL OR state = %(state)s::text)
+   AND (%(terminal)s::boolean IS NULL OR terminal = %(terminal)s::boolean)
+   AND (%(before)s::float8 IS NULL OR state_entered_at < %(before)s::float8)
+ ORDER BY state_entered_at, id LIMIT %(limit)s OFFSET %(offset)s;
+
+-- name: count_by_state
+-- Workflows per (type, state).
+SELECT type, state, count(*) AS n FROM workflows
+ WHERE %(terminal)s::boolean IS NULL OR terminal = %(terminal)s::boolean
+ GROUP BY type, state ORDER BY type, state;
+
+-- name: claim_due
+-- Lease the due, unleased, live workflows, earliest first; rows another worker is claiming
+-- right now are skipped, so no workflow is handed to two workers.
+UPDATE workflows SET lease_owner = %(worker)s, lease_expires_at = %(until)s
+ WHERE id IN (SELECT id FROM workflows
+               WHERE next_due_at <= %(now)s AND lease_owner IS NULL AND NOT terminal
+               ORDER BY next_due_at LIMIT %(limit)s
+                 FOR UPDATE SKIP LOCKED)
+RETURNING *;
+
+-- name: claim_due_of_types
+-- claim_due restricted to some workflow types.
+UPDATE workflows SET lease_owner = %(worker)s, lease_expires_at = %(until)s
+ WHERE id IN (SELECT id FROM workflows
+               WHERE next_due_at <= %(now)s AND lease_owner IS NULL AND NOT terminal
+                 AND type = ANY(%(types)s::text[])
+               ORDER BY next_due_at LIMIT %(limit)s
+                 FOR UPDATE SKIP LOCKED)
+RETURNING *;
+
+-- name: renew_leases
+-- Extend a worker's leases (heartbeat).
+UPDATE workflows SET lease_expires_at = %(until)s
+ WHERE lease_owner = %(worker)s AND id = ANY(%(ids)s::text[]);
+
+-- name: release_lease
+-- Give a lease back.
+UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
+ WHERE id = %(id)s AND lease_owner = %(worker)s;
+
+-- name: defer_workflow
+-- Record a failed attempt without a transition, release the lease; pending timers still count.
+UPDATE workflows
+   SET attempts = %(attempts)s, last_error = %(last_error)s, updated_at = %(at)s,
+       lease_owner = NULL, lease_expires_at = NULL,
+       next_due_at = LEAST(%(next_due_at)s::float8,
+                           (SELECT min(due_at) FROM timers WHERE workflow_id = %(id)s))
+ WHERE id = %(id)s AND version = %(expected_version)s
+RETURNING *;
+
+-- name: expired_leases
+-- Leases whose holder stopped renewing them.
+SELECT * FROM workflows WHERE lease_owner IS NOT NULL AND lease_expires_at < %(now)s
+ ORDER BY lease_expires_at LIMIT %(limit)s;
+
+-- name: leased_by
+-- The workflows one worker holds.
+SELECT * FROM workflows WHERE lease_owner = %(owner)s ORDER BY id;
+
+-- name: lease_owners
+-- Workers that hold leases.
+SELECT DISTINCT lease_owner FROM workflows WHERE lease_owner IS NOT NULL ORDER BY lease_owner;
+
+-- name: break_leases
+-- Clear every lease of one owner; the freed work may be due, so wake the workers.
+WITH freed AS (
+    UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
+     WHERE lease_owner = %(owner)s
+    RETURNING 1
+)
+SELECT count(*) AS n, CASE WHEN count(*) > 0 THEN pg_notify('statewright_work', '') END
+  FROM freed;
+
+-- name: break_leases_of
+-- Clear the leases of one owner on some workflows; wake the workers.
+WITH freed AS (
+    UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
+     WHERE lease_owner = %(owner)s AND id = ANY(%(ids)s::text[])
+    RETURNING 1
+)
+SELECT count(*) AS n, CASE WHEN count(*) > 0 THEN pg_notify('statewright_work', '') END
+  FROM freed;
+
+-- name: request_cancel
+-- Flag a cancel request on a live workflow and wake its worker; return the row either way.
+WITH flagged AS (
+    UPDATE workflows SET cancel_requested = %(reason)s, updated_at = %(at)s
+     WHERE id = %(id)s AND NOT terminal
+    RETURNING *
+)
+SELECT flagged.*, pg_notify('statewright_work', '') FROM flagged
+UNION ALL
+SELECT w.*, NULL FROM workflows w
+ WHERE w.id = %(id)s AND NOT EXISTS (SELECT 1 FROM flagged);
+
+-- name: cancel_requests
+-- Pending cancel requests among some workflows.
+SELECT id, cancel_requested FROM workflows
+ WHERE cancel_requested IS NOT NULL AND id = ANY(%(ids)s::text[]);
+
+-- name: record_progress
+-- The latest progress report of a workflow's running step.
+UPDATE workflows SET progress = %(progress)s::jsonb WHERE id = %(id)s;
+
+-- name: timers
+-- A workflow's pending timers, earliest first.
+SELECT * FROM timers WHERE workflow_id = %(id)s ORDER BY due_at, id;
+
+-- name: step_begin
+-- Record a step as executing before its action runs; a step found executing or failed is
+-- being run again (one more attempt); a done step is left alone (no row returned).
+INSERT INTO steps (key, workflow_id, step, status, attempts, started_at)
+VALUES (%(key)s, %(workflow_id)s, %(step)s, 'executing', 1, %(at)s)
+ON CONFLICT (key) DO UPDATE
+   SET status = 'executing', attempts = steps.attempts + 1, started_at = EXCLUDED.started_at,
+       finished_at = NULL, error = NULL
+ WHERE steps.status <> 'done'
+RETURNING *;
+
+-- name: get_step
+-- One step ledger entry.
+SELECT * FROM steps WHERE key = %(key)s;
+
+-- name: finish_step
+-- Record a step's outcome.
+UPDATE steps
+   SET status = %(status)s, result = %(result)s::jsonb, error = %(error)s, finished_at = %(at)s
+ WHERE key = %(key)s
+RETURNING *;
+
+-- name: steps
+-- A workflow's step ledger.
+SELECT * FROM steps WHERE workflow_id = %(id)s ORDER BY started_at, key;
+
+-- name: post_input
+-- Append an external input to an existing workflow's inbox and wake its worker.
+WITH posted AS (
+    INSERT INTO inbox (workflow_id, name, payload, posted_at)
+    SELECT id, %(name)s::text, %(payload)s::jsonb, %(at)s::float8
+      FROM workflows WHERE id = %(id)s
+    RETURNING *
+)
+SELECT posted.*, pg_notify('statewright_work', '') FROM posted;
+
+-- name: next_input
+-- The oldest unconsumed input, optionally of one name.
+SELECT * FROM inbox
+ WHERE workflow_id = %(id)s AND consumed_at IS NULL
+   AND (%(name)s::text IS NULL OR name = %(name)s::text)
+ ORDER BY id LIMIT 1;
+
+-- name: consume_input
+-- Mark an input consumed, once.
+UPDATE inbox SET consumed_at = %(at)s WHERE id = %(item_id)s AND consumed_at IS NULL;

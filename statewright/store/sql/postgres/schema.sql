@@ -1,0 +1,90 @@
+-- The whole schema as the migrations leave it (checked by tests/migration).
+-- Times are epoch seconds as DOUBLE PRECISION (the store API speaks floats); JSON is JSONB.
+
+CREATE TABLE workflows (
+    id               TEXT PRIMARY KEY,
+    type             TEXT             NOT NULL,
+    machine_version  INTEGER          NOT NULL,
+    state            TEXT             NOT NULL,
+    context          JSONB            NOT NULL,
+    version          INTEGER          NOT NULL,
+    attempts         INTEGER          NOT NULL DEFAULT 0,
+    terminal         BOOLEAN          NOT NULL DEFAULT FALSE,
+    created_at       DOUBLE PRECISION NOT NULL,
+    updated_at       DOUBLE PRECISION NOT NULL,
+    state_entered_at DOUBLE PRECISION NOT NULL,
+    next_due_at      DOUBLE PRECISION,
+    lease_owner      TEXT,
+    lease_expires_at DOUBLE PRECISION,
+    last_error       TEXT,
+    cancel_requested TEXT,
+    progress         JSONB
+);
+
+-- "by state and age" (stuck detection, listings)
+CREATE INDEX workflows_state_age ON workflows (type, state, state_entered_at);
+-- the workers' claim: due, unleased and live only (the predicate claim_due repeats)
+CREATE INDEX workflows_due ON workflows (next_due_at)
+    WHERE next_due_at IS NOT NULL AND lease_owner IS NULL AND NOT terminal;
+CREATE INDEX workflows_lease ON workflows (lease_expires_at)
+    WHERE lease_owner IS NOT NULL;
+
+CREATE TABLE transitions (
+    seq           BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    workflow_id   TEXT             NOT NULL,
+    version       INTEGER          NOT NULL,
+    from_state    TEXT,
+    to_state      TEXT             NOT NULL,
+    event         TEXT             NOT NULL,
+    payload       JSONB            NOT NULL,
+    actor         TEXT             NOT NULL,
+    context_patch JSONB,
+    at            DOUBLE PRECISION NOT NULL,
+    -- "history of one workflow"; also makes a doubled transition impossible
+    CONSTRAINT transitions_workflow_version UNIQUE (workflow_id, version)
+);
+
+CREATE FUNCTION statewright_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'the transition log is append-only' USING ERRCODE = 'restrict_violation';
+END
+$$;
+CREATE TRIGGER transitions_append_only_update BEFORE UPDATE ON transitions
+    FOR EACH ROW EXECUTE FUNCTION statewright_append_only();
+CREATE TRIGGER transitions_append_only_delete BEFORE DELETE ON transitions
+    FOR EACH ROW EXECUTE FUNCTION statewright_append_only();
+-- TRUNCATE skips row triggers: refuse it too.
+CREATE TRIGGER transitions_append_only_truncate BEFORE TRUNCATE ON transitions
+    FOR EACH STATEMENT EXECUTE FUNCTION statewright_append_only();
+
+CREATE TABLE steps (
+    key         TEXT PRIMARY KEY,
+    workflow_id TEXT             NOT NULL,
+    step        TEXT             NOT NULL,
+    status      TEXT             NOT NULL CHECK (status IN ('executing', 'done', 'failed')),
+    result      JSONB,
+    error       TEXT,
+    attempts    INTEGER          NOT NULL,
+    started_at  DOUBLE PRECISION NOT NULL,
+    finished_at DOUBLE PRECISION
+);
+CREATE INDEX steps_workflow ON steps (workflow_id);
+
+CREATE TABLE timers (
+    id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    workflow_id TEXT             NOT NULL,
+    due_at      DOUBLE PRECISION NOT NULL,
+    event       TEXT             NOT NULL,
+    payload     JSONB            NOT NULL
+);
+CREATE INDEX timers_workflow_due ON timers (workflow_id, due_at);
+
+CREATE TABLE inbox (
+    id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    workflow_id TEXT             NOT NULL,
+    name        TEXT             NOT NULL,
+    payload     JSONB            NOT NULL,
+    posted_at   DOUBLE PRECISION NOT NULL,
+    consumed_at DOUBLE PRECISION
+);
+CREATE INDEX inbox_pending ON inbox (workflow_id, id) WHERE consumed_at IS NULL;
