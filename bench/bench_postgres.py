@@ -1,0 +1,239 @@
+"""Durable transitions/s and latency of the engine on PostgreSQL, next to the raw psycopg
+ceiling measured in the same run, and worker pickup latency (event committed -> handler starts).
+
+    python bench/bench_postgres.py [--transitions 2000] [--clients 1,8] [--pickups 200]
+
+The server comes from ``--dsn`` / ``STATEWRIGHT_BENCH_PG_DSN``, else a throwaway one is started
+with ``pgserver`` (a real PostgreSQL from a wheel; unix socket, fsync on). It is a script, not a
+test: it prints numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+
+from statewright import Engine, MachineBuilder, Next, Run, Worker, WorkflowType
+from statewright.store.postgres import PostgresStore
+
+MACHINE = (
+    MachineBuilder("pingpong")
+    .state("a", initial=True)
+    .state("b")
+    .state("done", terminal=True)
+    .event("go")
+    .event("back")
+    .event("finish")
+    .transition("go", "a", "b")
+    .transition("back", "b", "a")
+    .transition("finish", ["a", "b"], "done")
+    .build()
+)
+PAYLOAD = {"note": "ping"}
+
+UPDATE = """
+UPDATE workflows SET state = %(to)s, context = %(ctx)s::jsonb, version = version + 1,
+       attempts = 0, updated_at = %(at)s, state_entered_at = %(at)s, next_due_at = NULL
+ WHERE id = %(id)s AND version = %(v)s
+"""
+INSERT = """
+INSERT INTO transitions (workflow_id, version, from_state, to_state, event, payload, actor,
+                         context_patch, at)
+VALUES (%(id)s, %(v)s + 1, %(frm)s, %(to)s, %(ev)s, %(payload)s::jsonb, 'bench', NULL, %(at)s)
+"""
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+async def timed_clients(
+    clients: int, per_client: int, one: Callable[[int, int], Awaitable[None]]
+) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+
+    async def client(c: int) -> None:
+        for i in range(per_client):
+            t = time.perf_counter()
+            await one(c, i)
+            latencies.append(time.perf_counter() - t)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    return len(latencies) / (time.perf_counter() - started), latencies
+
+
+async def engine_run(dsn: str, clients: int, total: int) -> tuple[float, list[float]]:
+    async with Engine(PostgresStore(dsn, max_size=max(2, clients)), [MACHINE]) as engine:
+        for c in range(clients):
+            await engine.start("pingpong", workflow_id=f"e{clients}-{c}")
+
+        async def one(c: int, i: int) -> None:
+            await engine.send(f"e{clients}-{c}", "go" if i % 2 == 0 else "back", PAYLOAD)
+
+        return await timed_clients(clients, total // clients, one)
+
+
+async def raw_run(dsn: str, clients: int, total: int) -> tuple[float, list[float]]:
+    """Same CAS UPDATE + log INSERT, one transaction each, pipelined: one round trip."""
+    conns = [await psycopg.AsyncConnection.connect(dsn) for _ in range(clients)]
+    async with Engine(PostgresStore(dsn), [MACHINE]) as engine:  # creates the rows + schema
+        for c in range(clients):
+            await engine.start("pingpong", workflow_id=f"r{clients}-{c}")
+    versions = [1] * clients
+    payload = json.dumps(PAYLOAD)
+
+    async def one(c: int, i: int) -> None:
+        frm, to = ("a", "b") if i % 2 == 0 else ("b", "a")
+        p = {
+            "id": f"r{clients}-{c}",
+            "v": versions[c],
+            "to": to,
+            "frm": frm,
+            "at": time.time(),
+            "ctx": "{}",
+            "ev": "go" if i % 2 == 0 else "back",
+            "payload": payload,
+        }
+        conn = conns[c]
+        async with conn.transaction(), conn.pipeline():
+            cur = await conn.execute(UPDATE, p)
+            await conn.execute(INSERT, p)
+        assert cur.rowcount == 1
+        versions[c] += 1
+
+    try:
+        return await timed_clients(clients, total // clients, one)
+    finally:
+        for conn in conns:
+            await conn.close()
+
+
+async def pickup_run(dsn: str, n: int) -> list[float]:
+    """Event committed (send returned) -> the handler of the target state starts."""
+    committed: dict[str, float] = {}
+    started: dict[str, float] = {}
+    done = asyncio.Event()
+    machine = (
+        MachineBuilder("pickup")
+        .state("idle", initial=True)
+        .state("work")
+        .state("end", terminal=True)
+        .event("go")
+        .event("finish")
+        .transition("go", "idle", "work")
+        .transition("finish", "work", "end")
+        .build()
+    )
+
+    def handler(run: Run) -> Next:
+        started[run.id] = time.perf_counter()
+        if len(started) == n:
+            done.set()
+        return Next("finish")
+
+    wtype = WorkflowType(machine, {"work": handler})
+    async with (
+        Engine(PostgresStore(dsn), [wtype]) as client,
+        Engine(PostgresStore(dsn), [wtype]) as served,
+    ):
+        worker = Worker(served, concurrency=4, poll_interval=5.0)  # wake-ups, not polling
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.5)
+        for i in range(n):
+            wid = f"p{i}"
+            await client.start("pickup", workflow_id=wid)
+            await client.send(wid, "go")
+            committed[wid] = time.perf_counter()
+            await asyncio.sleep(0.01)
+        await asyncio.wait_for(done.wait(), 60)
+        worker.stop()
+        await task
+    return [started[w] - committed[w] for w in committed]
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        f"{'clients':>7}  {'engine ops/s':>12}  {'p50 ms':>7}  {'p99 ms':>7}  "
+        f"{'raw ops/s':>9}  {'raw p50':>7}  {'raw p99':>7}  {'engine/raw':>10}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r['clients']:>7}  {r['engine_ops']:>12,.0f}  {r['engine_p50']:>7.3f}  "
+            f"{r['engine_p99']:>7.3f}  {r['raw_ops']:>9,.0f}  {r['raw_p50']:>7.3f}  "
+            f"{r['raw_p99']:>7.3f}  {r['ratio']:>9.0%}"
+        )
+    return "\n".join(lines)
+
+
+async def main(args: argparse.Namespace) -> None:
+    dsn = args.dsn or os.environ.get("STATEWRIGHT_BENCH_PG_DSN")
+    server = None
+    if not dsn:
+        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp())
+        import pgserver
+
+        server = pgserver.get_server(tempfile.mkdtemp(prefix="sw-bench-pg-"), cleanup_mode="stop")
+        dsn = server.get_uri()
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        version = admin.execute("SHOW server_version").fetchone()
+        fsync = admin.execute("SHOW fsync").fetchone()
+        sync = admin.execute("SHOW synchronous_commit").fetchone()
+    print(
+        f"PostgreSQL {version[0] if version else '?'}, fsync={fsync[0] if fsync else '?'}, "
+        f"synchronous_commit={sync[0] if sync else '?'}"
+    )
+    rows = []
+    for clients in [int(c) for c in args.clients.split(",")]:
+        e_ops, e_lat = await engine_run(dsn, clients, args.transitions)
+        r_ops, r_lat = await raw_run(dsn, clients, args.transitions)
+        rows.append(
+            {
+                "clients": clients,
+                "engine_ops": e_ops,
+                "engine_p50": pct(e_lat, 0.5),
+                "engine_p99": pct(e_lat, 0.99),
+                "raw_ops": r_ops,
+                "raw_p50": pct(r_lat, 0.5),
+                "raw_p99": pct(r_lat, 0.99),
+                "ratio": e_ops / r_ops,
+            }
+        )
+    print(
+        "engine vs raw psycopg (raw = the same CAS UPDATE + log INSERT, one transaction each, "
+        "pipelined; one connection per client)"
+    )
+    print(table(rows))
+    pickups = await pickup_run(dsn, args.pickups)
+    print(
+        f"worker pickup latency (committed -> handler starts, LISTEN/NOTIFY, poll 5 s): "
+        f"p50 {pct(pickups, 0.5):.2f} ms  p99 {pct(pickups, 0.99):.2f} ms  "
+        f"max {max(pickups) * 1000:.2f} ms  (n={len(pickups)}, mean "
+        f"{statistics.mean(pickups) * 1000:.2f} ms)"
+    )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "pickup_ms": [p * 1000 for p in pickups]}, f)
+    if server is not None:
+        server.cleanup()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default=None)
+    parser.add_argument("--transitions", type=int, default=2000)
+    parser.add_argument("--clients", default="1,8")
+    parser.add_argument("--pickups", type=int, default=200)
+    parser.add_argument("--json", default=None)
+    asyncio.run(main(parser.parse_args()))
