@@ -117,6 +117,18 @@ class InvalidInput(StatewrightError):
     code = "invalid_input"
 
 
+class Unauthorized(StatewrightError):
+    """No valid API token was presented."""
+
+    code = "unauthorized"
+
+
+class Forbidden(StatewrightError):
+    """The caller's roles do not allow this action; nothing was changed."""
+
+    code = "forbidden"
+
+
 # --- store -----------------------------------------------------------------------------------
 
 

@@ -38,6 +38,8 @@ class WorkflowRow:
     """The reason of a pending cancel request (cleared when the workflow ends)."""
     progress: JSON | None = None
     """The latest progress report of the current state's step (cleared on state change)."""
+    tenant: str = "default"
+    """The tenant the workflow belongs to (tokens of other tenants cannot see it)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ class NewWorkflow:
     terminal: bool = False
     run_at: float | None = None
     timers: tuple[TimerSpec, ...] = ()
+    tenant: str = "default"
 
 
 @dataclass(frozen=True)
@@ -160,6 +163,7 @@ class WorkflowFilter:
     type: str | None = None
     state: str | None = None
     terminal: bool | None = None
+    tenant: str | None = None
     entered_before: float | None = None
     """Only workflows that entered their state before this time (age filter)."""
     limit: int = 100

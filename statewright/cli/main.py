@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import typer
 
-from statewright.cli import definitions, demo, ops, workflows
+from statewright.cli import definitions, demo, ops, serve, workflows
 from statewright.cli.options import (
     AppOption,
     DbOption,
@@ -63,6 +63,7 @@ _COMMANDS: list[tuple[str, Callable[..., None], str]] = [
     ("diagram", definitions.diagram, "error"),
     ("check", definitions.check, "error"),
     ("worker", ops.worker, "info"),
+    ("serve", serve.serve, "info"),
     ("demo", demo.demo, "error"),
 ]
 for _name, _fn, _level in _COMMANDS:

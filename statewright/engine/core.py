@@ -145,12 +145,28 @@ class Engine:
         *,
         workflow_id: str | None = None,
         actor: str = "system",
+        tenant: str = "default",
     ) -> WorkflowRow:
         """Start a workflow in the machine's initial state; ``input`` becomes its context.
 
         With a caller-chosen ``workflow_id`` start is idempotent: starting an existing id of
-        the same type returns the existing workflow unchanged.
+        the same type (and tenant) returns the existing workflow unchanged.
         """
+        row, _ = await self.create(
+            workflow_type, input, workflow_id=workflow_id, actor=actor, tenant=tenant
+        )
+        return row
+
+    async def create(
+        self,
+        workflow_type: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        workflow_id: str | None = None,
+        actor: str = "system",
+        tenant: str = "default",
+    ) -> tuple[WorkflowRow, bool]:
+        """:meth:`start`, also telling whether this call created the workflow."""
         wtype = self.type_of(workflow_type)
         if input is not None and not isinstance(input, Mapping):
             raise InvalidInput(f"input must be a JSON object, got {type(input).__name__}")
@@ -160,6 +176,8 @@ class Engine:
             raise InvalidInput(
                 f"invalid workflow id {workflow_id!r}: 1-200 letters, digits, '_', '.', '-'"
             )
+        if not isinstance(tenant, str) or not _ID.match(tenant):
+            raise InvalidInput(f"invalid tenant {tenant!r}: 1-200 letters, digits, '_', '.', '-'")
         now = self.clock.now()
         initial = wtype.machine.initial
         new = NewWorkflow(
@@ -173,13 +191,16 @@ class Engine:
             terminal=initial.terminal,
             run_at=self._run_at(wtype, initial, now),
             timers=self._state_timers(initial, now),
+            tenant=tenant,
         )
         row, created = await self.store.create_workflow(new)
-        if row.type != wtype.name:
-            raise WorkflowExists(workflow_id, row.type, wtype.name)
+        if row.type != wtype.name or row.tenant != tenant:
+            # Another tenant's id must not leak its type: report it as taken, nothing more.
+            theirs = row.type if row.tenant == tenant else "another tenant's workflow"
+            raise WorkflowExists(workflow_id, theirs, wtype.name)
         if created:
             self.observers.transitioned(TransitionEvent(None, row, "$start", actor))
-        return row
+        return row, created
 
     async def get(self, workflow_id: str) -> WorkflowRow:
         row = await self.store.get_workflow(workflow_id)
@@ -236,28 +257,39 @@ class Engine:
         self, workflow_id: str, approver: str, comment: str | None = None
     ) -> WorkflowRow:
         """Fire the type's approval event with the approver as actor."""
-        row = await self.get(workflow_id)
-        event = self.type_of(row.type, row.machine_version).approve_event
-        return await self.send(
-            workflow_id,
-            event,
-            _decision(approver, comment),
-            actor=approver,
-            expected_version=row.version,
-        )
+        return await self.decide(workflow_id, True, approver=approver, comment=comment)
 
     async def deny(
         self, workflow_id: str, approver: str, comment: str | None = None
     ) -> WorkflowRow:
         """Fire the type's denial event with the approver as actor."""
+        return await self.decide(workflow_id, False, approver=approver, comment=comment)
+
+    async def decide(
+        self,
+        workflow_id: str,
+        approve: bool,
+        *,
+        approver: str,
+        comment: str | None = None,
+        actor: str | None = None,
+        expected_version: int | None = None,
+    ) -> WorkflowRow:
+        """Fire the approval (``approve=True``) or denial event, payload ``{approver, comment}``.
+
+        ``actor`` (default: the approver) is who the log records as firing it, e.g. the
+        service that relayed the decision. Without ``expected_version`` the decision applies
+        to the workflow as read first.
+        """
+        payload = _decision(approver, comment)
         row = await self.get(workflow_id)
-        event = self.type_of(row.type, row.machine_version).deny_event
+        wtype = self.type_of(row.type, row.machine_version)
         return await self.send(
             workflow_id,
-            event,
-            _decision(approver, comment),
-            actor=approver,
-            expected_version=row.version,
+            wtype.approve_event if approve else wtype.deny_event,
+            payload,
+            actor=actor or approver,
+            expected_version=row.version if expected_version is None else expected_version,
         )
 
     async def cancel(self, workflow_id: str, *, reason: str, actor: str = "system") -> WorkflowRow:
@@ -295,7 +327,7 @@ class Engine:
     async def list_workflows(self, where: WorkflowFilter | None = None) -> list[WorkflowRow]:
         return await self.store.list_workflows(where or WorkflowFilter())
 
-    async def stuck(self, now: float | None = None) -> list[Stuck]:
+    async def stuck(self, now: float | None = None, tenant: str | None = None) -> list[Stuck]:
         """Non-terminal workflows older in their state than its ``stuck_after`` threshold."""
         now = self.clock.now() if now is None else now
         found: list[Stuck] = []
@@ -309,6 +341,7 @@ class Engine:
                         type=wtype.name,
                         state=state.name,
                         entered_before=now - threshold,
+                        tenant=tenant,
                         limit=1000,
                     )
                 )

@@ -250,6 +250,7 @@ class PostgresStore:
             "at": float(new.at),
             "run_at": None if new.run_at is None else float(new.run_at),
             "actor": new.actor,
+            "tenant": new.tenant,
             **timer_params(new.timers),
         }
         async with self._connection() as conn:
@@ -332,7 +333,9 @@ class PostgresStore:
         params = {"id": workflow_id, "after": after_version, "limit": limit}
         return [transition_record(r) for r in await self._fetchall(Q["history"], params)]
 
-    async def transitions_since(self, seq: int, limit: int = 500) -> list[TransitionRecord]:
+    async def transitions_since(
+        self, seq: int, limit: int = 500, tenant: str | None = None
+    ) -> list[TransitionRecord]:
         # seq is taken before commit, so seq order is not commit order: with two writers, 8
         # can commit while 7 is still in flight, and a reader that took 8 and moved its cursor
         # past 7 would never see 7. So read only up to a horizon below which every seq is
@@ -345,7 +348,9 @@ class PostgresStore:
                     await conn.execute(Q["log_lock"])
                     await conn.execute(Q["log_horizon"])
                     await conn.execute("COMMIT")
-                    cur = await conn.execute(Q["transitions_since"], {"seq": seq, "limit": limit})
+                    cur = await conn.execute(
+                        Q["transitions_since"], {"seq": seq, "limit": limit, "tenant": tenant}
+                    )
                 rows = await cur.fetchall()
             except BaseException:
                 await _rollback(conn)
@@ -360,11 +365,15 @@ class PostgresStore:
             "before": None if where.entered_before is None else float(where.entered_before),
             "limit": where.limit,
             "offset": where.offset,
+            "tenant": where.tenant,
         }
         return [workflow_row(r) for r in await self._fetchall(Q["list_workflows"], params)]
 
-    async def count_by_state(self, terminal: bool | None = None) -> list[tuple[str, str, int]]:
-        rows = await self._fetchall(Q["count_by_state"], {"terminal": terminal})
+    async def count_by_state(
+        self, terminal: bool | None = None, tenant: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        params = {"terminal": terminal, "tenant": tenant}
+        rows = await self._fetchall(Q["count_by_state"], params)
         return [(r["type"], r["state"], r["n"]) for r in rows]
 
     async def _fetchall(self, query: str, params: dict[str, Any]) -> list[DictRow]:

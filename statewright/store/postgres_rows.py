@@ -98,6 +98,7 @@ def workflow_row(r: DictRow) -> WorkflowRow:
         last_error=r["last_error"],
         cancel_requested=r["cancel_requested"],
         progress=r["progress"],
+        tenant=r["tenant"],
     )
 
 

@@ -73,13 +73,21 @@ class Store(Protocol):
     ) -> list[TransitionRecord]:
         """The workflow's log entries in version order."""
 
-    async def transitions_since(self, seq: int, limit: int = 500) -> list[TransitionRecord]:
-        """All log entries with ``seq`` greater than the cursor, in commit order."""
+    async def transitions_since(
+        self, seq: int, limit: int = 500, tenant: str | None = None
+    ) -> list[TransitionRecord]:
+        """All log entries with ``seq`` greater than the cursor, in commit order.
+
+        With ``tenant``, only entries of that tenant's workflows (the cursor still advances
+        over the global sequence).
+        """
 
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]: ...
 
-    async def count_by_state(self, terminal: bool | None = None) -> list[tuple[str, str, int]]:
-        """``(type, state, count)`` rows."""
+    async def count_by_state(
+        self, terminal: bool | None = None, tenant: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        """``(type, state, count)`` rows (of one tenant when given)."""
 
     # -- workers ---------------------------------------------------------------------------
 

@@ -57,6 +57,7 @@ def _workflow(r: sqlite3.Row) -> WorkflowRow:
         last_error=r["last_error"],
         cancel_requested=r["cancel_requested"],
         progress=None if r["progress"] is None else json.loads(r["progress"]),
+        tenant=r["tenant"],
     )
 
 
@@ -211,6 +212,7 @@ class SQLiteStore:
                     "terminal": int(new.terminal),
                     "at": new.at,
                     "next_due_at": new.run_at,
+                    "tenant": new.tenant,
                 },
             )
             created = cur.rowcount == 1
@@ -361,6 +363,7 @@ class SQLiteStore:
             last_error=w.last_error,
             cancel_requested=None if w.terminal else before.cancel_requested,
             progress=before.progress if before.state == w.to_state else None,
+            tenant=before.tenant,
         )
 
     async def history(
@@ -374,8 +377,10 @@ class SQLiteStore:
         rows = await self.conn.read(lambda c: c.execute(Q["history"], params).fetchall())
         return [_transition(r) for r in rows]
 
-    async def transitions_since(self, seq: int, limit: int = 500) -> list[TransitionRecord]:
-        params = {"seq": seq, "limit": limit}
+    async def transitions_since(
+        self, seq: int, limit: int = 500, tenant: str | None = None
+    ) -> list[TransitionRecord]:
+        params = {"seq": seq, "limit": limit, "tenant": tenant}
         rows = await self.conn.read(lambda c: c.execute(Q["transitions_since"], params).fetchall())
         return [_transition(r) for r in rows]
 
@@ -394,6 +399,9 @@ class SQLiteStore:
         if where.entered_before is not None:
             clauses.append("state_entered_at < :before")
             params["before"] = where.entered_before
+        if where.tenant is not None:
+            clauses.append("tenant = :tenant")
+            params["tenant"] = where.tenant
         sql = "SELECT * FROM workflows"
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
@@ -402,8 +410,10 @@ class SQLiteStore:
         rows = await self.conn.read(lambda c: c.execute(sql, params).fetchall())
         return [_workflow(r) for r in rows]
 
-    async def count_by_state(self, terminal: bool | None = None) -> list[tuple[str, str, int]]:
-        params = {"terminal": None if terminal is None else int(terminal)}
+    async def count_by_state(
+        self, terminal: bool | None = None, tenant: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        params = {"terminal": None if terminal is None else int(terminal), "tenant": tenant}
         rows = await self.conn.read(lambda c: c.execute(Q["count_by_state"], params).fetchall())
         return [(r["type"], r["state"], r["n"]) for r in rows]
 

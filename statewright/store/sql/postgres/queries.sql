@@ -20,10 +20,11 @@ WITH new_timers AS (
                   %(timer_payload)s::jsonb[]) WITH ORDINALITY AS t(due_at, event, payload, ord)
 ), ins AS (
     INSERT INTO workflows (id, type, machine_version, state, context, version, attempts,
-                           terminal, created_at, updated_at, state_entered_at, next_due_at)
+                           terminal, created_at, updated_at, state_entered_at, next_due_at,
+                           tenant)
     VALUES (%(id)s, %(type)s, %(machine_version)s, %(state)s, %(context)s::jsonb, 1, 0,
             %(terminal)s, %(at)s, %(at)s, %(at)s,
-            LEAST(%(run_at)s::float8, (SELECT min(due_at) FROM new_timers)))
+            LEAST(%(run_at)s::float8, (SELECT min(due_at) FROM new_timers)), %(tenant)s)
     ON CONFLICT (id) DO NOTHING
     RETURNING *
 ), appending AS (
@@ -124,6 +125,8 @@ SELECT set_config('statewright.log_horizon', coalesce(max(seq), 0)::text, false)
 -- later seq can commit first; reading only up to the horizon means a cursor never skips one.
 SELECT * FROM transitions
  WHERE seq > %(seq)s AND seq <= current_setting('statewright.log_horizon')::bigint
+   AND (%(tenant)s::text IS NULL
+        OR workflow_id IN (SELECT id FROM workflows WHERE tenant = %(tenant)s::text))
  ORDER BY seq LIMIT %(limit)s;
 
 -- name: list_workflows
@@ -133,12 +136,14 @@ SELECT * FROM workflows
    AND (%(state)s::text IS NULL OR state = %(state)s::text)
    AND (%(terminal)s::boolean IS NULL OR terminal = %(terminal)s::boolean)
    AND (%(before)s::float8 IS NULL OR state_entered_at < %(before)s::float8)
+   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
  ORDER BY state_entered_at, id LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: count_by_state
 -- Workflows per (type, state).
 SELECT type, state, count(*) AS n FROM workflows
- WHERE %(terminal)s::boolean IS NULL OR terminal = %(terminal)s::boolean
+ WHERE (%(terminal)s::boolean IS NULL OR terminal = %(terminal)s::boolean)
+   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
  GROUP BY type, state ORDER BY type, state;
 
 -- name: claim_due

@@ -18,11 +18,14 @@ CREATE TABLE workflows (
     lease_expires_at DOUBLE PRECISION,
     last_error       TEXT,
     cancel_requested TEXT,
-    progress         JSONB
+    progress         JSONB,
+    tenant           TEXT             NOT NULL DEFAULT 'default'
 );
 
 -- "by state and age" (stuck detection, listings)
 CREATE INDEX workflows_state_age ON workflows (type, state, state_entered_at);
+-- a tenant's listings
+CREATE INDEX workflows_tenant ON workflows (tenant, state_entered_at);
 -- the workers' claim: due, unleased and live only (the predicate claim_due repeats)
 CREATE INDEX workflows_due ON workflows (next_due_at)
     WHERE next_due_at IS NOT NULL AND lease_owner IS NULL AND NOT terminal;

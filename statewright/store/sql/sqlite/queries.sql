@@ -5,9 +5,9 @@ SELECT * FROM workflows WHERE id = :id;
 -- name: insert_workflow
 -- Create a workflow row at version 1; a duplicate id is left alone (idempotent start).
 INSERT INTO workflows (id, type, machine_version, state, context, version, attempts, terminal,
-                       created_at, updated_at, state_entered_at, next_due_at)
+                       created_at, updated_at, state_entered_at, next_due_at, tenant)
 VALUES (:id, :type, :machine_version, :state, :context, 1, 0, :terminal,
-        :at, :at, :at, :next_due_at)
+        :at, :at, :at, :next_due_at, :tenant)
 ON CONFLICT (id) DO NOTHING;
 
 -- name: append_transition
@@ -53,13 +53,16 @@ SELECT * FROM transitions WHERE workflow_id = :id AND version > :after ORDER BY 
 LIMIT :limit;
 
 -- name: transitions_since
--- The global log after a cursor, in commit order.
-SELECT * FROM transitions WHERE seq > :seq ORDER BY seq LIMIT :limit;
+-- The global log after a cursor, in commit order (of one tenant's workflows when given).
+SELECT * FROM transitions
+ WHERE seq > :seq
+   AND (:tenant IS NULL OR workflow_id IN (SELECT id FROM workflows WHERE tenant = :tenant))
+ ORDER BY seq LIMIT :limit;
 
 -- name: count_by_state
--- Workflows per (type, state).
+-- Workflows per (type, state), of one tenant when given.
 SELECT type, state, count(*) AS n FROM workflows
- WHERE :terminal IS NULL OR terminal = :terminal
+ WHERE (:terminal IS NULL OR terminal = :terminal) AND (:tenant IS NULL OR tenant = :tenant)
  GROUP BY type, state ORDER BY type, state;
 
 -- name: claim_due

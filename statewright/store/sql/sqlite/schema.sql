@@ -17,11 +17,14 @@ CREATE TABLE workflows (
     lease_expires_at REAL,
     last_error       TEXT,
     cancel_requested TEXT,
-    progress         TEXT
+    progress         TEXT,
+    tenant           TEXT    NOT NULL DEFAULT 'default'
 );
 
 -- "by state and age" (stuck detection, listings)
 CREATE INDEX workflows_state_age ON workflows (type, state, state_entered_at);
+-- a tenant's listings
+CREATE INDEX workflows_tenant ON workflows (tenant, state_entered_at);
 -- the worker's claim: due and unleased only
 CREATE INDEX workflows_due ON workflows (next_due_at)
     WHERE next_due_at IS NOT NULL AND lease_owner IS NULL;

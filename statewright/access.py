@@ -1,0 +1,336 @@
+"""Who may do what: API tokens, roles per event, tenant scoping.
+
+The surfaces (HTTP, MCP) authenticate a caller into a :class:`Principal` and then use the
+engine only through :class:`Access`, which
+
+- hides other tenants' workflows (reading one is ``workflow_not_found``, so ids do not leak),
+- lets a caller fire only the events its roles may fire (the machine declares them per event;
+  approval events need the ``approver`` role or a role the event names), and
+- records the caller as the actor of every transition it causes.
+
+Roles are the machine's own strings (``agent``, ``system``, ``operator``...) plus three with a
+fixed meaning: ``admin`` may fire every event that is not an approval, ``approver`` may fire
+approval events, and ``viewer`` alone may only read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from statewright.definition.machine import Event, Machine
+from statewright.engine.core import Engine, Stuck
+from statewright.errors import Forbidden, InvalidInput, Unauthorized, WorkflowNotFound
+from statewright.types import TransitionRecord, WorkflowFilter, WorkflowRow
+
+ADMIN = "admin"
+APPROVER = "approver"
+VIEWER = "viewer"
+ALL_TENANTS = "*"
+"""A token whose tenant is ``*`` sees every tenant (operators, the local open mode)."""
+DEFAULT_TENANT = "default"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller."""
+
+    actor: str
+    roles: frozenset[str]
+    tenant: str = DEFAULT_TENANT
+
+    @property
+    def read_only(self) -> bool:
+        return self.roles <= {VIEWER}
+
+    def sees(self, row: WorkflowRow) -> bool:
+        return self.tenant in (ALL_TENANTS, row.tenant)
+
+    def may_fire(self, event: Event) -> bool:
+        if self.read_only:
+            return False
+        named = bool(self.roles & set(event.roles))
+        if event.approval:
+            return APPROVER in self.roles or named
+        return not event.roles or named or ADMIN in self.roles
+
+    @property
+    def scope(self) -> str | None:
+        """The tenant filter for listings (None: every tenant)."""
+        return None if self.tenant == ALL_TENANTS else self.tenant
+
+
+LOCAL = Principal("local", frozenset({ADMIN, APPROVER}), ALL_TENANTS)
+"""The caller in open mode (no tokens configured; the service then only listens locally)."""
+
+
+@dataclass(frozen=True)
+class TokenEntry:
+    sha256: str
+    principal: Principal
+
+
+@dataclass
+class TokenRegistry:
+    """API tokens mapped to principals. Only SHA-256 digests of the tokens are kept.
+
+    The file (JSON or YAML) lists ``tokens``, each with ``token`` (or ``sha256``, its hex
+    digest, so the file need not hold secrets), ``actor``, ``roles`` and ``tenant``::
+
+        tokens:
+          - {token: s3cret-agent, actor: agent-7, roles: [agent], tenant: acme}
+          - {sha256: 9f86d0..., actor: alice, roles: [approver, operator], tenant: acme}
+    """
+
+    entries: dict[str, Principal] = field(default_factory=dict)
+
+    @classmethod
+    def from_data(cls, data: Any, source: str = "tokens") -> TokenRegistry:
+        items = data.get("tokens") if isinstance(data, Mapping) else data
+        if not isinstance(items, list):
+            raise InvalidInput(f"{source}: expected a list of tokens under 'tokens'")
+        registry = cls()
+        for i, item in enumerate(items):
+            registry.add_entry(_entry(item, f"{source}: token #{i + 1}"))
+        return registry
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> TokenRegistry:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise InvalidInput(f"cannot read tokens file {str(p)!r}: {exc.strerror}") from exc
+        try:
+            data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise InvalidInput(f"tokens file {str(p)!r} is not valid JSON/YAML: {exc}") from exc
+        return cls.from_data(data, str(p))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TokenRegistry | None:
+        """From ``STATEWRIGHT_TOKENS_FILE``; None when it is not set (open mode)."""
+        env = os.environ if environ is None else environ
+        path = env.get("STATEWRIGHT_TOKENS_FILE")
+        return cls.from_file(path) if path else None
+
+    def add(
+        self, token: str, actor: str, roles: Iterable[str], tenant: str = DEFAULT_TENANT
+    ) -> None:
+        self.add_entry(TokenEntry(digest(token), Principal(actor, frozenset(roles), tenant)))
+
+    def add_entry(self, entry: TokenEntry) -> None:
+        self.entries[entry.sha256] = entry.principal
+
+    def authenticate(self, token: str | None) -> Principal:
+        if not token:
+            raise Unauthorized("an API token is required (Authorization: Bearer <token>)")
+        wanted = digest(token)
+        # Compare every digest in constant time rather than a dict lookup on attacker input.
+        found = None
+        for known, principal in self.entries.items():
+            if hmac.compare_digest(known, wanted):
+                found = principal
+        if found is None:
+            raise Unauthorized("unknown API token")
+        return found
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _entry(item: Any, where: str) -> TokenEntry:
+    if not isinstance(item, Mapping):
+        raise InvalidInput(f"{where}: expected a mapping")
+    token, sha = item.get("token"), item.get("sha256")
+    if (token is None) == (sha is None):
+        raise InvalidInput(f"{where}: give exactly one of 'token' and 'sha256'")
+    if token is not None and (not isinstance(token, str) or len(token) < 8):
+        raise InvalidInput(f"{where}: 'token' must be a string of at least 8 characters")
+    if sha is not None and (not isinstance(sha, str) or len(sha) != 64):
+        raise InvalidInput(f"{where}: 'sha256' must be a 64-character hex digest")
+    actor, roles = item.get("actor"), item.get("roles", [])
+    tenant = item.get("tenant", DEFAULT_TENANT)
+    if not isinstance(actor, str) or not actor.strip():
+        raise InvalidInput(f"{where}: 'actor' must be a non-empty string")
+    if not isinstance(roles, list) or not all(isinstance(r, str) and r for r in roles):
+        raise InvalidInput(f"{where}: 'roles' must be a list of role names")
+    if not isinstance(tenant, str) or not tenant:
+        raise InvalidInput(f"{where}: 'tenant' must be a non-empty string")
+    principal = Principal(actor, frozenset(roles), tenant)
+    return TokenEntry(digest(token) if token is not None else str(sha).lower(), principal)
+
+
+class Access:
+    """The engine as one caller may use it (see the module docstring)."""
+
+    def __init__(self, engine: Engine, principal: Principal) -> None:
+        self.engine = engine
+        self.principal = principal
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def get(self, workflow_id: str) -> WorkflowRow:
+        row = await self.engine.get(workflow_id)
+        if not self.principal.sees(row):
+            raise WorkflowNotFound(workflow_id)
+        return row
+
+    def machine_of(self, row: WorkflowRow) -> Machine:
+        return self.engine.type_of(row.type, row.machine_version).machine
+
+    def allowed_for(self, row: WorkflowRow) -> list[str]:
+        """The events that could fire now and that this caller may fire."""
+        machine = self.machine_of(row)
+        return [
+            e
+            for e in machine.allowed_events(row.state, row.context)
+            if self.principal.may_fire(machine.events[e])
+        ]
+
+    async def history(self, workflow_id: str) -> list[TransitionRecord]:
+        await self.get(workflow_id)
+        return await self.engine.store.history(workflow_id)
+
+    async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
+        scoped = WorkflowFilter(
+            type=where.type,
+            state=where.state,
+            terminal=where.terminal,
+            tenant=self._tenant_filter(where.tenant),
+            entered_before=where.entered_before,
+            limit=where.limit,
+            offset=where.offset,
+        )
+        return await self.engine.list_workflows(scoped)
+
+    async def stuck(self) -> list[Stuck]:
+        return await self.engine.stuck(tenant=self.principal.scope)
+
+    async def transitions_since(self, seq: int, limit: int = 500) -> list[TransitionRecord]:
+        return await self.engine.store.transitions_since(seq, limit, tenant=self.principal.scope)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def start(
+        self,
+        workflow_type: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        workflow_id: str | None = None,
+        tenant: str | None = None,
+    ) -> tuple[WorkflowRow, bool]:
+        """Start a workflow in the caller's tenant; returns ``(row, created)``."""
+        self._writer("start workflows")
+        return await self.engine.create(
+            workflow_type,
+            input,
+            workflow_id=workflow_id,
+            actor=self.principal.actor,
+            tenant=self._tenant_for_new(tenant),
+        )
+
+    async def send(
+        self,
+        workflow_id: str,
+        event: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        expected_version: int | None = None,
+    ) -> WorkflowRow:
+        row = await self.get(workflow_id)
+        self._check_event(row, event)
+        return await self.engine.send(
+            workflow_id,
+            event,
+            payload,
+            actor=self.principal.actor,
+            expected_version=expected_version,
+        )
+
+    async def decide(
+        self,
+        workflow_id: str,
+        approve: bool,
+        *,
+        approver: str | None = None,
+        comment: str | None = None,
+        expected_version: int | None = None,
+    ) -> WorkflowRow:
+        """Approve or deny: fire the type's approval or denial event.
+
+        ``approver`` names the person when a service relays the decision; it defaults to the
+        caller. The caller stays the transition's actor either way.
+        """
+        row = await self.get(workflow_id)
+        wtype = self.engine.type_of(row.type, row.machine_version)
+        event = wtype.approve_event if approve else wtype.deny_event
+        self._check_event(row, event)
+        return await self.engine.decide(
+            workflow_id,
+            approve,
+            approver=approver or self.principal.actor,
+            comment=comment,
+            actor=self.principal.actor,
+            expected_version=row.version if expected_version is None else expected_version,
+        )
+
+    async def cancel(self, workflow_id: str, reason: str) -> WorkflowRow:
+        row = await self.get(workflow_id)
+        event = self.engine.type_of(row.type, row.machine_version).cancel_event
+        if event is None:
+            raise InvalidInput(f"workflows of type {row.type!r} cannot be cancelled")
+        self._check_event(row, event)
+        return await self.engine.cancel(workflow_id, reason=reason, actor=self.principal.actor)
+
+    async def post_input(self, workflow_id: str, name: str, payload: Mapping[str, Any]) -> int:
+        await self.get(workflow_id)
+        self._writer("post inputs")
+        return await self.engine.post_input(workflow_id, name, payload)
+
+    # -- checks ------------------------------------------------------------------------------
+
+    def _check_event(self, row: WorkflowRow, event: str) -> None:
+        machine = self.machine_of(row)
+        declared = machine.events.get(event)
+        if declared is None:
+            return  # the engine reports the unknown event as an illegal transition
+        if not self.principal.may_fire(declared):
+            needed = ["approver", *declared.roles] if declared.approval else list(declared.roles)
+            raise Forbidden(
+                f"{self.principal.actor!r} may not fire {event!r} "
+                f"(needs one of the roles: {', '.join(dict.fromkeys(needed)) or 'any writer'})",
+                event=event,
+                state=row.state,
+                workflow_id=row.id,
+                allowed=self.allowed_for(row),
+            )
+
+    def _writer(self, what: str) -> None:
+        if self.principal.read_only:
+            raise Forbidden(f"{self.principal.actor!r} is read-only and may not {what}")
+
+    def _tenant_filter(self, asked: str | None) -> str | None:
+        mine = self.principal.scope
+        if mine is None:
+            return asked
+        if asked not in (None, mine):
+            raise Forbidden(f"{self.principal.actor!r} may only see tenant {mine!r}")
+        return mine
+
+    def _tenant_for_new(self, asked: str | None) -> str:
+        mine = self.principal.scope
+        if mine is None:
+            return asked or DEFAULT_TENANT
+        if asked not in (None, mine):
+            raise Forbidden(f"{self.principal.actor!r} may only start workflows in {mine!r}")
+        return mine

@@ -1,0 +1,93 @@
+"""The ASGI app behind ``statewright serve``: REST API, probes, metrics and dashboard, over
+any store, with an optional worker in the same process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+
+from statewright import __version__
+from statewright.access import TokenRegistry
+from statewright.engine.core import Engine
+from statewright.engine.worker import Worker
+from statewright.http import api, errors, health
+
+log = logging.getLogger("statewright.http")
+
+DESCRIPTION = """Drive and watch durable workflows.
+
+Authenticate with `Authorization: Bearer <token>`. Every error is JSON
+`{"error": {"code", "message", ...}}` with a stable `code`; a refused request changes nothing.
+"""
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """Run a worker inside the service process (``serve --worker``)."""
+
+    concurrency: int = 8
+    lease_seconds: float = 30.0
+    poll_interval: float = 0.5
+    grace: float | None = 30.0
+
+
+def create_app(
+    engine: Engine,
+    tokens: TokenRegistry | None = None,
+    *,
+    worker: WorkerOptions | None = None,
+    manage_engine: bool = True,
+) -> FastAPI:
+    """Build the app.
+
+    Args:
+        engine: the engine to serve (its types are the API's types).
+        tokens: API tokens; None is open mode (every caller is a local admin and approver:
+            only for a service bound to localhost).
+        worker: run a worker in the same process while the app runs.
+        manage_engine: open the engine on startup and close it on shutdown (False when the
+            caller owns it, e.g. tests that share one engine).
+    """
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if manage_engine:
+            await engine.open()
+        running: Worker | None = None
+        try:
+            if worker is not None:
+                running = Worker(
+                    engine,
+                    concurrency=worker.concurrency,
+                    lease_seconds=worker.lease_seconds,
+                    poll_interval=worker.poll_interval,
+                )
+                app.state.worker_task = asyncio.create_task(running.run(recover=True))
+            yield
+        finally:
+            task = app.state.worker_task
+            if running is not None and task is not None:
+                running.stop(worker.grace if worker else None)
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await task
+            if manage_engine:
+                await engine.close()
+
+    app = FastAPI(
+        title="statewright",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+    )
+    app.state.engine = engine
+    app.state.tokens = tokens
+    app.state.worker_task = None
+    errors.install(app)
+    app.include_router(api.router)
+    app.include_router(health.router)
+    return app

@@ -1,0 +1,91 @@
+"""Probes: ``/livez`` (the process answers), ``/ready`` (the store answers), ``/health`` (both,
+plus the in-process worker), ``/health/workflows`` (503 while any workflow is stuck).
+
+They need no token: orchestrators and load balancers call them. ``/health/workflows`` shows
+counts by type and state only, never ids or contexts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from statewright.errors import StatewrightError
+from statewright.http.deps import EngineDep
+from statewright.http.schemas import ErrorOut, Probe, StuckCount, WorkflowHealth
+
+router = APIRouter(tags=["health"])
+READY_TIMEOUT = 5.0
+_UNAVAILABLE: dict[int | str, dict[str, Any]] = {
+    503: {"model": Probe, "description": "Not ready."}
+}
+
+
+async def _store_ok(request: Request) -> str | None:
+    """None when the store answered a primary-key read in time, else why not."""
+    engine = request.app.state.engine
+    try:
+        await asyncio.wait_for(engine.store.get_workflow("-ready-probe-"), READY_TIMEOUT)
+    except TimeoutError:
+        return f"the store did not answer within {READY_TIMEOUT:g}s"
+    except StatewrightError as exc:
+        return exc.message
+    return None
+
+
+def _worker_status(request: Request) -> str | None:
+    task: asyncio.Task[None] | None = request.app.state.worker_task
+    if task is None:
+        return None
+    if not task.done():
+        return "running"
+    return "stopped" if task.cancelled() or task.exception() is None else "crashed"
+
+
+@router.get("/livez", summary="Liveness: the process answers")
+async def livez() -> Probe:
+    return Probe(status="ok")
+
+
+@router.get("/ready", summary="Readiness: the store answers", responses=_UNAVAILABLE)
+async def ready(request: Request) -> JSONResponse:
+    problem = await _store_ok(request)
+    probe = Probe(status="unavailable" if problem else "ok", store=problem or "ok")
+    return JSONResponse(probe.model_dump(exclude_none=True), status_code=503 if problem else 200)
+
+
+@router.get("/health", summary="Store and in-process worker", responses=_UNAVAILABLE)
+async def health(request: Request) -> JSONResponse:
+    problem = await _store_ok(request)
+    worker = _worker_status(request)
+    bad = problem is not None or worker == "crashed"
+    probe = Probe(status="unavailable" if bad else "ok", store=problem or "ok", worker=worker)
+    return JSONResponse(probe.model_dump(exclude_none=True), status_code=503 if bad else 200)
+
+
+@router.get(
+    "/health/workflows",
+    summary="503 with counts by type and state while workflows are stuck",
+    responses={
+        503: {"model": WorkflowHealth, "description": "Some workflows are stuck."},
+        500: {"model": ErrorOut, "description": "The store failed."},
+    },
+)
+async def workflows_health(engine: EngineDep) -> JSONResponse:
+    found = await engine.stuck()
+    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for s in found:
+        groups[(s.workflow.type, s.workflow.state)].append(s.age)
+    body = WorkflowHealth(
+        status="stuck" if found else "ok",
+        stuck=len(found),
+        by_state=[
+            StuckCount(type=t, state=st, count=len(ages), oldest_age=max(ages))
+            for (t, st), ages in sorted(groups.items())
+        ],
+    )
+    return JSONResponse(body.model_dump(), status_code=503 if found else 200)
