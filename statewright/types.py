@@ -168,3 +168,25 @@ class WorkflowFilter:
     """Only workflows that entered their state before this time (age filter)."""
     limit: int = 100
     offset: int = 0
+    entered_after: float | None = None
+    """Only workflows that entered their state at or after this time (e.g. ended recently)."""
+    min_attempts: int | None = None
+    """Only workflows whose retry counter is at least this."""
+
+
+@dataclass(frozen=True)
+class RejectionRecord:
+    """One entry of the rejections log: an event the engine refused (illegal in the state, or
+    a payload its schema rejects). Nothing else changed; this is for alerts and audits."""
+
+    seq: int
+    workflow_id: str
+    type: str
+    tenant: str
+    state: str
+    event: str
+    code: str
+    """The error's stable code (``illegal_transition``, ``invalid_payload``)."""
+    actor: str
+    message: str
+    at: float

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from typing import Annotated, Any
 
@@ -11,9 +12,21 @@ from rich.markup import escape
 
 from statewright.cli.loading import db_path, with_engine
 from statewright.cli.options import Settings
-from statewright.cli.output import duration, emit_json, err, out, table
+from statewright.cli.output import (
+    LogFormat,
+    LogFormatOption,
+    duration,
+    emit_json,
+    err,
+    out,
+    table,
+    use_log_format,
+)
 from statewright.engine import Engine, Worker, recover
 from statewright.errors import InvalidInput
+from statewright.observability.tracing import attach_tracing
+
+log = logging.getLogger(__name__)
 
 
 def init(s: Settings) -> None:
@@ -127,6 +140,7 @@ def worker(
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Run until nothing is due, then exit.")
     ] = False,
+    log_format: LogFormatOption = LogFormat.text,
 ) -> None:
     """Run the handlers and timers of due workflows (SIGINT/SIGTERM stop it cleanly).
 
@@ -136,8 +150,10 @@ def worker(
     """
     if once and until_idle:
         raise InvalidInput("--once and --until-idle exclude each other")
+    use_log_format(log_format)
 
     async def go(engine: Engine) -> dict[str, Any]:
+        attach_tracing(engine)  # span events per transition when a tracer provider is set
         w = Worker(
             engine,
             concurrency=concurrency,
@@ -145,7 +161,12 @@ def worker(
             poll_interval=poll_interval,
             cancel_grace=cancel_grace,
         )
-        if not s.json:
+        if log_format is LogFormat.json:
+            log.info(
+                "worker started",
+                extra={"action": "worker_started", "worker_id": w.id, "types": w.types},
+            )
+        elif not s.json:
             err.print(f"worker {w.id} on {escape(db_path(engine))}: {escape(', '.join(w.types))}")
         recovered = await recover(engine)
         if once:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import enum
 import json
 import logging
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -26,6 +28,7 @@ from statewright.errors import (
     InvalidPayload,
     StatewrightError,
 )
+from statewright.observability.logs import STANDARD_ATTRS, JsonFormatter
 
 out = Console(highlight=False, soft_wrap=True)  # lines stay whole: greppable, copyable
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -154,7 +157,7 @@ class _StderrHandler(logging.Handler):
             self.handleError(record)
 
 
-_STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message"}
+_STANDARD = STANDARD_ATTRS
 
 
 class _Formatter(logging.Formatter):
@@ -174,6 +177,31 @@ class _Formatter(logging.Formatter):
         return text
 
 
+class LogFormat(enum.StrEnum):
+    text = "text"
+    json = "json"
+
+
+LogFormatOption = Annotated[
+    LogFormat,
+    typer.Option(
+        "--log-format",
+        envvar="STATEWRIGHT_LOG_FORMAT",
+        show_envvar=True,
+        help="Log lines on stderr: text (LEVEL logger: message key=value) or json (one object "
+        "per line: ts, level, logger, message and the structured fields).",
+    ),
+]
+_active: list[logging.Handler] = []
+
+
+def use_log_format(fmt: LogFormat | str) -> None:
+    """Switch the handlers :func:`logs_to_stderr` installed to ``fmt`` (text or json)."""
+    formatter = JsonFormatter() if LogFormat(fmt) is LogFormat.json else _Formatter()
+    for handler in _active:
+        handler.setFormatter(formatter)
+
+
 @contextlib.contextmanager
 def logs_to_stderr(level: str) -> Iterator[None]:
     """Send statewright's logs to stderr at ``level`` while the block runs.
@@ -186,9 +214,11 @@ def logs_to_stderr(level: str) -> Iterator[None]:
     handler.setFormatter(_Formatter())
     previous = logger.level
     logger.addHandler(handler)
+    _active.append(handler)
     logger.setLevel(level.upper())
     try:
         yield
     finally:
+        _active.remove(handler)
         logger.removeHandler(handler)
         logger.setLevel(previous)

@@ -6,6 +6,7 @@ Every state change goes through :meth:`Engine._fire`: resolve the transition on 
 
 from __future__ import annotations
 
+import logging
 import random
 import re
 import uuid
@@ -40,6 +41,8 @@ from statewright.types import (
     WorkflowFilter,
     WorkflowRow,
 )
+
+log = logging.getLogger(__name__)
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 _EVENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,99}$")
@@ -244,8 +247,7 @@ class Engine:
         try:
             before, after = await self.store.apply_event(workflow_id, plan)
         except (IllegalTransition, InvalidPayload, VersionConflict) as exc:
-            state = seen[-1].state if seen else "?"
-            self.observers.rejected_transition(workflow_id, state, event, exc)
+            await self._rejected(workflow_id, seen[-1] if seen else None, event, exc, actor)
             raise
         except StoreError as exc:
             self.observers.persistence_failed(workflow_id, event, exc)
@@ -395,13 +397,57 @@ class Engine:
             write = self._plan(row, event, payload, actor, **options)
             after = await self.store.apply_transition(write)
         except (IllegalTransition, InvalidPayload, VersionConflict) as exc:
-            self.observers.rejected_transition(row.id, row.state, event, exc)
+            await self._rejected(row.id, row, event, exc, actor)
             raise
         except StoreError as exc:
             self.observers.persistence_failed(row.id, event, exc)
             raise
         self.observers.transitioned(TransitionEvent(row, after, event, actor))
+        retry_delay = options.get("retry_delay")
+        if retry_delay is not None and not after.terminal:
+            # A transient failure moved it to a waiting state with a retry timer (a terminal
+            # target means the budget was spent: no retry).
+            self.observers.retried(row, after, retry_delay)
         return after
+
+    async def _rejected(
+        self,
+        workflow_id: str,
+        row: WorkflowRow | None,
+        event: str,
+        exc: StatewrightError,
+        actor: str,
+    ) -> None:
+        """Tell the observers about a refused transition, and log an invalid one (illegal
+        event, bad payload; not a lost race) in the store's rejections log.
+
+        That is one write, and its failure is logged, never raised: the caller gets the
+        refusal it caused, not a store error about the bookkeeping.
+        """
+        state = row.state if row else "?"
+        self.observers.rejected_transition(
+            workflow_id, state, event, exc, workflow=row, actor=actor
+        )
+        if row is None or isinstance(exc, VersionConflict):
+            return
+        try:
+            await self.store.record_rejection(
+                workflow_id=workflow_id,
+                type=row.type,
+                tenant=row.tenant,
+                state=state,
+                event=event,
+                code=exc.code,
+                actor=actor,
+                message=exc.message[:1000],
+                at=self.clock.now(),
+            )
+        except Exception:
+            log.warning(
+                "could not log a rejected transition",
+                exc_info=True,
+                extra={"action": "rejection_not_logged", "workflow_id": workflow_id},
+            )
 
     def _plan(
         self,

@@ -69,7 +69,7 @@ async def handle_failure(
                         "delay": delay,
                     },
                 )
-                return await engine.store.defer(
+                deferred = await engine.store.defer(
                     row.id,
                     row.version,
                     attempts=attempt,
@@ -77,6 +77,8 @@ async def handle_failure(
                     last_error=error,
                     at=now,
                 )
+                engine.observers.retried(row, deferred, delay)
+                return deferred
             error = f"retry budget of {policy.max_attempts} attempts spent; last: {error}"
             row_attempts = attempt
         else:

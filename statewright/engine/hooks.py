@@ -1,4 +1,9 @@
-"""Transition observers and structured logs. Observers never break a transition."""
+"""Transition observers and structured logs. Observers never break a transition.
+
+Observers are plain synchronous callables run right after the fact (a committed transition,
+a refused one, a scheduled retry, a finished step), in the task that caused it: they must be
+quick and must not do I/O. An observer that raises is logged and skipped.
+"""
 
 from __future__ import annotations
 
@@ -22,9 +27,42 @@ class TransitionEvent:
     actor: str
 
 
+@dataclass(frozen=True)
+class Rejection:
+    """A refused transition (illegal event, bad payload, version conflict), with the workflow
+    as the engine had read it when it knew it (None otherwise, e.g. a refused cancel)."""
+
+    workflow_id: str
+    state: str
+    event: str
+    error: StatewrightError
+    workflow: WorkflowRow | None = None
+    actor: str | None = None
+
+
+@dataclass(frozen=True)
+class RetryEvent:
+    """A transient failure for which a retry was scheduled.
+
+    ``failed`` is the row when its state failed; ``after`` the row with the attempt counted
+    (``after.attempts``): a new state (e.g. ``retrying``) when the type has an ``on_transient``
+    edge there, else the same state re-run in place after ``delay`` seconds.
+    """
+
+    failed: WorkflowRow
+    after: WorkflowRow
+    delay: float
+
+    @property
+    def in_place(self) -> bool:
+        return self.after.version == self.failed.version
+
+
 Observer = Callable[[TransitionEvent], None]
 RejectionObserver = Callable[[str, str, str, StatewrightError], None]
 """``(workflow_id, state, event, error)`` for rejected transitions."""
+RejectionDetailObserver = Callable[[Rejection], None]
+RetryObserver = Callable[[RetryEvent], None]
 StepObserver = Callable[[WorkflowRow, str, float], None]
 
 
@@ -32,6 +70,9 @@ class Observers:
     def __init__(self) -> None:
         self.transition: list[Observer] = []
         self.rejected: list[RejectionObserver] = []
+        self.rejections: list[RejectionDetailObserver] = []
+        """Like ``rejected``, with the workflow row (type, tenant) and the actor when known."""
+        self.retry: list[RetryObserver] = []
         self.step: list[StepObserver] = []
 
     def transitioned(self, ev: TransitionEvent) -> None:
@@ -55,24 +96,51 @@ class Observers:
                 log.exception("transition observer failed", extra={"action": "observer_error"})
 
     def rejected_transition(
-        self, workflow_id: str, state: str, event: str, error: StatewrightError
+        self,
+        workflow_id: str,
+        state: str,
+        event: str,
+        error: StatewrightError,
+        *,
+        workflow: WorkflowRow | None = None,
+        actor: str | None = None,
     ) -> None:
-        log.warning(
-            "transition rejected",
-            extra={
-                "action": "transition_rejected",
-                "workflow_id": workflow_id,
-                "state": state,
-                "event": event,
-                "code": error.code,
-                "error": error.message,
-            },
-        )
+        fields: dict[str, object] = {
+            "action": "transition_rejected",
+            "workflow_id": workflow_id,
+            "state": state,
+            "event": event,
+            "code": error.code,
+            "error": error.message,
+        }
+        if workflow is not None:
+            fields["workflow_type"] = workflow.type
+        if actor is not None:
+            fields["actor"] = actor
+        log.warning("transition rejected", extra=fields)
         for fn in self.rejected:
             try:
                 fn(workflow_id, state, event, error)
             except Exception:
                 log.exception("rejection observer failed", extra={"action": "observer_error"})
+        if self.rejections:
+            rejection = Rejection(workflow_id, state, event, error, workflow, actor)
+            for detail in self.rejections:
+                try:
+                    detail(rejection)
+                except Exception:
+                    log.exception("rejection observer failed", extra={"action": "observer_error"})
+
+    def retried(self, failed: WorkflowRow, after: WorkflowRow, delay: float) -> None:
+        """A transient failure of ``failed``'s state was counted and a retry scheduled."""
+        if not self.retry:
+            return
+        ev = RetryEvent(failed, after, delay)
+        for fn in self.retry:
+            try:
+                fn(ev)
+            except Exception:
+                log.exception("retry observer failed", extra={"action": "observer_error"})
 
     def persistence_failed(self, workflow_id: str, event: str, error: StatewrightError) -> None:
         log.error(

@@ -45,6 +45,7 @@ from statewright.store.queries import load_queries, migrations
 from statewright.types import (
     InboxItem,
     NewWorkflow,
+    RejectionRecord,
     StepRecord,
     TimerRecord,
     TransitionRecord,
@@ -363,6 +364,8 @@ class PostgresStore:
             "state": where.state,
             "terminal": where.terminal,
             "before": None if where.entered_before is None else float(where.entered_before),
+            "after": None if where.entered_after is None else float(where.entered_after),
+            "min_attempts": where.min_attempts,
             "limit": where.limit,
             "offset": where.offset,
             "tenant": where.tenant,
@@ -370,11 +373,70 @@ class PostgresStore:
         return [workflow_row(r) for r in await self._fetchall(Q["list_workflows"], params)]
 
     async def count_by_state(
-        self, terminal: bool | None = None, tenant: str | None = None
+        self,
+        terminal: bool | None = None,
+        tenant: str | None = None,
+        *,
+        entered_after: float | None = None,
+        entered_before: float | None = None,
     ) -> list[tuple[str, str, int]]:
-        params = {"terminal": terminal, "tenant": tenant}
+        params = {
+            "terminal": terminal,
+            "tenant": tenant,
+            "after": None if entered_after is None else float(entered_after),
+            "before": None if entered_before is None else float(entered_before),
+        }
         rows = await self._fetchall(Q["count_by_state"], params)
         return [(r["type"], r["state"], r["n"]) for r in rows]
+
+    async def live_event_counts(
+        self, since: float, events: Sequence[str], tenant: str | None = None
+    ) -> list[tuple[str, str, str, int]]:
+        params = {"since": float(since), "events": list(events), "tenant": tenant}
+        rows = await self._fetchall(Q["live_event_counts"], params)
+        return [(r["workflow_id"], r["type"], r["event"], r["n"]) for r in rows]
+
+    # -- rejections log ----------------------------------------------------------------------
+
+    async def record_rejection(
+        self,
+        *,
+        workflow_id: str,
+        type: str,
+        tenant: str,
+        state: str,
+        event: str,
+        code: str,
+        actor: str,
+        message: str,
+        at: float,
+    ) -> None:
+        params = {
+            "workflow_id": workflow_id,
+            "type": type,
+            "tenant": tenant,
+            "state": state,
+            "event": event,
+            "code": code,
+            "actor": actor,
+            "message": message,
+            "at": float(at),
+        }
+        await self._rowcount(Q["record_rejection"], params)
+
+    async def count_rejections(
+        self, since: float, tenant: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        rows = await self._fetchall(
+            Q["count_rejections"], {"since": float(since), "tenant": tenant}
+        )
+        return [(r["type"], r["code"], r["n"]) for r in rows]
+
+    async def rejections(
+        self, since: float, tenant: str | None = None, limit: int = 100
+    ) -> list[RejectionRecord]:
+        params = {"since": float(since), "tenant": tenant, "limit": limit}
+        return [RejectionRecord(**r) for r in await self._fetchall(Q["rejections"], params)]
 
     async def _fetchall(self, query: str, params: dict[str, Any]) -> list[DictRow]:
         async with self._connection() as conn:

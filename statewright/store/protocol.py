@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 from statewright.types import (
     InboxItem,
     NewWorkflow,
+    RejectionRecord,
     StepRecord,
     TimerRecord,
     TransitionRecord,
@@ -85,9 +86,49 @@ class Store(Protocol):
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]: ...
 
     async def count_by_state(
-        self, terminal: bool | None = None, tenant: str | None = None
+        self,
+        terminal: bool | None = None,
+        tenant: str | None = None,
+        *,
+        entered_after: float | None = None,
+        entered_before: float | None = None,
     ) -> list[tuple[str, str, int]]:
-        """``(type, state, count)`` rows (of one tenant when given)."""
+        """``(type, state, count)`` rows (of one tenant when given), of the workflows that
+        entered their state at or after ``entered_after`` and before ``entered_before``."""
+
+    async def live_event_counts(
+        self, since: float, events: Sequence[str], tenant: str | None = None
+    ) -> list[tuple[str, str, str, int]]:
+        """``(workflow_id, type, event, count)``: how often each non-terminal workflow took
+        one of ``events`` in log entries at or after ``since`` (ordered by id, event)."""
+
+    # -- rejections log --------------------------------------------------------------------
+
+    async def record_rejection(
+        self,
+        *,
+        workflow_id: str,
+        type: str,
+        tenant: str,
+        state: str,
+        event: str,
+        code: str,
+        actor: str,
+        message: str,
+        at: float,
+    ) -> None:
+        """Append a refused event to the rejections log (its own write: the refusal itself
+        changed nothing)."""
+
+    async def count_rejections(
+        self, since: float, tenant: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        """``(type, code, count)`` of the rejections at or after ``since``."""
+
+    async def rejections(
+        self, since: float, tenant: str | None = None, limit: int = 100
+    ) -> list[RejectionRecord]:
+        """The latest rejections at or after ``since``, newest first."""
 
     # -- workers ---------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from statewright.store.sqlite_conn import GroupCommitConnection, Synchronous
 from statewright.types import (
     InboxItem,
     NewWorkflow,
+    RejectionRecord,
     StepRecord,
     TimerRecord,
     TransitionRecord,
@@ -33,9 +34,15 @@ Q = load_queries("sqlite")
 
 def _dumps(value: Any) -> str:
     try:
-        return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
+        text = json.dumps(
+            value, separators=(",", ":"), sort_keys=True, allow_nan=False, ensure_ascii=False
+        )
+        # A lone surrogate ("\ud800") would be stored, then break every read of the row as
+        # UTF-8: refuse it here, like PostgreSQL's JSONB does.
+        text.encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"not JSON-serialisable: {exc}") from exc
+    return text
 
 
 def _workflow(r: sqlite3.Row) -> WorkflowRow:
@@ -100,6 +107,21 @@ def _inbox(r: sqlite3.Row) -> InboxItem:
         payload=json.loads(r["payload"]),
         posted_at=r["posted_at"],
         consumed_at=r["consumed_at"],
+    )
+
+
+def _rejection(r: sqlite3.Row) -> RejectionRecord:
+    return RejectionRecord(
+        seq=r["seq"],
+        workflow_id=r["workflow_id"],
+        type=r["type"],
+        tenant=r["tenant"],
+        state=r["state"],
+        event=r["event"],
+        code=r["code"],
+        actor=r["actor"],
+        message=r["message"],
+        at=r["at"],
     )
 
 
@@ -399,6 +421,12 @@ class SQLiteStore:
         if where.entered_before is not None:
             clauses.append("state_entered_at < :before")
             params["before"] = where.entered_before
+        if where.entered_after is not None:
+            clauses.append("state_entered_at >= :after")
+            params["after"] = where.entered_after
+        if where.min_attempts is not None:
+            clauses.append("attempts >= :min_attempts")
+            params["min_attempts"] = where.min_attempts
         if where.tenant is not None:
             clauses.append("tenant = :tenant")
             params["tenant"] = where.tenant
@@ -411,11 +439,70 @@ class SQLiteStore:
         return [_workflow(r) for r in rows]
 
     async def count_by_state(
-        self, terminal: bool | None = None, tenant: str | None = None
+        self,
+        terminal: bool | None = None,
+        tenant: str | None = None,
+        *,
+        entered_after: float | None = None,
+        entered_before: float | None = None,
     ) -> list[tuple[str, str, int]]:
-        params = {"terminal": None if terminal is None else int(terminal), "tenant": tenant}
+        params = {
+            "terminal": None if terminal is None else int(terminal),
+            "tenant": tenant,
+            "after": entered_after,
+            "before": entered_before,
+        }
         rows = await self.conn.read(lambda c: c.execute(Q["count_by_state"], params).fetchall())
         return [(r["type"], r["state"], r["n"]) for r in rows]
+
+    async def live_event_counts(
+        self, since: float, events: Sequence[str], tenant: str | None = None
+    ) -> list[tuple[str, str, str, int]]:
+        params = {"since": since, "events": json.dumps(list(events)), "tenant": tenant}
+        rows = await self.conn.read(lambda c: c.execute(Q["live_event_counts"], params).fetchall())
+        return [(r["workflow_id"], r["type"], r["event"], r["n"]) for r in rows]
+
+    # -- rejections log ----------------------------------------------------------------------
+
+    async def record_rejection(
+        self,
+        *,
+        workflow_id: str,
+        type: str,
+        tenant: str,
+        state: str,
+        event: str,
+        code: str,
+        actor: str,
+        message: str,
+        at: float,
+    ) -> None:
+        params = {
+            "workflow_id": workflow_id,
+            "type": type,
+            "tenant": tenant,
+            "state": state,
+            "event": event,
+            "code": code,
+            "actor": actor,
+            "message": message,
+            "at": at,
+        }
+        await self.conn.write(lambda c: c.execute(Q["record_rejection"], params))
+
+    async def count_rejections(
+        self, since: float, tenant: str | None = None
+    ) -> list[tuple[str, str, int]]:
+        params = {"since": since, "tenant": tenant}
+        rows = await self.conn.read(lambda c: c.execute(Q["count_rejections"], params).fetchall())
+        return [(r["type"], r["code"], r["n"]) for r in rows]
+
+    async def rejections(
+        self, since: float, tenant: str | None = None, limit: int = 100
+    ) -> list[RejectionRecord]:
+        params = {"since": since, "tenant": tenant, "limit": limit}
+        rows = await self.conn.read(lambda c: c.execute(Q["rejections"], params).fetchall())
+        return [_rejection(r) for r in rows]
 
     # -- workers -----------------------------------------------------------------------------
 

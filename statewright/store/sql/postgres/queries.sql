@@ -136,15 +136,28 @@ SELECT * FROM workflows
    AND (%(state)s::text IS NULL OR state = %(state)s::text)
    AND (%(terminal)s::boolean IS NULL OR terminal = %(terminal)s::boolean)
    AND (%(before)s::float8 IS NULL OR state_entered_at < %(before)s::float8)
+   AND (%(after)s::float8 IS NULL OR state_entered_at >= %(after)s::float8)
+   AND (%(min_attempts)s::integer IS NULL OR attempts >= %(min_attempts)s::integer)
    AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
  ORDER BY state_entered_at, id LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: count_by_state
--- Workflows per (type, state).
+-- Workflows per (type, state), of one tenant and entered in a time range when given.
 SELECT type, state, count(*) AS n FROM workflows
  WHERE (%(terminal)s::boolean IS NULL OR terminal = %(terminal)s::boolean)
    AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+   AND (%(after)s::float8 IS NULL OR state_entered_at >= %(after)s::float8)
+   AND (%(before)s::float8 IS NULL OR state_entered_at < %(before)s::float8)
  GROUP BY type, state ORDER BY type, state;
+
+-- name: live_event_counts
+-- How often each live workflow took some events since a time (retry flapping).
+SELECT w.id AS workflow_id, w.type, t.event, count(*) AS n
+  FROM workflows w JOIN transitions t ON t.workflow_id = w.id
+ WHERE NOT w.terminal AND t.at >= %(since)s::float8
+   AND t.event = ANY(%(events)s::text[])
+   AND (%(tenant)s::text IS NULL OR w.tenant = %(tenant)s::text)
+ GROUP BY w.id, w.type, t.event ORDER BY w.id, t.event;
 
 -- name: claim_due
 -- Lease the due, unleased, live workflows, earliest first; rows another worker is claiming
@@ -290,3 +303,21 @@ SELECT * FROM inbox
 -- name: consume_input
 -- Mark an input consumed, once.
 UPDATE inbox SET consumed_at = %(at)s WHERE id = %(item_id)s AND consumed_at IS NULL;
+
+-- name: record_rejection
+-- Log an event the engine refused.
+INSERT INTO rejections (workflow_id, type, tenant, state, event, code, actor, message, at)
+VALUES (%(workflow_id)s, %(type)s, %(tenant)s, %(state)s, %(event)s, %(code)s, %(actor)s,
+        %(message)s, %(at)s);
+
+-- name: count_rejections
+-- Refused events per (type, code) since a time, of one tenant when given.
+SELECT type, code, count(*) AS n FROM rejections
+ WHERE at >= %(since)s::float8 AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+ GROUP BY type, code ORDER BY type, code;
+
+-- name: rejections
+-- The latest refused events since a time, newest first.
+SELECT * FROM rejections
+ WHERE at >= %(since)s::float8 AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+ ORDER BY seq DESC LIMIT %(limit)s;

@@ -91,3 +91,20 @@ CREATE TABLE inbox (
     consumed_at DOUBLE PRECISION
 );
 CREATE INDEX inbox_pending ON inbox (workflow_id, id) WHERE consumed_at IS NULL;
+
+-- refused events (invalid-transition alert)
+CREATE TABLE rejections (
+    seq         BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    workflow_id TEXT             NOT NULL,
+    type        TEXT             NOT NULL,
+    tenant      TEXT             NOT NULL,
+    state       TEXT             NOT NULL,
+    event       TEXT             NOT NULL,
+    code        TEXT             NOT NULL,
+    actor       TEXT             NOT NULL,
+    message     TEXT             NOT NULL,
+    at          DOUBLE PRECISION NOT NULL
+);
+-- "refusals in the last window", of every tenant or of one
+CREATE INDEX rejections_at ON rejections (at);
+CREATE INDEX rejections_tenant_at ON rejections (tenant, at);

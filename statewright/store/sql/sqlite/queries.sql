@@ -60,10 +60,21 @@ SELECT * FROM transitions
  ORDER BY seq LIMIT :limit;
 
 -- name: count_by_state
--- Workflows per (type, state), of one tenant when given.
+-- Workflows per (type, state), of one tenant and entered in a time range when given.
 SELECT type, state, count(*) AS n FROM workflows
  WHERE (:terminal IS NULL OR terminal = :terminal) AND (:tenant IS NULL OR tenant = :tenant)
+   AND (:after IS NULL OR state_entered_at >= :after)
+   AND (:before IS NULL OR state_entered_at < :before)
  GROUP BY type, state ORDER BY type, state;
+
+-- name: live_event_counts
+-- How often each live workflow took some events since a time (retry flapping).
+SELECT w.id AS workflow_id, w.type, t.event, count(*) AS n
+  FROM workflows w JOIN transitions t ON t.workflow_id = w.id
+ WHERE w.terminal = 0 AND t.at >= :since
+   AND t.event IN (SELECT value FROM json_each(:events))
+   AND (:tenant IS NULL OR w.tenant = :tenant)
+ GROUP BY w.id, w.type, t.event ORDER BY w.id, t.event;
 
 -- name: claim_due
 -- Lease the due, unleased workflows, earliest first.
@@ -185,3 +196,20 @@ SELECT id, cancel_requested FROM workflows
 -- name: record_progress
 -- The latest progress report of a workflow's running step.
 UPDATE workflows SET progress = :progress WHERE id = :id;
+
+-- name: record_rejection
+-- Log an event the engine refused.
+INSERT INTO rejections (workflow_id, type, tenant, state, event, code, actor, message, at)
+VALUES (:workflow_id, :type, :tenant, :state, :event, :code, :actor, :message, :at);
+
+-- name: count_rejections
+-- Refused events per (type, code) since a time, of one tenant when given.
+SELECT type, code, count(*) AS n FROM rejections
+ WHERE at >= :since AND (:tenant IS NULL OR tenant = :tenant)
+ GROUP BY type, code ORDER BY type, code;
+
+-- name: rejections
+-- The latest refused events since a time, newest first.
+SELECT * FROM rejections
+ WHERE at >= :since AND (:tenant IS NULL OR tenant = :tenant)
+ ORDER BY seq DESC LIMIT :limit;

@@ -82,3 +82,20 @@ CREATE TABLE inbox (
     consumed_at REAL
 );
 CREATE INDEX inbox_pending ON inbox (workflow_id, id) WHERE consumed_at IS NULL;
+
+-- refused events (invalid-transition alert)
+CREATE TABLE rejections (
+    seq         INTEGER PRIMARY KEY AUTOINCREMENT,
+    workflow_id TEXT NOT NULL,
+    type        TEXT NOT NULL,
+    tenant      TEXT NOT NULL,
+    state       TEXT NOT NULL,
+    event       TEXT NOT NULL,
+    code        TEXT NOT NULL,
+    actor       TEXT NOT NULL,
+    message     TEXT NOT NULL,
+    at          REAL NOT NULL
+);
+-- "refusals in the last window", of every tenant or of one
+CREATE INDEX rejections_at ON rejections (at);
+CREATE INDEX rejections_tenant_at ON rejections (tenant, at);

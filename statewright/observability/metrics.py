@@ -1,0 +1,209 @@
+"""Prometheus metrics of one engine, in a registry of their own (never the global default
+registry, so several engines or apps in one process do not collide).
+
+Counters and histograms are fed by the engine's observers as things happen in this process;
+the per-state workflow gauge is read from the store at scrape time (:meth:`EngineMetrics.render`),
+so it covers every process sharing the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import Iterable, Sequence
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from statewright.engine.core import Engine
+from statewright.engine.hooks import Rejection, RetryEvent, TransitionEvent
+from statewright.store.protocol import Store
+from statewright.types import WorkflowRow
+
+log = logging.getLogger(__name__)
+
+RECOVERY_FROM = frozenset({"paused", "blocked", "retrying"})
+"""States a workflow recovers from when it goes back to a :data:`RECOVERY_TO` state."""
+RECOVERY_TO = frozenset({"running"})
+DURATION_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0, 7 * 86400.0)
+"""Seconds: time in a state and time to recover span seconds to days."""
+STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+UNKNOWN = "unknown"
+"""The machine label of a refusal whose workflow the engine had not read (a refused cancel)."""
+
+
+class _WorkflowCounts(Collector):
+    """``statewright_workflows`` from the last store read, and whether that read worked."""
+
+    def __init__(self) -> None:
+        self.counts: Sequence[tuple[str, str, int]] | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        gauge = GaugeMetricFamily(
+            "statewright_workflows",
+            "Workflows per machine and state (terminal states included), read from the store "
+            "at scrape time.",
+            labels=["machine", "state"],
+        )
+        for machine, state, n in self.counts or ():
+            gauge.add_metric([machine, state], n)
+        yield gauge
+        yield GaugeMetricFamily(
+            "statewright_store_up",
+            "1 when the store answered this scrape's count query, else 0.",
+            value=0.0 if self.counts is None else 1.0,
+        )
+
+    def describe(self) -> Iterable[Metric]:
+        return [
+            GaugeMetricFamily("statewright_workflows", "", labels=["machine", "state"]),
+            GaugeMetricFamily("statewright_store_up", ""),
+        ]
+
+
+class EngineMetrics:
+    """The collectors of one engine, attached to its observers.
+
+    Use :func:`attach_metrics` to get the one instance of an engine.
+
+    Args:
+        engine: whose observers feed the counters and whose store the gauge reads.
+        registry: where the collectors go; a new registry by default.
+        recovery_from / recovery_to: leaving one of ``recovery_from`` for one of
+            ``recovery_to`` is a recovery (``statewright_recovery_seconds``).
+        scrape_timeout: seconds the store gets to count workflows during a scrape.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        registry: CollectorRegistry | None = None,
+        *,
+        recovery_from: Iterable[str] = RECOVERY_FROM,
+        recovery_to: Iterable[str] = RECOVERY_TO,
+        scrape_timeout: float = 5.0,
+    ) -> None:
+        # No reference to the engine itself: the engine holds this object through its
+        # observers, and attach_metrics keys a weak mapping by the engine.
+        self.store: Store = engine.store
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.recovery_from = frozenset(recovery_from)
+        self.recovery_to = frozenset(recovery_to)
+        self.scrape_timeout = scrape_timeout
+        r = self.registry
+        self.transitions = Counter(
+            "statewright_transitions",
+            "Committed transitions by machine, event and target state (starts: event $start).",
+            ["machine", "event", "to_state"],
+            registry=r,
+        )
+        self.time_in_state = Histogram(
+            "statewright_time_in_state_seconds",
+            "Time workflows spent in a state, observed when they leave it.",
+            ["machine", "state"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.retries = Counter(
+            "statewright_retries",
+            "Transient failures a retry was scheduled for: mode 'transition' moved the workflow "
+            "to a waiting state (e.g. retrying), 'in_place' re-runs the state's handler later.",
+            ["machine", "state", "mode"],
+            registry=r,
+        )
+        self.recovery = Histogram(
+            "statewright_recovery_seconds",
+            "Time to recover: time spent in a paused, blocked or retrying state before going "
+            "back to running (the mean is _sum / _count).",
+            ["machine", "from_state"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.rejected = Counter(
+            "statewright_rejected_transitions",
+            "Refused transition attempts by machine, event and error code (illegal_transition, "
+            "invalid_payload, version_conflict).",
+            ["machine", "event", "code"],
+            registry=r,
+        )
+        self.steps = Histogram(
+            "statewright_step_duration_seconds",
+            "Duration of the steps that completed, by machine and step name.",
+            ["machine", "step"],
+            buckets=STEP_BUCKETS,
+            registry=r,
+        )
+        self._workflows = _WorkflowCounts()
+        r.register(self._workflows)
+        observers = engine.observers
+        observers.transition.append(self.on_transition)
+        observers.rejections.append(self.on_rejection)
+        observers.retry.append(self.on_retry)
+        observers.step.append(self.on_step)
+
+    # -- observers -----------------------------------------------------------------------------
+
+    def on_transition(self, ev: TransitionEvent) -> None:
+        after, before = ev.after, ev.before
+        self.transitions.labels(after.type, ev.event, after.state).inc()
+        if before is None or before.state == after.state:
+            return  # a start, or a self-transition: no state was left
+        spent = max(0.0, after.updated_at - before.state_entered_at)
+        self.time_in_state.labels(before.type, before.state).observe(spent)
+        if before.state in self.recovery_from and after.state in self.recovery_to:
+            self.recovery.labels(before.type, before.state).observe(spent)
+
+    def on_rejection(self, r: Rejection) -> None:
+        machine = r.workflow.type if r.workflow is not None else UNKNOWN
+        self.rejected.labels(machine, r.event, r.error.code).inc()
+
+    def on_retry(self, ev: RetryEvent) -> None:
+        mode = "in_place" if ev.in_place else "transition"
+        self.retries.labels(ev.failed.type, ev.failed.state, mode).inc()
+
+    def on_step(self, workflow: WorkflowRow, step: str, seconds: float) -> None:
+        self.steps.labels(workflow.type, step).observe(seconds)
+
+    # -- scrape --------------------------------------------------------------------------------
+
+    async def refresh(self) -> None:
+        """Read the workflow counts from the store (``statewright_store_up`` 0 if it fails)."""
+        try:
+            counts = await asyncio.wait_for(self.store.count_by_state(), self.scrape_timeout)
+        except Exception as exc:
+            log.warning(
+                "metrics: counting workflows failed",
+                extra={"action": "metrics_store_failed", "error": f"{type(exc).__name__}: {exc}"},
+            )
+            self._workflows.counts = None
+            return
+        self._workflows.counts = counts
+
+    async def render(self) -> bytes:
+        """The text exposition of every collector, with fresh workflow counts."""
+        await self.refresh()
+        # No await between the refresh and the rendering: concurrent scrapes cannot mix.
+        return generate_latest(self.registry)
+
+
+_attached: weakref.WeakKeyDictionary[Engine, EngineMetrics] = weakref.WeakKeyDictionary()
+
+
+def attach_metrics(engine: Engine, registry: CollectorRegistry | None = None) -> EngineMetrics:
+    """The engine's metrics, created and attached to its observers on the first call.
+
+    Later calls return the same instance (an engine's transitions are counted once however
+    many apps serve it); passing another ``registry`` then is an error.
+    """
+    found = _attached.get(engine)
+    if found is not None:
+        if registry is not None and registry is not found.registry:
+            raise ValueError("this engine's metrics are attached to another registry already")
+        return found
+    metrics = _attached[engine] = EngineMetrics(engine, registry)
+    return metrics
+
+
+__all__ = ["EngineMetrics", "attach_metrics"]

@@ -1,0 +1,92 @@
+"""OpenTelemetry span events per transition.
+
+When a tracer is configured (one passed to :func:`attach_tracing`, or a real global
+TracerProvider, e.g. the SDK's), every committed transition adds a span event named
+``statewright.transition`` to the current span (the HTTP request's, the caller's), or, when no
+span is recording, to a short span of its own with the same name. Without a tracer it costs
+one lookup per transition and records nothing.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from opentelemetry import trace
+from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, SpanKind, Tracer
+from opentelemetry.util.types import AttributeValue
+
+from statewright import __version__
+from statewright.engine.core import Engine
+from statewright.engine.hooks import TransitionEvent
+
+EVENT_NAME = "statewright.transition"
+SCOPE = "statewright"
+
+
+def transition_attributes(ev: TransitionEvent) -> dict[str, AttributeValue]:
+    """The span event's attributes (no from_state on a start: it has none)."""
+    row = ev.after
+    attrs: dict[str, AttributeValue] = {
+        "statewright.workflow.id": row.id,
+        "statewright.workflow.type": row.type,
+        "statewright.workflow.tenant": row.tenant,
+        "statewright.to_state": row.state,
+        "statewright.event": ev.event,
+        "statewright.actor": ev.actor,
+        "statewright.version": row.version,
+    }
+    if ev.before is not None:
+        attrs["statewright.from_state"] = ev.before.state
+    return attrs
+
+
+class TransitionTracer:
+    """The transition observer. ``tracer`` None: the global provider's, when one is set."""
+
+    def __init__(self, tracer: Tracer | None = None) -> None:
+        self.tracer = tracer
+        self._global: tuple[object, Tracer | None] | None = None
+
+    def _tracer(self) -> Tracer | None:
+        if self.tracer is not None:
+            return self.tracer
+        provider = trace.get_tracer_provider()
+        if self._global is None or self._global[0] is not provider:
+            # The default provider is a proxy to a no-op until someone sets a real one.
+            unset = isinstance(provider, ProxyTracerProvider | NoOpTracerProvider)
+            tracer = None if unset else provider.get_tracer(SCOPE, __version__)
+            self._global = (provider, tracer)
+        return self._global[1]
+
+    def __call__(self, ev: TransitionEvent) -> None:
+        current = trace.get_current_span()
+        if current.is_recording():
+            current.add_event(EVENT_NAME, transition_attributes(ev))
+            return
+        tracer = self._tracer()
+        if tracer is None:
+            return
+        attrs = transition_attributes(ev)
+        span = tracer.start_span(EVENT_NAME, kind=SpanKind.INTERNAL, attributes=attrs)
+        try:
+            span.add_event(EVENT_NAME, attrs)
+        finally:
+            span.end()
+
+
+_attached: weakref.WeakKeyDictionary[Engine, TransitionTracer] = weakref.WeakKeyDictionary()
+
+
+def attach_tracing(engine: Engine, tracer: Tracer | None = None) -> TransitionTracer:
+    """Add the transition span events to ``engine`` (once; a later ``tracer`` replaces the
+    earlier one)."""
+    found = _attached.get(engine)
+    if found is None:
+        found = _attached[engine] = TransitionTracer(tracer)
+        engine.observers.transition.append(found)
+    elif tracer is not None:
+        found.tracer = tracer
+    return found
+
+
+__all__ = ["EVENT_NAME", "TransitionTracer", "attach_tracing", "transition_attributes"]
