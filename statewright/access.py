@@ -300,6 +300,9 @@ class Access:
     # -- checks ------------------------------------------------------------------------------
 
     def _check_event(self, row: WorkflowRow, event: str) -> None:
+        # Read-only callers first: even an event the machine does not know is a write attempt
+        # (and would be logged as a rejected transition).
+        self._writer(f"fire {event!r}")
         machine = self.machine_of(row)
         declared = machine.events.get(event)
         if declared is None:

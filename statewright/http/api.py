@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Path, Query, Response
 from fastapi.responses import PlainTextResponse
 
 from statewright.access import Access
 from statewright.definition.machine import Machine
 from statewright.definition.render.mermaid import to_mermaid
-from statewright.errors import UnknownWorkflowType
-from statewright.http.deps import AccessDep
+from statewright.errors import StatewrightError
+from statewright.http.deps import AccessDep, KnownQuery
 from statewright.http.schemas import (
     ID_PATTERN,
     ApprovalIn,
@@ -32,6 +32,7 @@ from statewright.http.schemas import (
     TypeOut,
     WorkflowList,
     WorkflowOut,
+    not_null,
 )
 from statewright.types import WorkflowFilter, WorkflowRow
 from statewright.views import transition_view, workflow_view
@@ -41,15 +42,35 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     for status, text in {
         401: "No or unknown API token (code unauthorized).",
         403: "The caller's roles do not allow it (code forbidden).",
-        404: "Unknown workflow or type (workflow_not_found, unknown_workflow_type).",
+        404: "Unknown workflow, type or state (workflow_not_found, unknown_workflow_type, "
+        "unknown_state).",
         409: "Illegal transition, version conflict, or id taken by another type.",
         422: "Malformed request or payload (invalid_input, invalid_payload).",
         503: "The store is unavailable; nothing was changed (store_error).",
     }.items()
 }
 
-router = APIRouter(prefix="/v1", responses=_ERRORS)
-WorkflowId = Annotated[str, Query(pattern=ID_PATTERN)]
+# The same, for operations whose success is not JSON: FastAPI would document a ``model`` under
+# the operation's own media type, but errors are always JSON.
+_JSON_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {
+        "description": r["description"],
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}},
+    }
+    for status, r in _ERRORS.items()
+}
+
+
+class UnknownState(StatewrightError):
+    """The machine has no such state."""
+
+    code = "unknown_state"
+
+
+router = APIRouter(prefix="/v1", responses=_ERRORS, dependencies=[KnownQuery])
+WorkflowId = Annotated[str, Path(pattern=ID_PATTERN, description="The workflow's id.")]
+TypeName = Annotated[str, Path(max_length=200, description="The workflow type (machine).")]
+TypeVersion = Annotated[int | None, Query(ge=1, le=2**31 - 1, json_schema_extra=not_null)]
 
 
 def _out(access: Access, row: WorkflowRow) -> WorkflowOut:
@@ -99,9 +120,7 @@ async def list_types(access: AccessDep) -> list[TypeOut]:
 
 
 @router.get("/types/{name}", summary="One workflow type: states, events and who may fire them")
-async def get_type(
-    access: AccessDep, name: str, version: Annotated[int | None, Query(ge=1)] = None
-) -> TypeOut:
+async def get_type(access: AccessDep, name: TypeName, version: TypeVersion = None) -> TypeOut:
     return _type_out(access, _machine(access, name, version))
 
 
@@ -109,16 +128,17 @@ async def get_type(
     "/types/{name}/diagram",
     summary="The machine as a Mermaid state diagram",
     response_class=PlainTextResponse,
+    responses=_JSON_ERRORS,
 )
 async def type_diagram(
     access: AccessDep,
-    name: str,
-    version: Annotated[int | None, Query(ge=1)] = None,
-    current: Annotated[str | None, Query(max_length=200)] = None,
+    name: TypeName,
+    version: TypeVersion = None,
+    current: Annotated[str | None, Query(max_length=200, json_schema_extra=not_null)] = None,
 ) -> str:
     machine = _machine(access, name, version)
     if current is not None and current not in machine.states:
-        raise UnknownWorkflowType(f"{name} has no state {current!r}")
+        raise UnknownState(f"workflow type {name!r} has no state {current!r}", state=current)
     return to_mermaid(machine, current)
 
 
@@ -140,13 +160,19 @@ async def start_workflow(body: StartIn, access: AccessDep, response: Response) -
 @router.get("/workflows", summary="List workflows by type, state and age, oldest in state first")
 async def list_workflows(
     access: AccessDep,
-    type: Annotated[str | None, Query(max_length=200)] = None,
-    state: Annotated[str | None, Query(max_length=200)] = None,
-    terminal: bool | None = None,
+    type: Annotated[str | None, Query(max_length=200, json_schema_extra=not_null)] = None,
+    state: Annotated[str | None, Query(max_length=200, json_schema_extra=not_null)] = None,
+    terminal: Annotated[bool | None, Query(json_schema_extra=not_null)] = None,
     older_than: Annotated[
-        float | None, Query(ge=0, le=1e9, description="Seconds in the current state, at least.")
+        float | None,
+        Query(
+            ge=0,
+            le=1e9,
+            description="Seconds in the current state, at least.",
+            json_schema_extra=not_null,
+        ),
     ] = None,
-    tenant: Annotated[str | None, Query(pattern=ID_PATTERN)] = None,
+    tenant: Annotated[str | None, Query(pattern=ID_PATTERN, json_schema_extra=not_null)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
 ) -> WorkflowList:
@@ -166,17 +192,17 @@ async def list_workflows(
 
 
 @router.get("/workflows/{workflow_id}", summary="A workflow: state, summary, allowed events")
-async def get_workflow(workflow_id: str, access: AccessDep) -> WorkflowOut:
+async def get_workflow(workflow_id: WorkflowId, access: AccessDep) -> WorkflowOut:
     return _out(access, await access.get(workflow_id))
 
 
 @router.get("/workflows/{workflow_id}/context", summary="A workflow's full context")
-async def get_context(workflow_id: str, access: AccessDep) -> dict[str, Any]:
+async def get_context(workflow_id: WorkflowId, access: AccessDep) -> dict[str, Any]:
     return (await access.get(workflow_id)).context
 
 
 @router.post("/workflows/{workflow_id}/events", summary="Fire an event")
-async def send_event(workflow_id: str, body: EventIn, access: AccessDep) -> WorkflowOut:
+async def send_event(workflow_id: WorkflowId, body: EventIn, access: AccessDep) -> WorkflowOut:
     row = await access.send(
         workflow_id, body.event, body.payload, expected_version=body.expected_version
     )
@@ -184,12 +210,12 @@ async def send_event(workflow_id: str, body: EventIn, access: AccessDep) -> Work
 
 
 @router.get("/workflows/{workflow_id}/history", summary="The workflow's transition log")
-async def history(workflow_id: str, access: AccessDep) -> list[TransitionOut]:
+async def history(workflow_id: WorkflowId, access: AccessDep) -> list[TransitionOut]:
     return [TransitionOut(**transition_view(r)) for r in await access.history(workflow_id)]
 
 
 @router.get("/workflows/{workflow_id}/steps", summary="The workflow's step ledger")
-async def steps(workflow_id: str, access: AccessDep) -> list[StepOut]:
+async def steps(workflow_id: WorkflowId, access: AccessDep) -> list[StepOut]:
     await access.get(workflow_id)
     return [
         StepOut(
@@ -207,7 +233,7 @@ async def steps(workflow_id: str, access: AccessDep) -> list[StepOut]:
 
 
 @router.post("/workflows/{workflow_id}/cancel", summary="Cancel (reaches a running step)")
-async def cancel(workflow_id: str, body: CancelIn, access: AccessDep) -> WorkflowOut:
+async def cancel(workflow_id: WorkflowId, body: CancelIn, access: AccessDep) -> WorkflowOut:
     return _out(access, await access.cancel(workflow_id, body.reason))
 
 
@@ -216,7 +242,7 @@ async def cancel(workflow_id: str, body: CancelIn, access: AccessDep) -> Workflo
     status_code=201,
     summary="Post an input to the workflow's inbox",
 )
-async def post_input(workflow_id: str, body: InputIn, access: AccessDep) -> InputPosted:
+async def post_input(workflow_id: WorkflowId, body: InputIn, access: AccessDep) -> InputPosted:
     return InputPosted(id=await access.post_input(workflow_id, body.name, body.payload))
 
 

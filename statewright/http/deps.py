@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Query, Request
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from statewright.access import LOCAL, Access, Principal, TokenRegistry
 from statewright.engine.core import Engine
+from statewright.errors import InvalidInput
+from statewright.http.schemas import not_null
 
 bearer = HTTPBearer(auto_error=False, description="An API token from the tokens file.")
 
@@ -18,23 +22,71 @@ def engine_of(request: Request) -> Engine:
     return engine
 
 
+def _authenticate(request: Request, token: str | None) -> Principal:
+    tokens: TokenRegistry | None = request.app.state.tokens
+    if tokens is None:
+        return LOCAL  # open mode: no tokens configured (serve only binds locally then)
+    return tokens.authenticate(token)
+
+
 def principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Principal:
-    tokens: TokenRegistry | None = request.app.state.tokens
-    if tokens is None:
-        return LOCAL  # open mode: no tokens configured (serve only binds locally then)
-    token = credentials.credentials if credentials else None
-    if token is None:
-        # EventSource cannot send headers: the stream also takes ?access_token=.
-        token = request.query_params.get("access_token")
-    return tokens.authenticate(token)
+    return _authenticate(request, credentials.credentials if credentials else None)
+
+
+def stream_principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    access_token: Annotated[
+        str | None,
+        Query(
+            max_length=1000,
+            description="The API token, for EventSource (which cannot send headers); "
+            "the Authorization header wins.",
+            json_schema_extra=not_null,
+        ),
+    ] = None,
+) -> Principal:
+    # Only the stream takes a token in the URL (URLs end up in logs): EventSource cannot
+    # send an Authorization header.
+    return _authenticate(request, credentials.credentials if credentials else access_token)
 
 
 def access(request: Request, caller: Annotated[Principal, Depends(principal)]) -> Access:
     return Access(engine_of(request), caller)
 
 
+def stream_access(
+    request: Request, caller: Annotated[Principal, Depends(stream_principal)]
+) -> Access:
+    return Access(engine_of(request), caller)
+
+
+def _query_names(dependant: Dependant) -> set[str]:
+    names = {p.alias for p in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return names
+
+
+def known_query(request: Request) -> None:
+    """Refuse query parameters the operation does not take: a typo (``?stat=paused``) is a
+    422, not a silently ignored filter."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return
+    unknown = sorted(set(request.query_params) - _query_names(route.dependant))
+    if unknown:
+        raise InvalidInput(
+            f"unknown query parameter(s): {', '.join(repr(u[:100]) for u in unknown[:5])}",
+            unknown=[u[:100] for u in unknown[:20]],
+        )
+
+
 AccessDep = Annotated[Access, Depends(access)]
+StreamAccessDep = Annotated[Access, Depends(stream_access)]
 EngineDep = Annotated[Engine, Depends(engine_of)]
+KnownQuery = Depends(known_query)
+"""Add to a router's ``dependencies``."""

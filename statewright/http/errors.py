@@ -4,11 +4,13 @@ derived from its stable code; nothing else (no HTML, no bare 500 page)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Mount
 
 from statewright.errors import StatewrightError
 
@@ -19,6 +21,7 @@ STATUS = {
     "forbidden": 403,
     "workflow_not_found": 404,
     "unknown_workflow_type": 404,
+    "unknown_state": 404,
     "illegal_transition": 409,
     "version_conflict": 409,
     "workflow_exists": 409,
@@ -38,10 +41,19 @@ _HTTP_CODES = {
 }
 
 
-def error_response(code: str, message: str, status: int, **details: object) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    body = {"error": {"code": code, "message": message, **details}}
-    return JSONResponse(body, status_code=status, headers=headers)
+def error_response(
+    code: str,
+    message: str,
+    status: int,
+    *,
+    headers: Mapping[str, str] | None = None,
+    details: Mapping[str, object] | None = None,
+) -> JSONResponse:
+    extra = dict(headers or {})
+    if status == 401:
+        extra.setdefault("WWW-Authenticate", "Bearer")
+    body = {"error": {"code": code, "message": message, **(details or {})}}
+    return JSONResponse(body, status_code=status, headers=extra or None)
 
 
 def install(app: FastAPI) -> None:
@@ -50,7 +62,7 @@ def install(app: FastAPI) -> None:
         status = STATUS.get(exc.code, 500)
         if status >= 500:
             log.error("request failed", extra={"code": exc.code, "error": exc.message})
-        return error_response(exc.code, exc.message, status, **_jsonable(exc.details))
+        return error_response(exc.code, exc.message, status, details=_jsonable(exc.details))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -62,17 +74,54 @@ def install(app: FastAPI) -> None:
             for err in exc.errors()
         ]
         summary = "; ".join(f"{p['where']}: {p['message']}" for p in problems[:5])
-        return error_response("invalid_input", f"invalid request: {summary}", 422, errors=problems)
+        return error_response(
+            "invalid_input", f"invalid request: {summary}", 422, details={"errors": problems}
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:
+            # FastAPI's "There was an error parsing the body" (e.g. not UTF-8): the same
+            # invalid_input as a body that is not JSON at all.
+            return error_response("invalid_input", f"invalid request: {exc.detail}", 422)
         code = _HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
-        return error_response(code, str(exc.detail), exc.status_code)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names only the methods of the first route on the path; RFC 9110 wants
+            # every method the resource supports.
+            methods = _methods_on_path(request)
+            if methods:
+                headers["Allow"] = ", ".join(methods)
+        return error_response(code, str(exc.detail), exc.status_code, headers=headers)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error", extra={"path": request.url.path})
         return error_response("internal_error", "internal error; see the server log", 500)
+
+
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _methods_on_path(request: Request) -> list[str]:
+    """Every method some route serves on the request's path (the router is asked for each)."""
+    found: set[str] = set()
+    for method in _METHODS:
+        scope = {
+            "type": "http",
+            "method": method,
+            "path": request.scope["path"],
+            "root_path": request.scope.get("root_path", ""),
+            "headers": [],
+            "query_string": b"",
+        }
+        # A Mount matches every method: what its app serves is its own business.
+        routes = (r for r in request.app.router.routes if not isinstance(r, Mount))
+        if any(r.matches(scope)[0] is Match.FULL for r in routes):
+            found.add(method)
+    if "GET" in found:
+        found.add("HEAD")
+    return sorted(found)
 
 
 def _jsonable(details: dict[str, object]) -> dict[str, object]:

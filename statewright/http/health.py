@@ -21,7 +21,8 @@ from statewright.http.schemas import ErrorOut, Probe, StuckCount, WorkflowHealth
 router = APIRouter(tags=["health"])
 READY_TIMEOUT = 5.0
 _UNAVAILABLE: dict[int | str, dict[str, Any]] = {
-    503: {"model": Probe, "description": "Not ready."}
+    200: {"model": Probe, "description": "Ready."},
+    503: {"model": Probe, "description": "Not ready."},
 }
 
 
@@ -71,8 +72,11 @@ async def health(request: Request) -> JSONResponse:
     "/health/workflows",
     summary="503 with counts by type and state while workflows are stuck",
     responses={
-        503: {"model": WorkflowHealth, "description": "Some workflows are stuck."},
-        500: {"model": ErrorOut, "description": "The store failed."},
+        200: {"model": WorkflowHealth, "description": "No workflow is stuck."},
+        503: {
+            "model": WorkflowHealth | ErrorOut,
+            "description": "Some workflows are stuck (or, as an error, the store failed).",
+        },
     },
 )
 async def workflows_health(engine: EngineDep) -> JSONResponse:

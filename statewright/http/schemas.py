@@ -7,17 +7,65 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$"
 EVENT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,99}$"
 
 
+def not_null(schema: dict[str, Any]) -> None:
+    """``json_schema_extra`` for an optional query or header parameter: documented as its
+    type alone, since an omitted parameter is how HTTP says "none" (``null`` is not a value
+    a query string or header can carry)."""
+    options = schema.get("anyOf")
+    if isinstance(options, list):
+        kept = [o for o in options if o.get("type") != "null"]
+        if len(kept) == 1:
+            del schema["anyOf"]
+            schema.update(kept[0])
+
+
+def _valid_unicode(value: Any) -> None:
+    """Raise ValueError for a string (value or key, at any depth) that is not valid Unicode.
+
+    JSON may spell lone UTF-16 surrogates (``"\\ud800"``) and Python decodes them into
+    strings that no UTF-8 encoder accepts: stored, they would make every later response about
+    the workflow fail.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(
+                    "text must be valid Unicode (a lone surrogate escape such as \\ud800 is not)"
+                ) from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+
+
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _unicode(cls, data: Any) -> Any:
+        _valid_unicode(data)
+        return data
+
 
 class StartIn(_In):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"type": "agent_task", "input": {"goal": "Triage issue 7"}, "id": "t-7"}]
+        }
+    )
+
     type: str = Field(min_length=1, max_length=200, description="The workflow type (machine).")
     input: dict[str, Any] = Field(default_factory=dict, description="The initial context.")
     id: str | None = Field(
@@ -33,6 +81,10 @@ class StartIn(_In):
 
 
 class EventIn(_In):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"event": "start", "payload": {}, "expected_version": 1}]}
+    )
+
     event: str = Field(pattern=EVENT_PATTERN)
     payload: dict[str, Any] = Field(default_factory=dict)
     expected_version: int | None = Field(
@@ -44,6 +96,15 @@ class EventIn(_In):
 
 
 class ApprovalIn(_In):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"workflow_id": "t-7", "decision": "approve", "comment": "Go ahead."},
+                {"workflow_id": "t-7", "decision": "deny", "approver": "alice"},
+            ]
+        }
+    )
+
     workflow_id: str = Field(pattern=ID_PATTERN)
     decision: Literal["approve", "deny"]
     approver: str | None = Field(
@@ -57,10 +118,16 @@ class ApprovalIn(_In):
 
 
 class CancelIn(_In):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"reason": "Not needed any more."}]})
+
     reason: str = Field(min_length=1, max_length=10_000)
 
 
 class InputIn(_In):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"name": "document", "payload": {"pages": 3}}]}
+    )
+
     name: str = Field(pattern=EVENT_PATTERN)
     payload: dict[str, Any] = Field(default_factory=dict)
 

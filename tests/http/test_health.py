@@ -1,0 +1,73 @@
+"""Probes on both stores: /livez, /ready, /health answer without a token; /health/workflows
+turns 503 (counts by type and state, never ids) while a workflow sits in a state longer than
+its threshold, and back to 200 once it moves on."""
+
+from __future__ import annotations
+
+import httpx
+
+from statewright import Engine, ManualClock
+from tests.http.test_api import in_state, start
+
+
+async def test_probes_answer_without_a_token(client: httpx.AsyncClient) -> None:
+    for path in ("/livez", "/ready", "/health"):
+        r = await client.get(path)
+        assert r.status_code == 200, (path, r.text)
+        assert r.json()["status"] == "ok"
+    assert (await client.get("/ready")).json() == {"status": "ok", "store": "ok"}
+    assert (await client.get("/health")).json() == {"status": "ok", "store": "ok"}  # no worker
+    r = await client.get("/health/workflows")
+    assert r.status_code == 200
+    assert r.json() == {"status": "ok", "stuck": 0, "by_state": []}
+
+
+async def test_workflows_health_is_503_while_one_is_stuck(
+    client: httpx.AsyncClient, engine: Engine, clock: ManualClock
+) -> None:
+    await in_state(engine, client, "t-1", "running")  # running: stuck after an hour
+    await in_state(engine, client, "t-2", "planned")  # planned: the default, a day
+    await start(client, "other", wid="g-1")
+    await engine.send("g-1", "start", actor="setup")  # another tenant's: counted too
+    clock.advance(3000)
+    await in_state(engine, client, "t-3", "running")
+    r = await client.get("/health/workflows")
+    assert r.status_code == 200 and r.json()["stuck"] == 0
+
+    clock.advance(601)  # t-1 and g-1 are 3601 s in running, t-3 only 601 s
+    r = await client.get("/health/workflows")
+    assert r.status_code == 503, r.text
+    assert r.json() == {
+        "status": "stuck",
+        "stuck": 2,
+        "by_state": [{"type": "agent_task", "state": "running", "count": 2, "oldest_age": 3601}],
+    }
+    assert "t-1" not in r.text and "g-1" not in r.text  # counts only, no ids
+    assert (await client.get("/livez")).status_code == 200  # the process is fine
+    assert (await client.get("/ready")).status_code == 200
+
+    # They move on (paused: a day's threshold): healthy again.
+    await engine.send("t-1", "request_approval", actor="setup")
+    r = await client.get("/health/workflows")
+    assert r.status_code == 503 and r.json()["stuck"] == 1
+    await engine.send("g-1", "complete", actor="setup")
+    r = await client.get("/health/workflows")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"status": "ok", "stuck": 0, "by_state": []}
+
+
+async def test_ready_is_503_when_the_store_is_gone(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    await engine.store.close()
+    try:
+        r = await client.get("/ready")
+        assert r.status_code == 503, r.text
+        assert r.json()["status"] == "unavailable" and r.json()["store"] != "ok"
+        r = await client.get("/health")
+        assert r.status_code == 503 and r.json()["status"] == "unavailable"
+        r = await client.get("/health/workflows")
+        assert r.status_code == 503 and r.json()["error"]["code"] == "store_error"
+        assert (await client.get("/livez")).status_code == 200
+    finally:
+        await engine.store.open()
