@@ -1,0 +1,1040 @@
+/* statewright dashboard: a plain-JavaScript client of the REST API under /v1.
+ *
+ * Every value from the server reaches the page through textContent or setAttribute (see h()),
+ * never as HTML. The Mermaid diagram is Mermaid's own sanitised SVG (securityLevel "strict"),
+ * parsed with DOMParser. The token lives in sessionStorage and goes out as a Bearer header;
+ * the page shows approve/deny only when the API lists an approval event among the caller's
+ * allowed events, and the API enforces the same rule on POST /v1/approvals.
+ */
+(() => {
+  "use strict";
+
+  const TOKEN_KEY = "statewright.token";
+  const POLL_MS = 4000; // refresh period without the live stream
+  const LIVE_POLL_MS = 15000; // with it (ages and stuck flags still move with time)
+  const ACTIVE_LIMIT = 500;
+  const FINISHED_LIMIT = 100;
+
+  // -- DOM helpers ---------------------------------------------------------------------------
+
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key.startsWith("on")) {
+        // Handlers only as functions: never an inline-handler attribute.
+        if (typeof value === "function") el.addEventListener(key.slice(2), value);
+      } else if (key === "class") el.className = value;
+      else el.setAttribute(key, value === true ? "" : String(value));
+    }
+    return add(el, ...children);
+  }
+
+  /** Replace el's children (null, undefined and false children are left out). */
+  function fill(el, ...children) {
+    el.replaceChildren();
+    return add(el, ...children);
+  }
+
+  function add(el, ...children) {
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return el;
+  }
+
+  const $ = (sel, root = document) => root.querySelector(sel);
+  const enc = encodeURIComponent;
+
+  // -- formatting ----------------------------------------------------------------------------
+
+  function duration(seconds) {
+    const s = Math.max(0, Math.floor(seconds));
+    if (s < 60) return `${s}s`;
+    const m = Math.floor(s / 60);
+    if (m < 60) return `${m}m ${s % 60}s`;
+    const hours = Math.floor(m / 60);
+    if (hours < 48) return `${hours}h ${m % 60}m`;
+    return `${Math.floor(hours / 24)}d ${hours % 24}h`;
+  }
+
+  const pad = (n) => String(n).padStart(2, "0");
+
+  function timestamp(epoch) {
+    if (epoch === null || epoch === undefined) return "—";
+    const d = new Date(epoch * 1000);
+    return (
+      `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
+      `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`
+    );
+  }
+
+  function timeEl(epoch) {
+    if (epoch === null || epoch === undefined) return "—";
+    return h("time", { datetime: new Date(epoch * 1000).toISOString() }, timestamp(epoch));
+  }
+
+  const now = () => Date.now() / 1000;
+
+  function compactJson(value) {
+    const text = JSON.stringify(value);
+    return text === undefined ? "" : text;
+  }
+
+  // -- API client ----------------------------------------------------------------------------
+
+  class ApiError extends Error {
+    constructor(status, code, message) {
+      super(message);
+      this.status = status;
+      this.code = code;
+    }
+  }
+
+  const getToken = () => sessionStorage.getItem(TOKEN_KEY) || "";
+
+  async function api(path, { method = "GET", body, text = false } = {}) {
+    const headers = { Accept: text ? "text/plain" : "application/json" };
+    const token = getToken();
+    if (token) headers.Authorization = `Bearer ${token}`;
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    let resp;
+    try {
+      resp = await fetch(path, {
+        method,
+        headers,
+        cache: "no-store",
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+    } catch (exc) {
+      throw new ApiError(0, "network", `the service does not answer (${exc.message})`);
+    }
+    if (!resp.ok) {
+      let error = {};
+      try {
+        error = (await resp.json()).error || {};
+      } catch (_) {
+        /* not JSON */
+      }
+      throw new ApiError(
+        resp.status,
+        error.code || `http_${resp.status}`,
+        error.message || resp.statusText,
+      );
+    }
+    return text ? resp.text() : resp.json();
+  }
+
+  // -- banner and connection status ----------------------------------------------------------
+
+  /** source "refresh": cleared by the next successful refresh; otherwise kept until the next
+   * page or action. */
+  function showBanner(message, kind = "error", source = "action") {
+    const banner = $("#banner");
+    banner.className = `banner ${kind}`;
+    banner.dataset.source = source;
+    fill(banner, message);
+    banner.hidden = false;
+  }
+
+  function clearBanner() {
+    $("#banner").hidden = true;
+  }
+
+  function reportError(exc, source = "action") {
+    if (exc instanceof ApiError && exc.status === 401) {
+      showBanner(
+        getToken()
+          ? `The token was refused: ${exc.message}. Enter another one above.`
+          : "This service needs an API token: enter it above.",
+        "warn",
+        source,
+      );
+      $("#token").focus();
+    } else {
+      const text = exc instanceof ApiError ? `${exc.message} (${exc.code})` : String(exc);
+      showBanner(text, "error", source);
+    }
+  }
+
+  // -- workflow types ------------------------------------------------------------------------
+
+  const types = { byKey: new Map(), byName: new Map(), loaded: false };
+
+  async function loadTypes() {
+    const list = await api("/v1/types");
+    types.byKey.clear();
+    types.byName.clear();
+    for (const t of list) {
+      types.byKey.set(`${t.name}@${t.version}`, t);
+      const known = types.byName.get(t.name);
+      if (!known || known.version < t.version) types.byName.set(t.name, t);
+    }
+    types.loaded = true;
+    const mayDecide = list.some((t) => t.events.some((e) => e.approval && e.may_fire));
+    const mayFire = list.some((t) => t.events.some((e) => e.may_fire));
+    const who = getToken() ? "token in use" : "open mode, no token";
+    const rights = mayDecide ? "may approve" : mayFire ? "may not approve" : "read-only";
+    $("#whoami").textContent = `${who} · ${rights}`;
+  }
+
+  function typeOf(wf) {
+    return types.byKey.get(`${wf.type}@${wf.machine_version}`) || types.byName.get(wf.type);
+  }
+
+  /** The approval events the caller may fire on this workflow now. */
+  function decisionEvents(wf) {
+    const t = typeOf(wf);
+    if (!t || !wf.allowed_events) return [];
+    const approval = new Set(t.events.filter((e) => e.approval).map((e) => e.name));
+    return wf.allowed_events.filter((e) => approval.has(e));
+  }
+
+  function stateInfo(wf) {
+    const t = typeOf(wf);
+    return t ? t.states.find((s) => s.name === wf.state) : undefined;
+  }
+
+  // -- badges --------------------------------------------------------------------------------
+
+  function stateBadge(wf, attrs = {}) {
+    const cls = ["state", wf.terminal ? "terminal" : "active", wf.stuck ? "stuck" : ""];
+    return h("span", { ...attrs, class: cls.join(" ").trim() }, wf.state);
+  }
+
+  function notes(wf) {
+    const out = [];
+    if (wf.stuck) out.push(h("span", { class: "badge badge-stuck" }, "stuck"));
+    if (decisionEvents(wf).length) {
+      out.push(h("span", { class: "badge badge-paused" }, "awaiting your decision"));
+    }
+    if (wf.cancel_requested) out.push(h("span", { class: "badge" }, "cancel requested"));
+    if (wf.leased_by && !wf.terminal) {
+      out.push(h("span", { class: "badge badge-running", title: wf.leased_by }, "running"));
+    }
+    if (wf.last_error) {
+      const short = wf.last_error.length > 80 ? `${wf.last_error.slice(0, 80)}…` : wf.last_error;
+      out.push(h("span", { class: "badge badge-error", title: wf.last_error }, short));
+    }
+    return out;
+  }
+
+  // -- the list page -------------------------------------------------------------------------
+
+  class ListPage {
+    constructor(params) {
+      this.type = params.get("type") || "";
+      this.state = params.get("state") || "";
+      this.finished = params.get("finished") === "1";
+      this.root = h("div", { class: "page list-page" });
+      this.stats = h("div", { class: "stats", id: "stats" });
+      this.cards = h("div", { class: "type-grid", id: "state-counts" });
+      this.updated = h("span", { class: "muted updated" });
+      this.filterNote = h("div", { class: "filter-note" });
+      this.tbody = h("tbody");
+      this.capNote = h("p", { class: "muted cap-note", hidden: true });
+      const finishedBox = h("input", {
+        type: "checkbox",
+        id: "show-finished",
+        checked: this.finished,
+        onchange: (ev) => this.go({ finished: ev.target.checked ? "1" : "" }),
+      });
+      add(
+        this.root,
+        h(
+          "section",
+          { class: "panel" },
+          h("div", { class: "panel-head" }, h("h1", {}, "Workflows by state"), this.updated),
+          this.stats,
+          this.cards,
+        ),
+        h(
+          "section",
+          { class: "panel" },
+          h(
+            "div",
+            { class: "panel-head" },
+            h("h2", {}, "Workflows, longest in their state first"),
+            h(
+              "div",
+              { class: "filters" },
+              this.filterNote,
+              h("label", { class: "check" }, finishedBox, " include finished"),
+              h(
+                "button",
+                { type: "button", class: "secondary", onclick: () => refresh() },
+                "Refresh",
+              ),
+            ),
+          ),
+          h(
+            "table",
+            { class: "table", id: "workflows" },
+            h(
+              "thead",
+              {},
+              h(
+                "tr",
+                {},
+                [
+                  "Workflow",
+                  "Type",
+                  "State",
+                  "In state for",
+                  "Version",
+                  "Tenant",
+                  "Updated",
+                  "Notes",
+                ].map((c) => h("th", {}, c)),
+              ),
+            ),
+            this.tbody,
+          ),
+          this.capNote,
+        ),
+      );
+    }
+
+    go(changes) {
+      const params = new URLSearchParams();
+      const next = {
+        type: this.type,
+        state: this.state,
+        finished: this.finished ? "1" : "",
+        ...changes,
+      };
+      for (const [k, v] of Object.entries(next)) if (v) params.set(k, v);
+      const query = params.toString();
+      location.hash = query ? `#/?${query}` : "#/";
+    }
+
+    async refresh() {
+      const [active, finished] = await Promise.all([
+        api(`/v1/workflows?terminal=false&limit=${ACTIVE_LIMIT}`),
+        api(`/v1/workflows?terminal=true&limit=${FINISHED_LIMIT}`),
+      ]);
+      this.render(active.items, finished.items);
+    }
+
+    render(active, finished) {
+      const capped = {
+        active: active.length >= ACTIVE_LIMIT,
+        finished: finished.length >= FINISHED_LIMIT,
+      };
+      const all = active.concat(finished);
+      // Counts per type and state, in the order the type declares its states.
+      const counts = new Map();
+      for (const wf of all) {
+        if (!counts.has(wf.type)) counts.set(wf.type, new Map());
+        const byState = counts.get(wf.type);
+        const c = byState.get(wf.state) || { n: 0, stuck: 0 };
+        c.n += 1;
+        if (wf.stuck) c.stuck += 1;
+        byState.set(wf.state, c);
+      }
+      const typeNames = [...new Set([...types.byName.keys(), ...counts.keys()])].sort();
+      const stuck = active.filter((wf) => wf.stuck).length;
+      const waiting = active.filter((wf) => decisionEvents(wf).length).length;
+      fill(
+        this.stats,
+        stat("active", active.length + (capped.active ? "+" : ""), "active"),
+        stat("stuck", stuck, "stuck", stuck > 0),
+        stat("waiting", waiting, "awaiting your decision"),
+        stat("finished", finished.length + (capped.finished ? "+" : ""), "finished"),
+      );
+      fill(
+        this.cards,
+        ...typeNames.map((name) => {
+          const t = types.byName.get(name);
+          const byState = counts.get(name) || new Map();
+          const declared = t
+            ? t.states
+            : [...byState.keys()].map((s) => ({ name: s, terminal: false }));
+          return h(
+            "div",
+            { class: "type-card", "data-type": name },
+            h(
+              "h3",
+              {},
+              name,
+              t && t.description ? h("span", { class: "muted" }, ` — ${t.description}`) : null,
+            ),
+            h(
+              "div",
+              { class: "chips" },
+              declared.map((s) => {
+                const c = byState.get(s.name) || { n: 0, stuck: 0 };
+                const cap = s.terminal ? capped.finished : capped.active;
+                const cls = [
+                  "chip",
+                  s.terminal ? "terminal" : "",
+                  c.n ? "" : "zero",
+                  c.stuck ? "stuck" : "",
+                ];
+                if (this.type === name && this.state === s.name) cls.push("selected");
+                const query = new URLSearchParams({ type: name, state: s.name });
+                if (s.terminal) query.set("finished", "1");
+                return h(
+                  "a",
+                  {
+                    class: cls.join(" ").replace(/\s+/g, " ").trim(),
+                    href: `#/?${query}`,
+                    "data-state": s.name,
+                    "data-count": c.n,
+                    title: s.description || s.name,
+                  },
+                  h("span", { class: "chip-state" }, s.name),
+                  h("span", { class: "chip-count" }, `${c.n}${cap && c.n ? "+" : ""}`),
+                  c.stuck ? h("span", { class: "chip-stuck" }, `${c.stuck} stuck`) : null,
+                );
+              }),
+            ),
+          );
+        }),
+      );
+      if (!typeNames.length) fill(this.cards, h("p", { class: "muted" }, "No workflow types."));
+
+      let rows = this.finished || this.stateIsTerminal() ? all : active;
+      if (this.type) rows = rows.filter((wf) => wf.type === this.type);
+      if (this.state) rows = rows.filter((wf) => wf.state === this.state);
+      fill(
+        this.filterNote,
+        this.type || this.state
+          ? h(
+              "span",
+              { class: "chip selected" },
+              `${this.type || "any type"} / ${this.state || "any state"} `,
+              h(
+                "a",
+                {
+                  href: this.finished ? "#/?finished=1" : "#/",
+                  class: "clear",
+                  title: "Clear the filter",
+                },
+                "×",
+              ),
+            )
+          : "",
+      );
+      const t = now();
+      fill(
+        this.tbody,
+        ...rows.map((wf) => {
+          const cls = [
+            "wf-row",
+            wf.stuck ? "stuck" : "",
+            decisionEvents(wf).length ? "paused" : "",
+            wf.terminal ? "terminal" : "",
+          ];
+          return h(
+            "tr",
+            {
+              class: cls.join(" ").replace(/\s+/g, " ").trim(),
+              "data-id": wf.id,
+              "data-state": wf.state,
+            },
+            h("td", {}, h("a", { class: "wf-link", href: `#/workflows/${enc(wf.id)}` }, wf.id)),
+            h("td", {}, wf.type, h("span", { class: "muted" }, ` v${wf.machine_version}`)),
+            h("td", {}, stateBadge(wf)),
+            h(
+              "td",
+              { class: "num", title: `since ${timestamp(wf.state_entered_at)}` },
+              duration(t - wf.state_entered_at),
+            ),
+            h("td", { class: "num" }, wf.version),
+            h("td", {}, wf.tenant),
+            h("td", {}, timeEl(wf.updated_at)),
+            h("td", { class: "notes" }, notes(wf)),
+          );
+        }),
+      );
+      if (!rows.length) {
+        fill(
+          this.tbody,
+          h("tr", {}, h("td", { colspan: 8, class: "muted empty" }, "No workflows here.")),
+        );
+      }
+      this.capNote.hidden = !(capped.active || capped.finished);
+      this.capNote.textContent =
+        `Showing the ${ACTIVE_LIMIT} active and ${FINISHED_LIMIT} finished workflows longest in ` +
+        "their state; counts marked + are at least that.";
+      this.updated.textContent = `updated ${timestamp(t)}`;
+    }
+
+    stateIsTerminal() {
+      if (!this.state) return false;
+      const candidates = this.type ? [types.byName.get(this.type)] : [...types.byName.values()];
+      return candidates.some((t) => t && t.states.some((s) => s.name === this.state && s.terminal));
+    }
+
+    dispose() {}
+  }
+
+  function stat(id, value, label, alert = false) {
+    return h(
+      "div",
+      { class: alert ? "stat alert" : "stat", id: `stat-${id}` },
+      h("div", { class: "stat-value" }, value),
+      h("div", { class: "stat-label" }, label),
+    );
+  }
+
+  // -- the workflow page ---------------------------------------------------------------------
+
+  let diagramSeq = 0;
+  let mermaidLoading = null;
+
+  /** Mermaid (3.5 MB) is loaded on the first diagram only; resolves to null without it. */
+  function loadMermaid() {
+    if (mermaidLoading === null) {
+      mermaidLoading = new Promise((resolve) => {
+        const script = h("script", { src: "vendor/mermaid/mermaid.min.js" });
+        script.addEventListener("load", () => resolve(window.mermaid || null));
+        script.addEventListener("error", () => resolve(null));
+        document.head.append(script);
+      }).then((m) => {
+        if (!m || typeof m.render !== "function") return null;
+        m.initialize({
+          startOnLoad: false,
+          securityLevel: "strict",
+          theme: "neutral",
+          fontFamily: "system-ui, -apple-system, 'Segoe UI', sans-serif",
+          state: { useMaxWidth: true },
+        });
+        return m;
+      });
+    }
+    return mermaidLoading;
+  }
+
+  /** Mermaid 11 draws a state that has a description with the description alone; a first
+   * description equal to the state's id makes the id the box's title, above the description.
+   * (States with an alias already get their name from `state "name" as alias`.) */
+  function withStateNames(text) {
+    const lines = text.split("\n");
+    const aliased = new Set();
+    for (const line of lines) {
+      const alias = /^\s*state\s+"[^"]*"\s+as\s+(\S+)\s*$/.exec(line);
+      if (alias) aliased.add(alias[1]);
+    }
+    const titled = new Set();
+    const out = [];
+    for (const line of lines) {
+      const desc = /^(\s*)([A-Za-z][A-Za-z0-9_]*) : /.exec(line);
+      if (desc && !aliased.has(desc[2]) && !titled.has(desc[2])) {
+        out.push(`${desc[1]}${desc[2]} : ${desc[2]}`);
+        titled.add(desc[2]);
+      }
+      out.push(line);
+    }
+    return out.join("\n");
+  }
+
+  async function renderDiagram(text, current) {
+    const m = await loadMermaid();
+    if (m) {
+      try {
+        const { svg } = await m.render(`sw-diagram-${++diagramSeq}`, withStateNames(text));
+        // Parsed, not assigned with innerHTML: scripts never run from a DOMParser document.
+        const doc = new DOMParser().parseFromString(svg, "text/html");
+        const node = doc.querySelector("svg");
+        if (node) {
+          const el = document.importNode(node, true);
+          markCurrent(el, current);
+          return h("div", { class: "diagram-render", "data-current": current }, el);
+        }
+      } catch (exc) {
+        console.warn("statewright: Mermaid could not render the diagram", exc);
+      }
+    }
+    // Without the renderer: the diagram's text, the current state named.
+    return h(
+      "div",
+      { class: "diagram-render fallback", "data-current": current },
+      h("p", {}, "Current state: ", h("mark", { class: "current-state" }, current)),
+      h("pre", { class: "diagram-source" }, text),
+    );
+  }
+
+  /** Tag the current state's node: Mermaid fills it (`class <id> current` in the text) and
+   * gives it the class "current"; the tag adds a glow (app.css) and a stable hook. */
+  function markCurrent(svg, current) {
+    for (const node of svg.querySelectorAll("g.node.current")) {
+      node.classList.add("sw-current");
+      node.setAttribute("data-state", current);
+    }
+  }
+
+  class DetailPage {
+    constructor(id) {
+      this.id = id;
+      this.root = h("div", { class: "page detail-page" });
+      this.diagramKey = "";
+      this.version = null;
+      this.busy = false;
+      this.head = h("div", { class: "wf-head" });
+      this.facts = h("dl", { class: "facts", id: "facts" });
+      this.decision = h("div", { id: "decision-slot" });
+      this.diagram = h(
+        "div",
+        { class: "diagram", id: "diagram" },
+        h("p", { class: "muted" }, "Rendering…"),
+      );
+      this.summary = h("div", { id: "summary" });
+      this.history = h("tbody");
+      add(
+        this.root,
+        h("p", { class: "crumbs" }, h("a", { href: "#/" }, "← All workflows")),
+        this.head,
+        this.decision,
+        h(
+          "div",
+          { class: "columns" },
+          h(
+            "section",
+            { class: "panel diagram-panel" },
+            h(
+              "div",
+              { class: "panel-head" },
+              h("h2", {}, "Diagram"),
+              h("span", { class: "legend" }, h("span", { class: "swatch" }), "current state"),
+            ),
+            this.diagram,
+          ),
+          h(
+            "div",
+            { class: "side" },
+            h("section", { class: "panel" }, h("h2", {}, "Facts"), this.facts),
+            h("section", { class: "panel" }, h("h2", {}, "Summary"), this.summary),
+          ),
+        ),
+        h(
+          "section",
+          { class: "panel" },
+          h("h2", {}, "History"),
+          h(
+            "table",
+            { class: "table history", id: "history" },
+            h(
+              "thead",
+              {},
+              h(
+                "tr",
+                {},
+                ["#", "Time", "Event", "From → to", "Actor", "Details"].map((c) => h("th", {}, c)),
+              ),
+            ),
+            this.history,
+          ),
+        ),
+      );
+    }
+
+    async refresh() {
+      const wf = await api(`/v1/workflows/${enc(this.id)}`);
+      const changed = wf.version !== this.version;
+      this.renderHead(wf);
+      if (changed) {
+        const history = await api(`/v1/workflows/${enc(this.id)}/history`);
+        this.renderDecision(wf);
+        this.renderSummary(wf);
+        this.renderHistory(wf, history);
+        this.version = wf.version;
+        if (wf.terminal && this.unfollow) {
+          this.unfollow(); // nothing more will happen to it
+        } else if (!this.unfollow && !this.disposed && !wf.terminal) {
+          const seq = history.reduce((m, rec) => Math.max(m, rec.seq), 0);
+          this.unfollow = follow(wf.id, seq, () => {
+            clearTimeout(this.debounce);
+            this.debounce = setTimeout(() => refresh(), 150);
+          });
+        }
+      }
+      await this.renderDiagram(wf);
+    }
+
+    renderHead(wf) {
+      document.title = `${wf.id} · statewright`;
+      const info = stateInfo(wf);
+      fill(
+        this.head,
+        h("h1", { id: "wf-id" }, wf.id),
+        stateBadge(wf, { id: "wf-state", "data-state": wf.state }),
+        wf.stuck ? h("span", { class: "badge badge-stuck", id: "wf-stuck" }, "stuck") : null,
+        wf.terminal ? h("span", { class: "badge" }, "finished") : null,
+        info && info.description
+          ? h("span", { class: "muted state-desc" }, info.description)
+          : null,
+      );
+      const t = now();
+      const rows = [
+        ["Type", `${wf.type} v${wf.machine_version}`],
+        ["Tenant", wf.tenant],
+        ["Version", wf.version],
+        [
+          "In state for",
+          `${duration(t - wf.state_entered_at)}${info && info.stuck_after ? ` (stuck after ${duration(info.stuck_after)})` : ""}`,
+        ],
+        ["Created", timeEl(wf.created_at)],
+        ["Updated", timeEl(wf.updated_at)],
+        ["Attempts", wf.attempts],
+        ["Next due", wf.next_due_at ? timeEl(wf.next_due_at) : "—"],
+        ["Leased by", wf.leased_by || "—"],
+        [
+          "You may fire",
+          wf.allowed_events && wf.allowed_events.length ? wf.allowed_events.join(", ") : "nothing",
+        ],
+      ];
+      if (wf.last_error) rows.push(["Last error", wf.last_error]);
+      if (wf.cancel_requested) rows.push(["Cancel", "requested"]);
+      fill(this.facts, ...rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
+    }
+
+    renderDecision(wf) {
+      const events = decisionEvents(wf);
+      const t = typeOf(wf);
+      if (!events.length) {
+        const approval = t ? t.events.filter((e) => e.approval) : [];
+        const note =
+          !wf.terminal && approval.length && !approval.some((e) => e.may_fire)
+            ? h(
+                "p",
+                { class: "muted", id: "no-decision-rights" },
+                `Your token may not approve or deny ${wf.type} workflows.`,
+              )
+            : null;
+        fill(this.decision, note);
+        return;
+      }
+      const typed = $("#decision-comment", this.decision); // kept across refreshes
+      const comment = h("textarea", {
+        id: "decision-comment",
+        maxlength: 10000,
+        rows: 2,
+        placeholder: "Why (kept in the history)",
+      });
+      if (typed) comment.value = typed.value;
+      const status = h("span", { class: "decision-status", id: "decision-status", role: "status" });
+      const decide = (decision) => this.decide(wf, decision, comment, status);
+      fill(
+        this.decision,
+        h(
+          "section",
+          { class: "panel decision", id: "decision" },
+          h("h2", {}, "Decision needed"),
+          h(
+            "p",
+            {},
+            "Paused in ",
+            h("strong", {}, wf.state),
+            " until an approver decides. Your token may fire: ",
+            events.join(", "),
+            ".",
+          ),
+          h("label", { for: "decision-comment" }, "Comment (optional)"),
+          comment,
+          h(
+            "div",
+            { class: "actions" },
+            h(
+              "button",
+              { type: "button", id: "approve", class: "approve", onclick: () => decide("approve") },
+              "Approve",
+            ),
+            h(
+              "button",
+              { type: "button", id: "deny", class: "deny", onclick: () => decide("deny") },
+              "Deny",
+            ),
+            status,
+          ),
+        ),
+      );
+    }
+
+    async decide(wf, decision, comment, status) {
+      if (this.busy) return;
+      this.busy = true;
+      for (const b of this.decision.querySelectorAll("button")) b.disabled = true;
+      status.textContent = decision === "approve" ? "Approving…" : "Denying…";
+      const body = { workflow_id: wf.id, decision, expected_version: wf.version };
+      if (comment.value.trim()) body.comment = comment.value.trim();
+      try {
+        const after = await api("/v1/approvals", { method: "POST", body });
+        clearBanner();
+        showBanner(
+          `${decision === "approve" ? "Approved" : "Denied"}: ${after.id} is now in ${after.state}.`,
+          "ok",
+        );
+      } catch (exc) {
+        if (exc instanceof ApiError && exc.code === "version_conflict") {
+          showBanner(
+            "The workflow changed while you were looking at it: check it again and decide.",
+            "warn",
+          );
+        } else {
+          reportError(exc);
+        }
+      } finally {
+        this.busy = false;
+        this.version = null; // re-render everything from the server's answer
+        await refresh();
+      }
+    }
+
+    renderSummary(wf) {
+      const s = wf.summary;
+      if (s && typeof s === "object" && !Array.isArray(s)) {
+        const keys = Object.keys(s);
+        fill(
+          this.summary,
+          keys.length
+            ? h(
+                "table",
+                { class: "kv", id: "summary-table" },
+                h(
+                  "tbody",
+                  {},
+                  keys.map((k) =>
+                    h(
+                      "tr",
+                      { "data-key": k },
+                      h("th", {}, k),
+                      h(
+                        "td",
+                        {},
+                        typeof s[k] === "string" ? s[k] : h("code", {}, compactJson(s[k])),
+                      ),
+                    ),
+                  ),
+                ),
+              )
+            : h("p", { class: "muted" }, "The context is empty."),
+        );
+      } else {
+        fill(this.summary, h("pre", {}, JSON.stringify(s, null, 2)));
+      }
+    }
+
+    renderHistory(wf, history) {
+      const t = typeOf(wf);
+      const approval = new Set(t ? t.events.filter((e) => e.approval).map((e) => e.name) : []);
+      fill(
+        this.history,
+        ...history.map((rec) => {
+          const payload = { ...(rec.payload || {}) };
+          const details = [];
+          if (typeof payload.approver === "string") {
+            details.push(
+              h("span", { class: "approver" }, "approver: ", h("strong", {}, payload.approver)),
+            );
+            delete payload.approver;
+          }
+          if (typeof payload.comment === "string") {
+            details.push(h("q", { class: "comment" }, payload.comment));
+            delete payload.comment;
+          }
+          if (Object.keys(payload).length)
+            details.push(h("code", { class: "payload" }, compactJson(payload)));
+          if (rec.context_patch && Object.keys(rec.context_patch).length) {
+            details.push(
+              h(
+                "details",
+                { class: "patch" },
+                h("summary", {}, "context change"),
+                h("code", {}, compactJson(rec.context_patch)),
+              ),
+            );
+          }
+          return h(
+            "tr",
+            {
+              class: `history-row${approval.has(rec.event) ? " approval" : ""}`,
+              "data-event": rec.event,
+              "data-version": rec.version,
+            },
+            h("td", { class: "num" }, rec.version),
+            h("td", {}, timeEl(rec.at)),
+            h("td", {}, h("span", { class: "event" }, rec.event)),
+            h(
+              "td",
+              {},
+              rec.from_state === null ? h("span", { class: "muted" }, "start") : rec.from_state,
+              " → ",
+              rec.to_state,
+            ),
+            h("td", { class: "actor" }, rec.actor),
+            h("td", { class: "details" }, details),
+          );
+        }),
+      );
+    }
+
+    async renderDiagram(wf) {
+      const key = `${wf.type}@${wf.machine_version}:${wf.state}`;
+      if (key === this.diagramKey) return;
+      const text = await api(
+        `/v1/types/${enc(wf.type)}/diagram?version=${enc(wf.machine_version)}&current=${enc(wf.state)}`,
+        { text: true },
+      );
+      const rendered = await renderDiagram(text, wf.state);
+      if (this.disposed) return;
+      fill(this.diagram, rendered);
+      this.diagramKey = key;
+    }
+
+    dispose() {
+      this.disposed = true;
+      clearTimeout(this.debounce);
+      if (this.unfollow) this.unfollow();
+    }
+  }
+
+  // -- routing and refreshing ----------------------------------------------------------------
+
+  let page = null;
+  let refreshing = null;
+  let again = false;
+
+  function route() {
+    if (page) page.dispose();
+    const hash = location.hash || "#/";
+    const match = /^#\/workflows\/([^?]+)/.exec(hash);
+    if (match) {
+      page = new DetailPage(decodeURIComponent(match[1]));
+    } else {
+      document.title = "Workflows · statewright";
+      page = new ListPage(new URLSearchParams(hash.split("?")[1] || ""));
+    }
+    fill($("#view"), page.root);
+    return refresh();
+  }
+
+  /** Refresh the page on view; calls while one runs coalesce into one more run. */
+  async function refresh() {
+    if (refreshing) {
+      again = true;
+      return refreshing;
+    }
+    refreshing = (async () => {
+      do {
+        again = false;
+        const current = page;
+        try {
+          if (!types.loaded) await loadTypes();
+          await current.refresh();
+          if ($("#banner").dataset.source === "refresh") clearBanner();
+        } catch (exc) {
+          reportError(exc, "refresh");
+        }
+      } while (again);
+    })();
+    try {
+      await refreshing;
+    } finally {
+      refreshing = null;
+    }
+  }
+
+  // Live updates. Every page polls; a workflow's page also follows the transition stream
+  // (GET /v1/stream, when the service has it) from its last known transition, so it moves as
+  // soon as the workflow does. The overview only polls: its ages change with time anyway.
+  const live = { timer: null, streaming: false, hasStream: null };
+
+  function setLive(streaming) {
+    live.streaming = streaming;
+    const el = $("#live");
+    el.className = `live${streaming ? " streaming" : ""}`;
+    el.textContent = streaming ? "live" : "auto-refresh";
+    el.title = streaming ? "Follows the transition stream" : `Refreshes every ${POLL_MS / 1000}s`;
+    clearInterval(live.timer);
+    live.timer = setInterval(
+      () => {
+        if (!document.hidden) refresh();
+      },
+      streaming ? LIVE_POLL_MS : POLL_MS,
+    );
+  }
+
+  /** Whether the service has the stream (read once from its OpenAPI document). */
+  function hasStream() {
+    if (live.hasStream === null) {
+      live.hasStream = fetch("/openapi.json", { cache: "no-store" })
+        .then((resp) => (resp.ok ? resp.json() : {}))
+        .then((doc) => Boolean(doc.paths && doc.paths["/v1/stream"]))
+        .catch(() => false);
+    }
+    return live.hasStream;
+  }
+
+  /** Follow one workflow's transitions after `seq`; returns a function that stops. */
+  function follow(workflowId, seq, onTransition) {
+    let source = null;
+    let stopped = false;
+    hasStream().then((yes) => {
+      if (!yes || stopped || typeof EventSource === "undefined") return;
+      const query = new URLSearchParams({ after: String(seq) });
+      if (getToken()) query.set("access_token", getToken());
+      source = new EventSource(`/v1/stream?${query}`);
+      source.addEventListener("open", () => setLive(true));
+      source.addEventListener("error", () => {
+        if (source.readyState === EventSource.CLOSED) setLive(false);
+      });
+      source.addEventListener("transition", (ev) => {
+        let rec = {};
+        try {
+          rec = JSON.parse(ev.data);
+        } catch (_) {
+          return;
+        }
+        if (rec.workflow_id === workflowId) onTransition(rec);
+      });
+    });
+    return () => {
+      stopped = true;
+      if (source) source.close();
+      setLive(false);
+    };
+  }
+
+  function setupToken() {
+    const input = $("#token");
+    input.value = getToken();
+    $("#token-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const value = input.value.trim();
+      if (value) sessionStorage.setItem(TOKEN_KEY, value);
+      else sessionStorage.removeItem(TOKEN_KEY);
+      tokenChanged();
+    });
+    $("#token-clear").addEventListener("click", () => {
+      sessionStorage.removeItem(TOKEN_KEY);
+      input.value = "";
+      tokenChanged();
+    });
+  }
+
+  function tokenChanged() {
+    clearBanner();
+    types.loaded = false;
+    $("#whoami").textContent = "";
+    route();
+  }
+
+  function main() {
+    setupToken();
+    window.addEventListener("hashchange", () => {
+      clearBanner();
+      route();
+    });
+    document.addEventListener("visibilitychange", () => {
+      if (!document.hidden) refresh();
+    });
+    setLive(false);
+    route();
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", main);
+  else main();
+})();

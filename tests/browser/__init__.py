@@ -1,0 +1,3 @@
+"""The dashboard in a real browser (Chromium, driven by Playwright)."""
+
+from __future__ import annotations

@@ -1,0 +1,164 @@
+"""A real ``statewright serve --worker`` process and a real Chromium for the dashboard tests.
+
+Chromium must be at ``/usr/bin/chromium`` (``./scripts/test`` installs it); without it the
+tests fail, they never skip. Playwright cannot download browsers here, so it launches that one.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+APPS = [ROOT / "examples" / "refund_approval.py", Path(__file__).with_name("support_ticket.yaml")]
+START_TIMEOUT = 20.0
+STOP_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Caller:
+    token: str
+    actor: str
+    roles: tuple[str, ...]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+APPROVER = Caller("approver-token-maria", "maria", ("approver", "operator"))
+AGENT = Caller("agent-token-agent-7", "agent-7", ("agent",))
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The browser's path; fails the test (never skips) when it is not installed."""
+    if not (CHROMIUM.is_file() and os.access(CHROMIUM, os.X_OK)):
+        pytest.fail(
+            f"the dashboard browser test needs Chromium at {CHROMIUM}, which is missing: "
+            "install it (apt-get install chromium; ./scripts/test does it when it may)",
+            pytrace=False,
+        )
+    return str(CHROMIUM)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATEWRIGHT_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT)
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
+    """True once /ready answers 200; False if the process exited (e.g. the port was taken)."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            return False
+        try:
+            if httpx.get(f"{url}/ready", timeout=2.0).status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    _stop(proc)
+    pytest.fail(f"statewright serve was not ready in {START_TIMEOUT:g}s:\n{log.read_text()}")
+
+
+@contextmanager
+def serve(tmp_path: Path, callers: tuple[Caller, ...] | None) -> Iterator[Server]:
+    """``statewright serve --worker`` on a free port over a fresh SQLite file, with a tokens
+    file for ``callers`` (None: open mode, no tokens)."""
+    options = []
+    if callers is not None:
+        tokens = tmp_path / "tokens.yaml"
+        entries = [
+            {"token": c.token, "actor": c.actor, "roles": list(c.roles), "tenant": "default"}
+            for c in callers
+        ]
+        tokens.write_text(yaml.safe_dump({"tokens": entries}))
+        options = ["--tokens", str(tokens)]
+    log = tmp_path / "serve.log"
+    for _attempt in range(3):  # another process may take the free port before we bind it
+        port = _free_port()
+        cmd = [
+            sys.executable,
+            "-m",
+            "statewright.cli",
+            "--db",
+            str(tmp_path / "dashboard.db"),
+            "--app",
+            ",".join(str(p) for p in APPS),
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            *options,
+            "--worker",
+        ]
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT
+            )
+        url = f"http://127.0.0.1:{port}"
+        if _wait_ready(url, proc, log):
+            break
+    else:
+        pytest.fail(f"statewright serve did not start:\n{log.read_text()}")
+    try:
+        yield Server(url, proc, log)
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    """The service with two tokens: an approver's and an agent's."""
+    with serve(tmp_path, (APPROVER, AGENT)) as running:
+        yield running
+
+
+@pytest.fixture
+def open_server(tmp_path: Path) -> Iterator[Server]:
+    """The service in open mode (no tokens: every local caller is an admin and approver)."""
+    with serve(tmp_path, None) as running:
+        yield running
