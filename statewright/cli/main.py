@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import typer
 
-from statewright.cli import definitions, demo, ops, serve, workflows
+from statewright.cli import alerts, definitions, demo, mcp, ops, serve, workflows
 from statewright.cli.options import (
     AppOption,
     DbOption,
@@ -59,11 +59,13 @@ _COMMANDS: list[tuple[str, Callable[..., None], str]] = [
     ("input", workflows.input_, "error"),
     ("list", workflows.list_, "error"),
     ("stuck", ops.stuck, "error"),
+    ("alerts", alerts.alerts, "error"),
     ("replay", ops.replay, "error"),
     ("diagram", definitions.diagram, "error"),
     ("check", definitions.check, "error"),
     ("worker", ops.worker, "info"),
     ("serve", serve.serve, "info"),
+    ("mcp", mcp.mcp, "error"),
     ("demo", demo.demo, "error"),
 ]
 for _name, _fn, _level in _COMMANDS:

@@ -12,7 +12,7 @@ import uvicorn
 from statewright.access import TokenRegistry
 from statewright.cli.loading import build_engine
 from statewright.cli.options import Settings
-from statewright.cli.output import err
+from statewright.cli.output import LogFormat, LogFormatOption, err, use_log_format
 from statewright.errors import InvalidInput
 from statewright.http import WorkerOptions, create_app
 
@@ -26,6 +26,14 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def _notice(fmt: LogFormat, text: str, *, warn: bool = False) -> None:
+    """A line for the operator: plain on stderr, or a log record with --log-format json."""
+    if fmt is LogFormat.json:
+        log.log(logging.WARNING if warn else logging.INFO, text, extra={"action": "serve"})
+    else:
+        err.print(text, style="yellow" if warn else None, markup=False)
 
 
 def serve(
@@ -51,8 +59,10 @@ def serve(
         bool, typer.Option("--worker", help="Also run a worker in this process.")
     ] = False,
     concurrency: Annotated[int, typer.Option(min=1, help="Worker concurrency.")] = 8,
+    log_format: LogFormatOption = LogFormat.text,
 ) -> None:
     """Serve the HTTP API, dashboard (/), probes and /metrics until SIGINT/SIGTERM."""
+    use_log_format(log_format)
     registry = TokenRegistry.from_file(tokens) if tokens else None
     if registry is None and not _loopback(host):
         raise InvalidInput(
@@ -65,8 +75,8 @@ def serve(
         worker=WorkerOptions(concurrency=concurrency) if worker else None,
     )
     if registry is None:
-        err.print("[yellow]open mode: no --tokens, every local caller is an admin[/]")
-    err.print(f"statewright serving on http://{host}:{port}/")
+        _notice(log_format, "open mode: no --tokens, every local caller is an admin", warn=True)
+    _notice(log_format, f"statewright serving on http://{host}:{port}/")
     uvicorn.run(
         app,
         host=host,

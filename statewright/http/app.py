@@ -1,5 +1,6 @@
-"""The ASGI app behind ``statewright serve``: REST API, probes, metrics and dashboard, over
-any store, with an optional worker in the same process."""
+"""The ASGI app behind ``statewright serve``: REST API, SSE stream, probes, metrics, alerts,
+dashboard and the MCP server (``/mcp``), over any store, with an optional worker in the same
+process."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from statewright import __version__
 from statewright.access import TokenRegistry
 from statewright.engine.core import Engine
 from statewright.engine.worker import Worker
-from statewright.http import api, errors, health
+from statewright.http import api, dashboard, errors, health, stream
+from statewright.http import metrics as observability
+from statewright.mcp_server import http as mcp_http
 
 log = logging.getLogger("statewright.http")
 
@@ -68,7 +71,8 @@ def create_app(
                     poll_interval=worker.poll_interval,
                 )
                 app.state.worker_task = asyncio.create_task(running.run(recover=True))
-            yield
+            async with mcp_http.running(app):  # the MCP server's session manager
+                yield
         finally:
             task = app.state.worker_task
             if running is not None and task is not None:
@@ -90,4 +94,8 @@ def create_app(
     errors.install(app)
     app.include_router(api.router)
     app.include_router(health.router)
+    observability.install(app, engine)  # /metrics, /v1/alerts, transition span events
+    dashboard.install(app)  # / and /ui/: the operator dashboard
+    app.include_router(stream.router)
+    mcp_http.mount(app, engine)  # /mcp: the MCP server over streamable HTTP
     return app

@@ -25,6 +25,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "refund-small": "done", "refund-approved": "done", "refund-denied": "rejected",
         "refund-timeout": "failed", "refund-huge": "rejected", "refund-invalid": "rejected",
     },
+    "mcp_agent": {"order-7001": "delivered"},
 }  # fmt: skip
 
 

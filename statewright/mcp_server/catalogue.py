@@ -1,0 +1,326 @@
+"""The tools one caller sees: four fixed ones and one per event its roles may fire.
+
+Why one tool per event rather than a single ``send_event`` with an ``enum`` of event names:
+
+- **The model picks by name and description.** ``order_fulfilment__ship`` with "The parcel
+  left the warehouse. Fires from fulfillment_triggered -> shipped." is a choice a model makes
+  reliably; an enum member inside one generic tool carries no description of its own.
+- **Each event gets its exact payload schema.** The ``payload`` property of an event tool is
+  the event's own JSON Schema (``ship`` requires ``tracking_number``), so the client and the
+  model see the required fields before calling. A single tool could only say "payload: any
+  object" or a ``oneOf`` keyed on the enum, which models fill in poorly.
+- **What the caller may not do does not exist for it.** Tools are built per caller from the
+  machine's roles: an agent's list simply has no approval tool, so there is nothing to
+  hallucinate a call to. ``get_workflow_state`` names the tools that are legal *now*
+  (``allowed_actions``) with the same names.
+
+The cost is more tools (one per event and machine the caller may fire); the list is fixed for
+a caller (it does not change with a workflow's state), so clients can cache it. Legality in the
+current state is checked on every call, never assumed from the list.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import mcp_types as types
+
+from statewright.access import Principal
+from statewright.definition.data import plain
+from statewright.definition.machine import Event, Machine
+from statewright.engine.core import Engine
+from statewright.engine.workflow_type import WorkflowType
+
+SEP = "__"
+"""Between machine and event in an event tool's name: ``order_fulfilment__ship``."""
+TOOL_NAME = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+"""The characters and length MCP allows in a tool name (SEP-986)."""
+
+GET_STATE = "get_workflow_state"
+LIST = "list_workflows"
+START = "start_workflow"
+WAIT = "wait_for_state"
+MAX_WAIT = 300.0
+DEFAULT_WAIT = 30.0
+MAX_LIST = 100
+
+Kind = Literal["send", "decide", "cancel"]
+
+
+@dataclass(frozen=True)
+class EventTool:
+    """An event exposed as a tool: how to call the engine for it."""
+
+    name: str
+    machine: str
+    event: str
+    kind: Kind
+    """``send`` fires the event; ``decide`` is an approval or denial (the caller is recorded
+    as the approver); ``cancel`` goes through the engine's cancel, which reaches a running
+    step so it can stop and keep partial results."""
+    approve: bool
+    summary: str
+    """The event's own description (what firing it means)."""
+    payload_required: tuple[str, ...]
+    tool: types.Tool
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """Everything one caller may call, by tool name."""
+
+    fixed: tuple[types.Tool, ...]
+    events: Mapping[str, EventTool]
+
+    def tools(self) -> list[types.Tool]:
+        return [*self.fixed, *(e.tool for e in self.events.values())]
+
+    def event_tool(self, machine: str, event: str) -> EventTool | None:
+        return self.events.get(tool_name(machine, event))
+
+
+def tool_name(machine: str, event: str) -> str:
+    return f"{machine}{SEP}{event}"
+
+
+def build_catalogue(engine: Engine, principal: Principal) -> Catalogue:
+    """The tools ``principal`` may call on ``engine``'s workflow types."""
+    wtypes = sorted(engine.types, key=lambda t: t.name)
+    fixed = [_get_state_tool(), _list_tool(wtypes), _wait_tool()]
+    if not principal.read_only:
+        fixed.insert(2, _start_tool(wtypes))
+    events: dict[str, EventTool] = {}
+    for wtype in wtypes:
+        for event in wtype.machine.events.values():
+            if not principal.may_fire(event):
+                continue  # approval events without the approver role never get this far
+            spec = _event_tool(wtype, event)
+            if spec is not None and spec.name not in events:
+                events[spec.name] = spec
+    return Catalogue(tuple(fixed), events)
+
+
+# -- fixed tools -------------------------------------------------------------------------------
+
+_WORKFLOW_ID = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 200,
+    "description": "The workflow's id.",
+}
+_EXPECTED_VERSION = {
+    "type": "integer",
+    "minimum": 1,
+    "description": "Optional: the workflow's version as you last read it (get_workflow_state). "
+    "If it has moved on since, nothing is done and you get a version_conflict error: "
+    "re-read the state before deciding again.",
+}
+
+
+def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def _get_state_tool() -> types.Tool:
+    return types.Tool(
+        name=GET_STATE,
+        title="Get a workflow's state",
+        description=(
+            "Read a workflow as it is now: its state and what that means, the actions you may "
+            "take now (allowed_actions: the tool names to call), what it is waiting for, a "
+            "short summary of its data, the steps already completed with their results, and "
+            "the last transitions. Call it first, and again whenever you are unsure: it is "
+            "all you need to continue a workflow, e.g. after a restart."
+        ),
+        input_schema=_object({"workflow_id": _WORKFLOW_ID}, ["workflow_id"]),
+        annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+
+
+def _list_tool(wtypes: list[WorkflowType]) -> types.Tool:
+    props: dict[str, Any] = {
+        "type": {
+            "type": "string",
+            "enum": [t.name for t in wtypes],
+            "description": "Only workflows of this type.",
+        },
+        "state": {"type": "string", "maxLength": 200, "description": "Only in this state."},
+        "terminal": {
+            "type": "boolean",
+            "description": "true: only finished workflows; false: only unfinished ones.",
+        },
+        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIST, "default": 20},
+        "offset": {"type": "integer", "minimum": 0, "default": 0},
+    }
+    return types.Tool(
+        name=LIST,
+        title="List workflows",
+        description=(
+            "List the workflows you can see, oldest in their state first, each with its state "
+            "and the actions you may take on it now."
+        ),
+        input_schema=_object(props, []),
+        annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+
+
+def _start_tool(wtypes: list[WorkflowType]) -> types.Tool:
+    lines = [f"- {t.name}: {t.machine.description or '(no description)'}" for t in wtypes]
+    props: dict[str, Any] = {
+        "type": {
+            "type": "string",
+            "enum": [t.name for t in wtypes],
+            "description": "The workflow type (machine) to start.",
+        },
+        "input": {
+            "type": "object",
+            "description": "The workflow's initial data (its context).",
+            "default": {},
+        },
+        "id": {
+            "type": "string",
+            "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$",
+            "description": "Optional id of your choosing. Starting an id that exists returns "
+            "that workflow unchanged (created: false), so a retried start is safe.",
+        },
+    }
+    return types.Tool(
+        name=START,
+        title="Start a workflow",
+        description="Start a workflow in its type's initial state. Types:\n" + "\n".join(lines),
+        input_schema=_object(props, ["type"]),
+        annotations=types.ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True
+        ),
+    )
+
+
+def _wait_tool() -> types.Tool:
+    props: dict[str, Any] = {
+        "workflow_id": _WORKFLOW_ID,
+        "states": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Return once the workflow is in one of these states (or finished). "
+            "Without it: once nothing runs automatically any more, i.e. the workflow waits "
+            "for an event or is finished.",
+        },
+        "timeout": {
+            "type": "number",
+            "minimum": 0,
+            "maximum": MAX_WAIT,
+            "default": DEFAULT_WAIT,
+            "description": "Seconds to wait at most; then the state is returned as it is, "
+            "with timed_out: true.",
+        },
+    }
+    return types.Tool(
+        name=WAIT,
+        title="Wait for a workflow",
+        description=(
+            "Wait while workers run a workflow's automatic steps, reporting each state change "
+            "and step progress as MCP progress notifications; returns the workflow's state "
+            "(as get_workflow_state does). Changes nothing."
+        ),
+        input_schema=_object(props, ["workflow_id"]),
+        annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),
+    )
+
+
+# -- event tools -------------------------------------------------------------------------------
+
+
+def _event_tool(wtype: WorkflowType, event: Event) -> EventTool | None:
+    machine = wtype.machine
+    name = tool_name(machine.name, event.name)
+    if not TOOL_NAME.match(name):
+        return None  # not expressible as an MCP tool name; HTTP and the CLI still fire it
+    if event.approval and event.name in (wtype.approve_event, wtype.deny_event):
+        kind: Kind = "decide"
+        props: dict[str, Any] = {
+            "workflow_id": _workflow_id_for(machine),
+            "comment": {"type": "string", "maxLength": 10_000, "description": "Why."},
+            "expected_version": _EXPECTED_VERSION,
+        }
+        schema = _object(props, ["workflow_id"])
+    else:
+        kind = "cancel" if event.name == wtype.cancel_event else "send"
+        payload = _payload_schema(event)
+        props = {
+            "workflow_id": _workflow_id_for(machine),
+            "payload": payload,
+            "expected_version": _EXPECTED_VERSION,
+        }
+        required = ["workflow_id"]
+        if payload.get("required"):
+            required.append("payload")
+        schema = _object(props, required)
+    description = _describe(machine, event)
+    if kind == "decide":
+        description += " You are recorded as the approver."
+    elif kind == "cancel":
+        description += (
+            " If a worker is running a step, the cancel is delivered to it first (it may save "
+            "partial results) and the workflow moves on shortly after."
+        )
+    tool = types.Tool(
+        name=name,
+        title=f"{machine.name}: {event.name}",
+        description=description,
+        input_schema=schema,
+        annotations=types.ToolAnnotations(
+            read_only_hint=False, destructive_hint=True, idempotent_hint=False
+        ),
+    )
+    return EventTool(
+        name=name,
+        machine=machine.name,
+        event=event.name,
+        kind=kind,
+        approve=event.name == wtype.approve_event,
+        summary=event.description.strip(),
+        payload_required=tuple(
+            str(r) for r in schema["properties"].get("payload", {}).get("required", ())
+        ),
+        tool=tool,
+    )
+
+
+def _workflow_id_for(machine: Machine) -> dict[str, Any]:
+    return {**_WORKFLOW_ID, "description": f"The {machine.name} workflow to act on."}
+
+
+def _payload_schema(event: Event) -> dict[str, Any]:
+    if event.payload_schema is None:
+        return {"type": "object", "description": "No fields are needed: omit it or pass {}."}
+    schema: dict[str, Any] = plain(event.payload_schema)
+    schema.setdefault("description", f"The data the {event.name!r} event carries.")
+    return schema
+
+
+def _describe(machine: Machine, event: Event) -> str:
+    """The event's own description plus where it fires from and leads to."""
+    moves: list[str] = []
+    for t in machine.transitions:
+        if t.event != event.name:
+            continue
+        move = f"{' or '.join(t.sources)} -> {t.target}"
+        if t.guard is not None:
+            move += f" if {t.guard.expr if t.guard.expr is not None else t.guard.name}"
+        moves.append(move)
+    text = event.description.strip() or f"Fire {event.name!r}."
+    if not text.endswith("."):
+        text += "."
+    return (
+        f"[{machine.name}] {text} Fires from: {'; '.join(moves) or 'nowhere'}. "
+        "Only legal when get_workflow_state lists this tool in allowed_actions; otherwise it "
+        "is refused with an error naming the current state and changes nothing."
+    )

@@ -1,0 +1,478 @@
+"""The MCP server: the SDK's low-level :class:`mcp.server.Server` over :class:`Access`.
+
+The low-level server (not ``MCPServer``'s decorated functions) because the tool list is built
+per caller: it depends on the caller's roles (which events it may fire), and over HTTP every
+request may come with another token. Every call goes through :class:`Access`, so tenant
+scoping, roles and the actor recorded in the log are the same as over HTTP and the CLI.
+
+A refused call (illegal in the current state, stale ``expected_version``, a role that may not
+fire the event, a payload that breaks the event's schema, an unknown workflow) is a tool result
+with ``isError`` and a JSON body ``{"error": {code, message, workflow_id, state, version,
+allowed_actions, ...}}``; the engine refuses before writing, so nothing changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
+
+from statewright import __version__
+from statewright.access import LOCAL, Access, Principal
+from statewright.definition.formats.document import to_dict
+from statewright.definition.render.mermaid import to_mermaid
+from statewright.engine.core import Engine
+from statewright.errors import (
+    Forbidden,
+    IllegalTransition,
+    InvalidInput,
+    StatewrightError,
+    UnknownWorkflowType,
+    VersionConflict,
+    WorkflowNotFound,
+)
+from statewright.mcp_server import catalogue as cat
+from statewright.mcp_server.catalogue import Catalogue, EventTool, build_catalogue
+from statewright.mcp_server.state import allowed_actions, automatic, brief, state_view
+from statewright.types import WorkflowFilter, WorkflowRow
+
+log = logging.getLogger("statewright.mcp")
+
+Context = ServerRequestContext[Any, Any]
+PrincipalOf = Callable[[Context], Principal]
+"""How a request's caller is found: fixed for stdio, from the bearer token over HTTP."""
+
+SCHEME = "statewright://"
+DIAGRAM_MIME = "text/vnd.mermaid"
+
+INSTRUCTIONS = """\
+statewright runs durable workflows as explicit state machines. You move a workflow only by
+calling the tools for its events; saying that something happened changes nothing.
+
+1. get_workflow_state(workflow_id) first: it shows the state, allowed_actions (the tools you
+   may call now), what the workflow waits for, the steps already done and their results.
+2. Call only a tool listed in allowed_actions. Pass expected_version (the version you read)
+   to be refused, rather than acting on a stale view, if the workflow moved meanwhile.
+3. While workers run automatic steps, call wait_for_state: it reports progress and returns
+   the new state.
+A refused call returns an error naming the current state and the allowed actions, and
+changes nothing. Approvals are never yours to give unless you hold the approver role.
+"""
+
+
+def create_server(
+    engine: Engine,
+    principal: Principal | PrincipalOf = LOCAL,
+    *,
+    poll_interval: float = 0.2,
+) -> Server[Any]:
+    """The MCP server over ``engine`` (which the caller opens and closes).
+
+    Args:
+        principal: the caller (stdio: one per process), or a function finding it in each
+            request's context (HTTP: from its bearer token).
+        poll_interval: how often ``wait_for_state`` looks at the workflow.
+    """
+    handlers = _Handlers(engine, principal, poll_interval)
+    return Server(
+        "statewright",
+        version=__version__,
+        title="statewright workflows",
+        description="Durable workflows as explicit state machines.",
+        instructions=INSTRUCTIONS,
+        on_list_tools=handlers.list_tools,
+        on_call_tool=handlers.call_tool,
+        on_list_resources=handlers.list_resources,
+        on_list_resource_templates=handlers.list_resource_templates,
+        on_read_resource=handlers.read_resource,
+    )
+
+
+class _Handlers:
+    def __init__(
+        self, engine: Engine, principal: Principal | PrincipalOf, poll_interval: float
+    ) -> None:
+        self.engine = engine
+        self.principal_of: PrincipalOf = (
+            (lambda _ctx: principal) if isinstance(principal, Principal) else principal
+        )
+        self.poll_interval = poll_interval
+        self._catalogues: dict[Principal, Catalogue] = {}
+
+    def catalogue(self, principal: Principal) -> Catalogue:
+        # Types are registered before serving and never change after: one build per caller.
+        found = self._catalogues.get(principal)
+        if found is None:
+            found = self._catalogues[principal] = build_catalogue(self.engine, principal)
+        return found
+
+    # -- tools -------------------------------------------------------------------------------
+
+    async def list_tools(
+        self, ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self.catalogue(self.principal_of(ctx)).tools())
+
+    async def call_tool(
+        self, ctx: Context, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        principal = self.principal_of(ctx)
+        access = Access(self.engine, principal)
+        catalogue = self.catalogue(principal)
+        args = dict(params.arguments or {})
+        try:
+            body = await self._call(ctx, access, catalogue, params.name, args)
+        except StatewrightError as exc:
+            error = await _error_body(access, catalogue, exc, args.get("workflow_id"))
+            return _result({"error": error}, is_error=True)
+        except Exception:
+            log.exception("MCP tool %r failed", params.name, extra={"action": "mcp_tool_failed"})
+            error = {"code": "internal_error", "message": "the tool failed unexpectedly"}
+            return _result({"error": error}, is_error=True)
+        return _result(body)
+
+    async def _call(
+        self,
+        ctx: Context,
+        access: Access,
+        catalogue: Catalogue,
+        name: str,
+        args: dict[str, Any],
+    ) -> dict[str, Any]:
+        if name == cat.GET_STATE:
+            _only(args, "workflow_id")
+            row = await access.get(_text(args, "workflow_id"))
+            return await state_view(access, catalogue, row)
+        if name == cat.LIST:
+            return await self._list(access, catalogue, args)
+        if name == cat.START and any(t.name == cat.START for t in catalogue.fixed):
+            return await self._start(access, catalogue, args)
+        if name == cat.WAIT:
+            return await self._wait(ctx, access, catalogue, args)
+        spec = catalogue.events.get(name)
+        if spec is None:
+            raise _unknown_tool(access, name)
+        return await self._fire(access, catalogue, spec, args)
+
+    async def _list(
+        self, access: Access, catalogue: Catalogue, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        _only(args, "type", "state", "terminal", "limit", "offset")
+        terminal = args.get("terminal")
+        if terminal is not None and not isinstance(terminal, bool):
+            raise InvalidInput("'terminal' must be true or false")
+        limit = _int(args, "limit", 1, cat.MAX_LIST)
+        offset = _int(args, "offset", 0, 10**9)
+        where = WorkflowFilter(
+            type=_opt_text(args, "type"),
+            state=_opt_text(args, "state"),
+            terminal=terminal,
+            limit=20 if limit is None else limit,
+            offset=offset or 0,
+        )
+        rows = await access.list_workflows(where)
+        return {
+            "workflows": [brief(access, catalogue, r) for r in rows],
+            "count": len(rows),
+            "limit": where.limit,
+            "offset": where.offset,
+        }
+
+    async def _start(
+        self, access: Access, catalogue: Catalogue, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        _only(args, "type", "input", "id")
+        data = args.get("input", {})
+        if not isinstance(data, Mapping):
+            raise InvalidInput("'input' must be a JSON object")
+        row, created = await access.start(
+            _text(args, "type"), data, workflow_id=_opt_text(args, "id")
+        )
+        return {"created": created, **await state_view(access, catalogue, row)}
+
+    async def _wait(
+        self, ctx: Context, access: Access, catalogue: Catalogue, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        _only(args, "workflow_id", "states", "timeout")
+        workflow_id = _text(args, "workflow_id")
+        states = args.get("states")
+        if states is not None and (
+            not isinstance(states, list) or not all(isinstance(s, str) for s in states)
+        ):
+            raise InvalidInput("'states' must be a list of state names")
+        timeout = args.get("timeout", cat.DEFAULT_WAIT)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise InvalidInput("'timeout' must be a number of seconds")
+        if not 0 <= timeout <= cat.MAX_WAIT:
+            raise InvalidInput(f"'timeout' must be between 0 and {cat.MAX_WAIT:g} seconds")
+        row = await access.get(workflow_id)
+        known = access.machine_of(row).states
+        unknown = [s for s in states or () if s not in known]
+        if unknown:
+            raise InvalidInput(
+                f"{row.type} has no state {', '.join(map(repr, unknown))}; "
+                f"its states: {', '.join(known)}"
+            )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + float(timeout)
+        seen: tuple[Any, ...] | None = None
+        reports = 0
+        while True:
+            key = (row.version, json.dumps(row.progress, sort_keys=True, default=str))
+            if key != seen:
+                seen = key
+                reports += 1
+                # A no-op unless the client asked for progress (sent a progressToken).
+                await ctx.session.report_progress(reports, None, _progress_message(row))
+            reached = row.state in states if states else not await automatic(access, row)
+            left = deadline - loop.time()
+            if reached or row.terminal or left <= 0:
+                break
+            await asyncio.sleep(min(self.poll_interval, left))
+            row = await access.get(workflow_id)
+        view = await state_view(access, catalogue, row)
+        return {"reached": reached, "timed_out": not (reached or row.terminal), **view}
+
+    async def _fire(
+        self, access: Access, catalogue: Catalogue, spec: EventTool, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        if spec.kind == "decide":
+            _only(args, "workflow_id", "comment", "expected_version")
+        else:
+            _only(args, "workflow_id", "payload", "expected_version")
+        workflow_id = _text(args, "workflow_id")
+        expected = _int(args, "expected_version", 1, 2**62)
+        before = await access.get(workflow_id)
+        if before.type != spec.machine:
+            raise InvalidInput(
+                f"{spec.name} acts on {spec.machine} workflows; "
+                f"{workflow_id!r} is a {before.type} workflow",
+                workflow_id=workflow_id,
+            )
+        if spec.kind == "decide":
+            comment = _opt_text(args, "comment")
+            after = await access.decide(
+                workflow_id, spec.approve, comment=comment, expected_version=expected
+            )
+        else:
+            payload = args.get("payload", {})
+            if not isinstance(payload, Mapping):
+                raise InvalidInput("'payload' must be a JSON object", event=spec.event)
+            if spec.kind == "cancel":
+                after = await _cancel(access, before, spec, payload, expected)
+            else:
+                after = await access.send(
+                    workflow_id, spec.event, payload, expected_version=expected
+                )
+        view = await state_view(access, catalogue, after)
+        if after.version == before.version and after.cancel_requested is not None:
+            done = f"cancel requested: the running {before.state!r} step is being stopped"
+        else:
+            done = f"{spec.event}: {before.state} -> {after.state}"
+        return {"done": done, **view}
+
+    # -- resources ---------------------------------------------------------------------------
+
+    async def list_resources(
+        self, ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        self.principal_of(ctx)  # only callers who may connect may read
+        resources: list[types.Resource] = []
+        for wtype in sorted(self.engine.types, key=lambda t: t.name):
+            m = wtype.machine
+            resources.append(
+                types.Resource(
+                    uri=f"{SCHEME}machines/{m.name}/definition",
+                    name=f"{m.name}-definition",
+                    title=f"{m.name} definition (v{m.version})",
+                    description=f"{m.description} States, events (with roles and payload "
+                    "schemas) and transitions, as JSON.".strip(),
+                    mime_type="application/json",
+                )
+            )
+            resources.append(
+                types.Resource(
+                    uri=f"{SCHEME}machines/{m.name}/diagram",
+                    name=f"{m.name}-diagram",
+                    title=f"{m.name} diagram (v{m.version})",
+                    description=f"The {m.name} machine as a Mermaid state diagram.",
+                    mime_type=DIAGRAM_MIME,
+                )
+            )
+        return types.ListResourcesResult(resources=resources)
+
+    async def list_resource_templates(
+        self, ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        self.principal_of(ctx)
+        template = types.ResourceTemplate(
+            uri_template=SCHEME + "workflows/{workflow_id}/diagram",
+            name="workflow-diagram",
+            title="A workflow's diagram",
+            description="The workflow's machine as a Mermaid diagram, its current state marked.",
+            mime_type=DIAGRAM_MIME,
+        )
+        return types.ListResourceTemplatesResult(resource_templates=[template])
+
+    async def read_resource(
+        self, ctx: Context, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        access = Access(self.engine, self.principal_of(ctx))
+        uri = str(params.uri)
+        parts = uri.removeprefix(SCHEME).split("/") if uri.startswith(SCHEME) else []
+        try:
+            if len(parts) == 3 and parts[0] == "machines" and parts[2] == "definition":
+                machine = self.engine.type_of(parts[1]).machine
+                text, mime = json.dumps(to_dict(machine), indent=2), "application/json"
+            elif len(parts) == 3 and parts[0] == "machines" and parts[2] == "diagram":
+                text, mime = to_mermaid(self.engine.type_of(parts[1]).machine), DIAGRAM_MIME
+            elif len(parts) == 3 and parts[0] == "workflows" and parts[2] == "diagram":
+                row = await access.get(parts[1])
+                text, mime = to_mermaid(access.machine_of(row), row.state), DIAGRAM_MIME
+            else:
+                raise _no_resource(uri)
+        except (UnknownWorkflowType, WorkflowNotFound) as exc:
+            raise _no_resource(uri, exc.message) from None
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, mime_type=mime, text=text)]
+        )
+
+
+RESOURCE_NOT_FOUND = -32002
+"""The MCP error code for a resource that does not exist."""
+
+
+def _no_resource(uri: str, why: str | None = None) -> MCPError:
+    return MCPError(RESOURCE_NOT_FOUND, why or f"no resource {uri!r}", {"uri": uri})
+
+
+def _result(body: dict[str, Any], *, is_error: bool = False) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=json.dumps(body, indent=1, default=str))],
+        structured_content=body,
+        is_error=is_error,
+    )
+
+
+async def _cancel(
+    access: Access,
+    row: WorkflowRow,
+    spec: EventTool,
+    payload: Mapping[str, Any],
+    expected: int | None,
+) -> WorkflowRow:
+    """Cancel through the engine, so a running step hears of it and can save partial results."""
+    access.machine_of(row).events[spec.event].validate_payload(payload)
+    if expected is not None and row.version != expected:
+        raise VersionConflict(row.id, expected, row.version)
+    reason = payload.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        reason = f"cancelled by {access.principal.actor}"
+    return await access.cancel(row.id, reason)
+
+
+async def _error_body(
+    access: Access, catalogue: Catalogue, exc: StatewrightError, workflow_id: Any
+) -> dict[str, Any]:
+    """The error with the workflow's current state and what the caller may do now."""
+    body = {k: v for k, v in exc.to_dict().items() if v is not None}
+    # The machine's allowed events include ones this caller may not fire (approvals):
+    # report only the caller's own.
+    body.pop("allowed", None)
+    if isinstance(workflow_id, str) and not isinstance(exc, WorkflowNotFound):
+        try:
+            row = await access.get(workflow_id)
+        except StatewrightError:
+            row = None
+        if row is not None:
+            body.update(
+                workflow_id=row.id,
+                state=row.state,
+                version=row.version,
+                terminal=row.terminal,
+                allowed_actions=allowed_actions(access, catalogue, row),
+            )
+    if isinstance(exc, IllegalTransition | VersionConflict):
+        body["hint"] = (
+            "Nothing was changed. Call get_workflow_state, then pick from allowed_actions."
+        )
+    else:
+        body.setdefault("hint", "Nothing was changed.")
+    return body
+
+
+class UnknownTool(StatewrightError):
+    """No tool has this name."""
+
+    code = "unknown_tool"
+
+
+def _unknown_tool(access: Access, name: str) -> StatewrightError:
+    """Forbidden for an event the caller's roles may not fire, else an unknown tool."""
+    machine, sep, event = name.partition(cat.SEP)
+    if sep:
+        try:
+            declared = access.engine.type_of(machine).machine.events.get(event)
+        except UnknownWorkflowType:
+            declared = None
+        if declared is not None:
+            return Forbidden(
+                f"{access.principal.actor!r} may not fire {event!r}: it is not one of your tools",
+                event=event,
+            )
+    return UnknownTool(f"no tool named {name!r}", tool=name)
+
+
+def _only(args: Mapping[str, Any], *names: str) -> None:
+    extra = sorted(set(args) - set(names))
+    if extra:
+        raise InvalidInput(
+            f"unknown argument(s) {', '.join(map(repr, extra))}; expected: {', '.join(names)}"
+        )
+
+
+def _text(args: Mapping[str, Any], name: str) -> str:
+    value = _opt_text(args, name)
+    if value is None:
+        raise InvalidInput(f"{name!r} is required")
+    return value
+
+
+def _opt_text(args: Mapping[str, Any], name: str) -> str | None:
+    value = args.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 10_000:
+        raise InvalidInput(f"{name!r} must be a non-empty string")
+    return value
+
+
+def _int(args: Mapping[str, Any], name: str, low: int, high: int) -> int | None:
+    value = args.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidInput(f"{name!r} must be an integer from {low} to {high}")
+    return value
+
+
+def _progress_message(row: WorkflowRow) -> str:
+    text = f"{row.state} (version {row.version})"
+    if row.progress:
+        rest = dict(row.progress)
+        done, of, message = rest.pop("done", None), rest.pop("of", None), rest.pop("message", None)
+        parts = []
+        if done is not None:
+            parts.append(f"{done}/{of}" if of is not None else str(done))
+        if message is not None:
+            parts.append(str(message))
+        if rest:
+            parts.append(json.dumps(rest, sort_keys=True, default=str))
+        text += ": " + " ".join(parts)
+    return text

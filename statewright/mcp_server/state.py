@@ -1,0 +1,210 @@
+"""A workflow as an LLM should see it: enough to decide the next action, nothing raw.
+
+The view answers "where is it, what may I do now, what is it waiting for, what has been done"
+from the durable row, the step ledger and the transition log alone, so a model with a fresh
+context window (after a crash, a restart or a hand-over) can continue from one call.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from statewright.access import Access
+from statewright.mcp_server.catalogue import WAIT, Catalogue
+from statewright.types import StepRecord, TransitionRecord, WorkflowRow
+from statewright.views import summarize
+
+RECENT = 5
+"""How many of the last transitions the view carries."""
+
+
+def iso(at: float | None) -> str | None:
+    if at is None:
+        return None
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def allowed_actions(access: Access, catalogue: Catalogue, row: WorkflowRow) -> list[str]:
+    """The tool names the caller may call on ``row`` now."""
+    return [
+        t.name
+        for e in access.allowed_for(row)
+        if (t := catalogue.event_tool(row.type, e)) is not None
+    ]
+
+
+async def automatic(access: Access, row: WorkflowRow) -> bool:
+    """Whether a worker runs (or will soon run) ``row``'s state handler: a step is under way or
+    due, or a retry of it is scheduled. A workflow that only waits for a timer (an approval
+    reminder next day) or an event is not automatic."""
+    if row.terminal:
+        return False
+    if row.lease_owner is not None:
+        return True
+    wtype = access.engine.type_of(row.type, row.machine_version)
+    if row.state not in wtype.handlers or row.next_due_at is None:
+        return False
+    timers = await access.engine.store.timers(row.id)
+    # next_due_at is the earliest of the handler's run and the timers: a timer's own due
+    # time means nothing but that timer is pending.
+    return all(row.next_due_at < t.due_at for t in timers)
+
+
+async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> dict[str, Any]:
+    """The LLM-shaped view of one workflow (see the module docstring)."""
+    machine = access.machine_of(row)
+    store = access.engine.store
+    steps = await store.steps(row.id)
+    recent = await store.history(row.id, after_version=max(0, row.version - RECENT))
+    actions = allowed_actions(access, catalogue, row)
+    working = await automatic(access, row)
+    timers = [] if row.terminal else await store.timers(row.id)
+    others = _others(access, row)
+    view: dict[str, Any] = {
+        "workflow_id": row.id,
+        "type": row.type,
+        "state": row.state,
+        "state_description": machine.states[row.state].description,
+        "terminal": row.terminal,
+        "version": row.version,
+        "allowed_actions": [_action(catalogue, name) for name in actions],
+        # True while a worker runs (or is about to run) this state's step: wait for it.
+        "automatic": working,
+        "waiting_for": _waiting_for(access, row, actions, others, working),
+        "next": _next(row, actions, working),
+    }
+    if timers:
+        view["timers"] = [{"event": t.event, "due_at": iso(t.due_at)} for t in timers]
+    if others:
+        view["others_may_fire"] = others
+    if row.progress is not None:
+        view["progress"] = row.progress
+    if row.last_error:
+        view["last_error"] = row.last_error
+    if row.cancel_requested is not None:
+        view["cancel_requested"] = True
+    view["summary"] = summarize(row.context)
+    view["completed_steps"] = [_step(s) for s in steps if s.status == "done"]
+    unfinished = [_step(s) for s in steps if s.status != "done"]
+    if unfinished:
+        view["unfinished_steps"] = unfinished
+    view["recent_transitions"] = [transition(r) for r in recent]
+    view["updated_at"] = iso(row.updated_at)
+    view["in_state_since"] = iso(row.state_entered_at)
+    return view
+
+
+def brief(access: Access, catalogue: Catalogue, row: WorkflowRow) -> dict[str, Any]:
+    """One line of a listing."""
+    return {
+        "workflow_id": row.id,
+        "type": row.type,
+        "state": row.state,
+        "terminal": row.terminal,
+        "version": row.version,
+        "allowed_actions": allowed_actions(access, catalogue, row),
+        "in_state_since": iso(row.state_entered_at),
+    }
+
+
+def transition(rec: TransitionRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "version": rec.version,
+        "event": rec.event,
+        "from": rec.from_state,
+        "to": rec.to_state,
+        "actor": rec.actor,
+        "at": iso(rec.at),
+    }
+    if rec.payload:
+        out["payload"] = summarize(rec.payload)
+    return out
+
+
+def _action(catalogue: Catalogue, name: str) -> dict[str, Any]:
+    spec = catalogue.events[name]
+    out: dict[str, Any] = {"tool": name, "event": spec.event}
+    if spec.summary:
+        out["description"] = spec.summary
+    if spec.payload_required:
+        out["payload_required"] = list(spec.payload_required)
+    return out
+
+
+def _step(s: StepRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {"step": s.step, "status": s.status}
+    if s.status == "done":
+        out["result"] = summarize(s.result)
+    if s.error:
+        out["error"] = s.error
+    if s.attempts > 1:
+        out["attempts"] = s.attempts
+    out["finished_at" if s.finished_at is not None else "started_at"] = iso(
+        s.finished_at if s.finished_at is not None else s.started_at
+    )
+    return out
+
+
+def _others(access: Access, row: WorkflowRow) -> list[dict[str, Any]]:
+    """Events that could fire now but not by this caller, and who may fire them."""
+    if row.terminal:
+        return []
+    machine = access.machine_of(row)
+    mine = set(access.allowed_for(row))
+    out = []
+    for name in machine.allowed_events(row.state, row.context):
+        if name in mine:
+            continue
+        event = machine.events[name]
+        roles = ["approver", *event.roles] if event.approval else list(event.roles)
+        entry: dict[str, Any] = {"event": name, "roles": list(dict.fromkeys(roles))}
+        if event.approval:
+            entry["approval"] = True
+        out.append(entry)
+    return out
+
+
+def _waiting_for(
+    access: Access,
+    row: WorkflowRow,
+    actions: list[str],
+    others: list[dict[str, Any]],
+    working: bool,
+) -> str:
+    if row.terminal:
+        return "nothing: the workflow is finished"
+    if row.cancel_requested is not None:
+        return "the running step to stop: a cancel was requested"
+    if working:
+        text = f"a worker: the {row.state!r} step runs automatically"
+        now = access.engine.clock.now()
+        if row.lease_owner is None and row.next_due_at is not None and row.next_due_at > now + 1:
+            text += f" (next attempt at {iso(row.next_due_at)})"
+        return text
+    state = access.machine_of(row).states[row.state]
+    timers = list(state.after.values())
+    parts = []
+    if actions:
+        parts.append("you: one of allowed_actions")
+    if others:
+        names = ", ".join(o["event"] for o in others)
+        parts.append(f"someone else to fire {names}")
+    if timers:
+        parts.append(f"a timer ({', '.join(dict.fromkeys(timers))})")
+    if row.last_error:
+        parts.append("an operator: the last step failed (see last_error)")
+    return "; or ".join(parts) or "an event nobody can fire now"
+
+
+def _next(row: WorkflowRow, actions: list[str], working: bool) -> str:
+    if row.terminal:
+        return "Nothing left to do: the workflow is finished."
+    if working or row.cancel_requested is not None:
+        return f"Call {WAIT} to wait for the worker (progress is reported), then decide."
+    if actions:
+        return "Call one of allowed_actions, or wait if none fits yet."
+    return (
+        "You have no action here: wait for someone else (see others_may_fire) or a timer; "
+        f"call {WAIT} or check back later."
+    )

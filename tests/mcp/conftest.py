@@ -1,0 +1,234 @@
+"""Real MCP clients (the SDK's) against real servers: ``statewright mcp`` over stdio and
+``statewright serve`` over streamable HTTP, as subprocesses on an SQLite file.
+
+Tokens (tenant ``acme`` unless named): ``agent`` (roles agent), ``ops`` (system, operator:
+the warehouse and carrier integration), ``boss`` (approver, operator), ``viewer`` (viewer),
+``other`` (agent, operator in tenant ``globex``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+import httpx2
+import mcp_types as types
+import pytest
+import yaml
+from mcp import Client, ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from statewright import SQLiteStore
+from statewright.types import TransitionRecord
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+APPS = ",".join(
+    str(p)
+    for p in (
+        EXAMPLES / "order_fulfilment.py",
+        EXAMPLES / "refund_approval.py",
+        ROOT / "tests" / "mcp" / "report_app.py",
+    )
+)
+TIMEOUT = 30.0
+
+TOKENS = {
+    "agent": ("agent-token-1", "agent-7", ["agent"], "acme"),
+    "ops": ("ops-token-1", "warehouse", ["system", "operator"], "acme"),
+    "boss": ("boss-token-1", "alice", ["approver", "operator"], "acme"),
+    "viewer": ("viewer-token-1", "auditor", ["viewer"], "acme"),
+    "other": ("other-token-1", "mallory", ["agent", "operator"], "globex"),
+}
+FIXED_TOOLS = {"get_workflow_state", "list_workflows", "start_workflow", "wait_for_state"}
+APPROVAL_EVENTS = ("approval_granted", "approval_denied")
+ORDER = {"sku": "BOOK-42", "quantity": 1, "amount_cents": 2_599}
+
+
+def write_tokens(path: Path) -> Path:
+    entries = [
+        {"token": token, "actor": actor, "roles": roles, "tenant": tenant}
+        for token, actor, roles, tenant in TOKENS.values()
+    ]
+    path.write_text(yaml.safe_dump({"tokens": entries}))
+    return path
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without STATEWRIGHT_* (the suite must not depend on the caller's)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STATEWRIGHT_")}
+    return {**env, **extra}
+
+
+def data(result: types.CallToolResult) -> dict[str, Any]:
+    """A successful tool result's JSON (the structured content, also its text)."""
+    assert not result.is_error, result.content
+    body = result.structured_content
+    assert isinstance(body, dict)
+    assert isinstance(result.content[0], types.TextContent)
+    assert json.loads(result.content[0].text) == body
+    return body
+
+
+def tool_error(result: types.CallToolResult) -> dict[str, Any]:
+    """A refused call's structured error."""
+    assert result.is_error, result.structured_content
+    assert isinstance(result.content[0], types.TextContent)
+    body = json.loads(result.content[0].text)
+    assert body == result.structured_content
+    error = body["error"]
+    assert isinstance(error, dict)
+    return error
+
+
+def approval_tools(names: set[str]) -> set[str]:
+    return {n for n in names if n.endswith(tuple(f"__{e}" for e in APPROVAL_EVENTS))}
+
+
+async def history(db: Path, workflow_id: str) -> list[TransitionRecord]:
+    """The workflow's log, read from the SQLite file the server writes."""
+    store = SQLiteStore(db)
+    await store.open()
+    try:
+        return await store.history(workflow_id)
+    finally:
+        await store.close()
+
+
+class Progress:
+    """A progress callback that keeps what it receives."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, float | None, str | None]] = []
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        self.seen.append((progress, total, message))
+
+    @property
+    def messages(self) -> list[str]:
+        return [m or "" for _, _, m in self.seen]
+
+
+# -- stdio -------------------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def stdio_session(
+    db: Path, tokens: Path | None, who: str | None, errlog: TextIO, *, worker: bool = False
+) -> AsyncIterator[ClientSession]:
+    """A client session with a ``statewright mcp`` subprocess (``who``'s token)."""
+    args = ["-m", "statewright.cli", "--db", str(db), "--app", APPS, "mcp"]
+    if tokens is not None:
+        args += ["--tokens", str(tokens)]
+    if worker:
+        args.append("--worker")
+    env = {"STATEWRIGHT_TOKEN": TOKENS[who][0]} if who else {}
+    params = StdioServerParameters(command=sys.executable, args=args, env=env, cwd=ROOT)
+    async with stdio_client(params, errlog=errlog) as (read, write):
+        async with ClientSession(read, write, read_timeout_seconds=TIMEOUT) as session:
+            await session.initialize()
+            yield session
+
+
+# -- streamable HTTP ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Served:
+    """A running ``statewright serve --worker``."""
+
+    url: str
+    db: Path
+    log: Path
+
+    @property
+    def mcp(self) -> str:
+        return f"{self.url}/mcp"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    base = tmp_path_factory.mktemp("serve")
+    tokens = write_tokens(base / "tokens.yaml")
+    port = free_port()
+    db, log = base / "sw.db", base / "serve.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "statewright.cli", "--db", str(db), "--app", APPS),
+                *("serve", "--worker", "--tokens", str(tokens), "--port", str(port)),
+            ],
+            cwd=ROOT,
+            env=clean_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while True:
+                assert proc.poll() is None, f"serve exited early:\n{log.read_text()}"
+                assert time.monotonic() < deadline, f"serve did not start:\n{log.read_text()}"
+                try:
+                    if httpx.get(f"{url}/livez", timeout=1.0).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.05)
+            yield Served(url, db, log)
+        finally:
+            proc.terminate()
+            try:
+                code = proc.wait(TIMEOUT)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise
+        # The MCP session manager runs inside the app's lifespan: the service still stops
+        # cleanly (uvicorn re-raises the SIGTERM it handled once it has shut down).
+        text = log.read_text()
+        assert code in (0, -signal.SIGTERM), text
+        assert "Traceback" not in text and "ERROR" not in text, text
+
+
+def _http(token: str) -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(
+        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(TIMEOUT)
+    )
+
+
+@asynccontextmanager
+async def http_session(served: Served, who: str) -> AsyncIterator[ClientSession]:
+    """A session of the initialize handshake (2025-11-25) with ``who``'s bearer token."""
+    async with _http(TOKENS[who][0]) as http:
+        async with streamable_http_client(served.mcp, http_client=http) as (read, write):
+            async with ClientSession(read, write, read_timeout_seconds=TIMEOUT) as session:
+                await session.initialize()
+                yield session
+
+
+@asynccontextmanager
+async def http_client(served: Served, who: str) -> AsyncIterator[Client]:
+    """The SDK's high-level client (negotiates the newest protocol: per-request exchanges)."""
+    async with _http(TOKENS[who][0]) as http:
+        async with Client(
+            streamable_http_client(served.mcp, http_client=http), read_timeout_seconds=TIMEOUT
+        ) as client:
+            yield client
