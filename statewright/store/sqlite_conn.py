@@ -15,6 +15,7 @@ import logging
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
@@ -121,14 +122,33 @@ class GroupCommitConnection:
     # -- the thread --------------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(
+            self.path,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=self.busy_timeout_ms / 1000,
+        )
         conn.row_factory = sqlite3.Row
-        if self.path != ":memory:":
-            conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute(f"PRAGMA synchronous={self.synchronous}")
         conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
+        if self.path != ":memory:":
+            self._enable_wal(conn)
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
         conn.execute("PRAGMA foreign_keys=ON")
         return conn
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        # Switching a new file to WAL needs an exclusive lock; when several processes open a
+        # fresh database at once SQLite answers "locked" at once instead of calling the busy
+        # handler (waiting could deadlock), so retry here until the busy timeout.
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005)
 
     def _run(self) -> None:
         try:

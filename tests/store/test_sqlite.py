@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,3 +83,25 @@ def _rows(path: Path) -> list[tuple[object, ...]]:
         return conn.execute("SELECT * FROM workflows").fetchall()
     finally:
         conn.close()
+
+
+def test_processes_opening_a_fresh_database_at_once_all_succeed(tmp_path: Path) -> None:
+    # Regression: switching a new file to WAL answered "database is locked" at once (no busy
+    # wait) when two processes opened it together, e.g. two `statewright mcp` sessions.
+    script = (
+        "import asyncio, sys, time\n"
+        "from statewright import SQLiteStore\n"
+        "async def main():\n"
+        "    while time.time() < float(sys.argv[2]): pass\n"
+        "    s = SQLiteStore(sys.argv[1]); await s.open(); await s.close()\n"
+        "asyncio.run(main())\n"
+    )
+    for round_ in range(3):
+        db = tmp_path / f"fresh{round_}.db"
+        at = str(time.time() + 1.0)
+        procs = [
+            subprocess.Popen([sys.executable, "-c", script, str(db), at], stderr=subprocess.PIPE)
+            for _ in range(4)
+        ]
+        errors = [p.communicate(timeout=30)[1].decode() for p in procs]
+        assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
