@@ -27,9 +27,9 @@ from typing import Any
 import yaml
 
 from statewright.definition.machine import Event, Machine
-from statewright.engine.core import Engine, Stuck
+from statewright.engine.core import Engine, Stuck, decision_payload
 from statewright.errors import Forbidden, InvalidInput, Unauthorized, WorkflowNotFound
-from statewright.types import TransitionRecord, WorkflowFilter, WorkflowRow
+from statewright.types import StepRecord, TransitionRecord, WorkflowFilter, WorkflowRow
 
 ADMIN = "admin"
 APPROVER = "approver"
@@ -201,6 +201,10 @@ class Access:
         await self.get(workflow_id)
         return await self.engine.store.history(workflow_id)
 
+    async def steps(self, workflow_id: str) -> list[StepRecord]:
+        await self.get(workflow_id)
+        return await self.engine.store.steps(workflow_id)
+
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
         scoped = WorkflowFilter(
             type=where.type,
@@ -275,11 +279,12 @@ class Access:
         wtype = self.engine.type_of(row.type, row.machine_version)
         event = wtype.approve_event if approve else wtype.deny_event
         self._check_event(row, event)
-        return await self.engine.decide(
+        # The row is read once here (for the tenant and the event); firing goes straight to
+        # send, whose compare-and-swap on that version keeps the decision on what was read.
+        return await self.engine.send(
             workflow_id,
-            approve,
-            approver=approver or self.principal.actor,
-            comment=comment,
+            event,
+            decision_payload(approver or self.principal.actor, comment),
             actor=self.principal.actor,
             expected_version=row.version if expected_version is None else expected_version,
         )

@@ -283,7 +283,7 @@ class Engine:
         service that relayed the decision. Without ``expected_version`` the decision applies
         to the workflow as read first.
         """
-        payload = _decision(approver, comment)
+        payload = decision_payload(approver, comment)
         row = await self.get(workflow_id)
         wtype = self.type_of(row.type, row.machine_version)
         return await self.send(
@@ -329,6 +329,17 @@ class Engine:
     async def list_workflows(self, where: WorkflowFilter | None = None) -> list[WorkflowRow]:
         return await self.store.list_workflows(where or WorkflowFilter())
 
+    def stuck_threshold(self, state: State) -> float:
+        """Seconds in ``state`` after which a workflow counts as stuck."""
+        return state.stuck_after or self.default_stuck_after
+
+    def is_stuck(self, row: WorkflowRow, now: float | None = None) -> bool:
+        if row.terminal:
+            return False
+        now = self.clock.now() if now is None else now
+        state = self.type_of(row.type, row.machine_version).machine.states[row.state]
+        return now - row.state_entered_at > self.stuck_threshold(state)
+
     async def stuck(self, now: float | None = None, tenant: str | None = None) -> list[Stuck]:
         """Non-terminal workflows older in their state than its ``stuck_after`` threshold."""
         now = self.clock.now() if now is None else now
@@ -337,7 +348,7 @@ class Engine:
             for state in wtype.machine.states.values():
                 if state.terminal:
                     continue
-                threshold = state.stuck_after or self.default_stuck_after
+                threshold = self.stuck_threshold(state)
                 rows = await self.store.list_workflows(
                     WorkflowFilter(
                         type=wtype.name,
@@ -520,7 +531,8 @@ class Engine:
         return tuple(TimerSpec(now + secs, ev) for secs, ev in sorted(state.after.items()))
 
 
-def _decision(approver: str, comment: str | None) -> dict[str, Any]:
+def decision_payload(approver: str, comment: str | None) -> dict[str, Any]:
+    """The payload of an approval or denial: ``{approver, comment?}``."""
     if not isinstance(approver, str) or not approver.strip():
         raise InvalidInput("an approval needs the approver's name")
     return {"approver": approver} | ({"comment": comment} if comment else {})

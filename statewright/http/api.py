@@ -74,10 +74,7 @@ TypeVersion = Annotated[int | None, Query(ge=1, le=2**31 - 1, json_schema_extra=
 
 
 def _out(access: Access, row: WorkflowRow) -> WorkflowOut:
-    engine = access.engine
-    state = access.machine_of(row).states[row.state]
-    threshold = state.stuck_after or engine.default_stuck_after
-    stuck = not row.terminal and engine.clock.now() - row.state_entered_at > threshold
+    stuck = access.engine.is_stuck(row)
     return WorkflowOut(**workflow_view(row, access.allowed_for(row)), stuck=stuck)
 
 
@@ -216,7 +213,6 @@ async def history(workflow_id: WorkflowId, access: AccessDep) -> list[Transition
 
 @router.get("/workflows/{workflow_id}/steps", summary="The workflow's step ledger")
 async def steps(workflow_id: WorkflowId, access: AccessDep) -> list[StepOut]:
-    await access.get(workflow_id)
     return [
         StepOut(
             key=s.key,
@@ -228,7 +224,7 @@ async def steps(workflow_id: WorkflowId, access: AccessDep) -> list[StepOut]:
             started_at=s.started_at,
             finished_at=s.finished_at,
         )
-        for s in await access.engine.store.steps(workflow_id)
+        for s in await access.steps(workflow_id)
     ]
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from statewright.access import Access
 from statewright.mcp_server.catalogue import WAIT, Catalogue
-from statewright.types import StepRecord, TransitionRecord, WorkflowRow
+from statewright.types import StepRecord, TimerRecord, TransitionRecord, WorkflowRow
 from statewright.views import summarize
 
 RECENT = 5
@@ -34,7 +34,9 @@ def allowed_actions(access: Access, catalogue: Catalogue, row: WorkflowRow) -> l
     ]
 
 
-async def automatic(access: Access, row: WorkflowRow) -> bool:
+async def automatic(
+    access: Access, row: WorkflowRow, timers: list[TimerRecord] | None = None
+) -> bool:
     """Whether a worker runs (or will soon run) ``row``'s state handler: a step is under way or
     due, or a retry of it is scheduled. A workflow that only waits for a timer (an approval
     reminder next day) or an event is not automatic."""
@@ -45,7 +47,8 @@ async def automatic(access: Access, row: WorkflowRow) -> bool:
     wtype = access.engine.type_of(row.type, row.machine_version)
     if row.state not in wtype.handlers or row.next_due_at is None:
         return False
-    timers = await access.engine.store.timers(row.id)
+    if timers is None:
+        timers = await access.engine.store.timers(row.id)
     # next_due_at is the earliest of the handler's run and the timers: a timer's own due
     # time means nothing but that timer is pending.
     return all(row.next_due_at < t.due_at for t in timers)
@@ -58,8 +61,8 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
     steps = await store.steps(row.id)
     recent = await store.history(row.id, after_version=max(0, row.version - RECENT))
     actions = allowed_actions(access, catalogue, row)
-    working = await automatic(access, row)
     timers = [] if row.terminal else await store.timers(row.id)
+    working = await automatic(access, row, timers)
     others = _others(access, row)
     view: dict[str, Any] = {
         "workflow_id": row.id,
