@@ -229,6 +229,12 @@ class FatalError(StatewrightError):
     code = "fatal_error"
 
 
+class RequestNotSent(TransientError):
+    """The request never reached the other side: nothing was applied, so the step may simply run again."""  # noqa: E501 (one line: the docstring is the default message)
+
+    code = "request_not_sent"
+
+
 class StepOutcomeUnknown(FatalError):
     """A step was interrupted mid-flight and its outcome cannot be established safely."""
 
@@ -247,3 +253,67 @@ class Cancelled(BaseException):
     """The workflow was cancelled. A ``BaseException`` so ``except Exception`` cannot eat it."""
 
     code: ClassVar[str] = "cancelled"
+
+
+# --- the exactly-once contract -----------------------------------------------------------------
+
+
+class OutcomeUnknown(StoreError):
+    """The store may or may not have applied the write: the connection was lost after the
+    request was sent (e.g. after COMMIT reached the server). Retry with the same idempotency
+    key: a key already applied returns the first result and applies nothing again."""
+
+    code = "outcome_unknown"
+
+
+class LeaseLost(StatewrightError):
+    """This worker's lease on the workflow is gone (recovered by another worker after it
+    lapsed, or claimed anew): the write was refused and nothing changed."""
+
+    code = "lease_lost"
+
+    def __init__(self, workflow_id: str, message: str | None = None) -> None:
+        self.workflow_id = workflow_id
+        super().__init__(
+            message
+            or f"the lease on workflow {workflow_id!r} is gone: another worker took it over",
+            workflow_id=workflow_id,
+        )
+
+
+class IdempotencyKeyReused(StatewrightError):
+    """This idempotency key was used for another request on this workflow."""
+
+    code = "idempotency_key_reused"
+
+    def __init__(self, workflow_id: str, key: str, detail: str) -> None:
+        self.workflow_id = workflow_id
+        self.key = key
+        super().__init__(
+            f"idempotency key {key!r} was already used on workflow {workflow_id!r} for "
+            f"{detail}; use a new key for a new request",
+            workflow_id=workflow_id,
+            idempotency_key=key,
+        )
+
+
+class WorkflowFinished(StatewrightError):
+    """The workflow has ended (terminal state): it takes no more inputs."""
+
+    code = "workflow_finished"
+
+    def __init__(self, workflow_id: str, state: str) -> None:
+        self.workflow_id = workflow_id
+        self.state = state
+        super().__init__(
+            f"workflow {workflow_id!r} has finished (state {state!r}) and takes no more inputs",
+            workflow_id=workflow_id,
+            state=state,
+        )
+
+
+class DeadlineExceeded(TransientError):
+    """A handler or step ran past its deadline. Its outcome is unknown: steps it left
+    unfinished are reconciled before anything runs again."""
+
+    code = "deadline_exceeded"
