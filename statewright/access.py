@@ -28,8 +28,9 @@ import yaml
 
 from statewright.definition.machine import Event, Machine
 from statewright.engine.core import Engine, Stuck, decision_payload
+from statewright.engine.transitions import Dispatched
 from statewright.errors import Forbidden, InvalidInput, Unauthorized, WorkflowNotFound
-from statewright.types import StepRecord, TransitionRecord, WorkflowFilter, WorkflowRow
+from statewright.types import InboxItem, StepRecord, TransitionRecord, WorkflowFilter, WorkflowRow
 
 ADMIN = "admin"
 APPROVER = "approver"
@@ -232,6 +233,7 @@ class Access:
         *,
         workflow_id: str | None = None,
         tenant: str | None = None,
+        idempotency_key: str | None = None,
     ) -> tuple[WorkflowRow, bool]:
         """Start a workflow in the caller's tenant; returns ``(row, created)``."""
         self._writer("start workflows")
@@ -241,6 +243,7 @@ class Access:
             workflow_id=workflow_id,
             actor=self.principal.actor,
             tenant=self._tenant_for_new(tenant),
+            idempotency_key=idempotency_key,
         )
 
     async def send(
@@ -250,15 +253,37 @@ class Access:
         payload: Mapping[str, Any] | None = None,
         *,
         expected_version: int | None = None,
+        idempotency_key: str | None = None,
     ) -> WorkflowRow:
+        sent = await self.dispatch(
+            workflow_id,
+            event,
+            payload,
+            expected_version=expected_version,
+            idempotency_key=idempotency_key,
+        )
+        return sent.row
+
+    async def dispatch(
+        self,
+        workflow_id: str,
+        event: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        expected_version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Dispatched:
+        """:meth:`send`, telling also whether it was an idempotent retry (``replayed``)."""
         row = await self.get(workflow_id)
         self._check_event(row, event)
-        return await self.engine.send(
+        return await self.engine.dispatch(
             workflow_id,
             event,
             payload,
             actor=self.principal.actor,
             expected_version=expected_version,
+            idempotency_key=idempotency_key,
+            row=row,
         )
 
     async def decide(
@@ -269,38 +294,94 @@ class Access:
         approver: str | None = None,
         comment: str | None = None,
         expected_version: int | None = None,
+        idempotency_key: str | None = None,
     ) -> WorkflowRow:
         """Approve or deny: fire the type's approval or denial event.
 
         ``approver`` names the person when a service relays the decision; it defaults to the
         caller. The caller stays the transition's actor either way.
         """
+        decided = await self.decide_ex(
+            workflow_id,
+            approve,
+            approver=approver,
+            comment=comment,
+            expected_version=expected_version,
+            idempotency_key=idempotency_key,
+        )
+        return decided.row
+
+    async def decide_ex(
+        self,
+        workflow_id: str,
+        approve: bool,
+        *,
+        approver: str | None = None,
+        comment: str | None = None,
+        expected_version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> Dispatched:
+        """:meth:`decide`, telling also whether it was an idempotent retry."""
         row = await self.get(workflow_id)
         wtype = self.engine.type_of(row.type, row.machine_version)
         event = wtype.approve_event if approve else wtype.deny_event
         self._check_event(row, event)
-        # The row is read once here (for the tenant and the event); firing goes straight to
-        # send, whose compare-and-swap on that version keeps the decision on what was read.
-        return await self.engine.send(
+        # The row is read once here (for the tenant and the event); firing plans on it, and
+        # the compare-and-swap on its version keeps the decision on what was read.
+        return await self.engine.decide_ex(
             workflow_id,
-            event,
-            decision_payload(approver or self.principal.actor, comment),
+            approve,
+            approver=approver or self.principal.actor,
+            comment=comment,
             actor=self.principal.actor,
-            expected_version=row.version if expected_version is None else expected_version,
+            expected_version=expected_version,
+            idempotency_key=idempotency_key,
+            row=row,
         )
 
-    async def cancel(self, workflow_id: str, reason: str) -> WorkflowRow:
+    async def cancel(
+        self, workflow_id: str, reason: str, *, idempotency_key: str | None = None
+    ) -> WorkflowRow:
         row = await self.get(workflow_id)
         event = self.engine.type_of(row.type, row.machine_version).cancel_event
         if event is None:
             raise InvalidInput(f"workflows of type {row.type!r} cannot be cancelled")
         self._check_event(row, event)
-        return await self.engine.cancel(workflow_id, reason=reason, actor=self.principal.actor)
+        return await self.engine.cancel(
+            workflow_id,
+            reason=reason,
+            actor=self.principal.actor,
+            idempotency_key=idempotency_key,
+        )
 
-    async def post_input(self, workflow_id: str, name: str, payload: Mapping[str, Any]) -> int:
-        await self.get(workflow_id)
+    async def post_input(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+    ) -> int:
+        item, _ = await self.put_input(
+            workflow_id, name, payload, idempotency_key=idempotency_key
+        )
+        return item.id
+
+    async def put_input(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+    ) -> tuple[InboxItem, bool]:
+        """Post an input (any writer of the tenant may); ``(item, created)``, ``created``
+        False for an idempotent retry."""
+        row = await self.get(workflow_id)
         self._writer("post inputs")
-        return await self.engine.post_input(workflow_id, name, payload)
+        return await self.engine.put_input(
+            workflow_id, name, payload, idempotency_key=idempotency_key, row=row
+        )
 
     # -- checks ------------------------------------------------------------------------------
 

@@ -8,6 +8,39 @@ from typing import Any, Literal
 
 JSON = dict[str, Any]
 StepStatus = Literal["executing", "done", "failed"]
+StepOutcome = Literal["not_applied", "unknown"]
+"""Of a failed step: ``not_applied`` (the error proves nothing happened: safe to run again)
+or ``unknown`` (the call may have reached the other side: reconcile before running again)."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A worker's claim on a workflow: the worker and this claim's fencing token.
+
+    The token grows with every claim of the workflow. Every write a worker makes for a claimed
+    workflow carries its lease and is refused in the same statement once the lease is gone
+    (broken by recovery, or taken by a newer claim), so a worker frozen past its lease can
+    never overwrite what its successor did.
+    """
+
+    owner: str
+    fence: int
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    """A pending cancel request on a workflow (kept until the workflow ends)."""
+
+    reason: str
+    actor: str | None = None
+    """Who asked (the cancel event's actor)."""
+    at: float | None = None
+    """When it was requested (requester's clock), if known."""
+    version: int | None = None
+    """The workflow's version when it was requested: a cancel event logged after it means
+    the request was delivered (versions, unlike clocks, agree across hosts)."""
+    idempotency_key: str | None = None
+    """The requester's idempotency key; the cancel transition carries it."""
 
 
 @dataclass(frozen=True)
@@ -34,12 +67,28 @@ class WorkflowRow:
     lease_owner: str | None
     lease_expires_at: float | None
     last_error: str | None
-    cancel_requested: str | None = None
-    """The reason of a pending cancel request (cleared when the workflow ends)."""
+    cancel: CancelRequest | None = None
+    """A pending cancel request (cleared when the workflow ends)."""
     progress: JSON | None = None
     """The latest progress report of the current state's step (cleared on state change)."""
     tenant: str = "default"
     """The tenant the workflow belongs to (tokens of other tenants cannot see it)."""
+    fence: int = 0
+    """The fencing token of the latest claim (grows with every claim)."""
+    total_attempts: int = 0
+    """Failures over the workflow's whole life (``attempts`` resets on success; this never)."""
+    parked: str | None = None
+    """Why the workflow waits for an operator (e.g. ``step_outcome_unknown``); None if not."""
+
+    @property
+    def cancel_requested(self) -> str | None:
+        """The reason of a pending cancel request, or None."""
+        return None if self.cancel is None else self.cancel.reason
+
+    @property
+    def lease(self) -> Lease | None:
+        """The lease as claimed (None when no worker holds the workflow)."""
+        return None if self.lease_owner is None else Lease(self.lease_owner, self.fence)
 
 
 @dataclass(frozen=True)
@@ -56,6 +105,8 @@ class TransitionRecord:
     actor: str
     context_patch: JSON | None
     at: float
+    idempotency_key: str | None = None
+    """The client's idempotency key, when the event was sent with one."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +122,28 @@ class StepRecord:
     attempts: int
     started_at: float
     finished_at: float | None
+    outcome: StepOutcome | None = None
+    """Of a failed step: whether its call may have taken effect (see :data:`StepOutcome`)."""
+    fence: int | None = None
+    """The fencing token of the claim that ran the latest attempt."""
+
+
+@dataclass(frozen=True)
+class StepFinish:
+    """The outcome of one step attempt, to record in the ledger.
+
+    Refused (nothing written) unless the ledger entry is still the same attempt
+    (``attempt``) and *executing*: a late writer never overwrites a newer result. Shaped so a
+    transition can carry it and commit it in its own transaction.
+    """
+
+    key: str
+    attempt: int
+    status: Literal["done", "failed"]
+    result: Any = None
+    error: str | None = None
+    outcome: StepOutcome | None = None
+    at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -94,6 +167,7 @@ class InboxItem:
     payload: JSON
     posted_at: float
     consumed_at: float | None
+    idempotency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +194,8 @@ class NewWorkflow:
     run_at: float | None = None
     timers: tuple[TimerSpec, ...] = ()
     tenant: str = "default"
+    idempotency_key: str | None = None
+    """The client's key, stored with the ``$start`` log entry."""
 
 
 @dataclass(frozen=True)
@@ -152,8 +228,40 @@ class TransitionWrite:
     add_timers: tuple[TimerSpec, ...] = ()
     release_lease: bool = True
     last_error: str | None = None
-    consume_inbox_id: int | None = None
-    """An inbox item this transition consumes, atomically."""
+    consume_inbox_ids: tuple[int, ...] = ()
+    """Inbox items this transition consumes, atomically (refused if one already was)."""
+    lease: Lease | None = None
+    """Fencing: apply only while this lease holds (a worker's write); None for others."""
+    require_unleased: bool = False
+    """Refuse (as a version conflict) while any worker holds the workflow."""
+    total_attempts: int | None = None
+    """The lifetime failure counter after the transition (None: unchanged)."""
+    idempotency_key: str | None = None
+    """The client's key, stored with the log entry (unique per workflow)."""
+
+
+@dataclass(frozen=True)
+class DeferWrite:
+    """A write that keeps the workflow in its state (no log entry): count a failure and run
+    the handler again later, go idle, or park for an operator. Releases the lease.
+
+    ``next_due_at`` is merged with the pending timers (the earlier wins), so deferring never
+    silences a timer: ``next_due_at IS NULL`` on the row always means "no timers".
+    """
+
+    workflow_id: str
+    expected_version: int
+    at: float
+    attempts: int
+    next_due_at: float | None = None
+    last_error: str | None = None
+    total_attempts: int | None = None
+    """The lifetime failure counter after this write (None: unchanged)."""
+    parked: str | None = None
+    """Why it now waits for an operator (shown and counted), or None."""
+    lease: Lease | None = None
+    """Fencing, as for :class:`TransitionWrite`."""
+    consume_inbox_ids: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

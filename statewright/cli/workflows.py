@@ -23,9 +23,8 @@ from statewright.cli.output import (
     when,
 )
 from statewright.engine import Engine
-from statewright.engine.cancel import CancelRequest
 from statewright.errors import UnknownWorkflowType
-from statewright.types import WorkflowFilter, WorkflowRow
+from statewright.types import CancelRequest, WorkflowFilter, WorkflowRow
 
 IdArg = Annotated[str, typer.Argument(help="Workflow id.", show_default=False)]
 
@@ -139,10 +138,9 @@ async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
         allowed: list[str] | None = await engine.allowed_events(workflow_id)
     except UnknownWorkflowType:
         allowed = None  # the type is not loaded (--app): show the row anyway
-    request = None if row.cancel_requested is None else CancelRequest.parse(row.cancel_requested)
     return {
         "workflow": row,
-        "cancel_request": request,
+        "cancel_request": row.cancel,
         "allowed_events": allowed,
         "timers": await engine.store.timers(workflow_id),
         "steps": await engine.store.steps(workflow_id),

@@ -1,11 +1,14 @@
-"""The engine: start workflows, fire events, run the error paths, replay the log.
+"""The engine: start workflows, fire events, post inputs, replay the log.
 
-Every state change goes through :meth:`Engine._fire`: resolve the transition on the machine
-(pure), build one :class:`TransitionWrite`, and let the store apply it atomically.
+Every state change goes through :class:`~statewright.engine.transitions.Transitions`: resolve
+the transition on the machine (pure), build one write, and let the store apply it atomically
+(compare-and-swap on the version, and on the lease for a worker's write).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import random
 import re
@@ -18,26 +21,32 @@ from statewright.clock import Clock, SystemClock
 from statewright.definition.machine import Machine, State
 from statewright.engine.cancel import cancel as cancel_workflow
 from statewright.engine.hooks import Observers, TransitionEvent
-from statewright.engine.workflow_type import WorkflowType
+from statewright.engine.transitions import (
+    Defer,
+    Dispatched,
+    Fire,
+    Transitions,
+    canonical,
+    run_at_for,
+    state_timers,
+)
+from statewright.engine.workflow_type import Applied, NotApplied, WorkflowType
 from statewright.errors import (
-    IllegalTransition,
+    IdempotencyKeyReused,
     InvalidInput,
-    InvalidPayload,
     ReplayMismatch,
     StatewrightError,
-    StoreError,
     UnknownWorkflowType,
-    VersionConflict,
     WorkflowExists,
     WorkflowNotFound,
 )
 from statewright.store.protocol import Store
 from statewright.types import (
     JSON,
+    InboxItem,
     NewWorkflow,
-    TimerSpec,
+    StepRecord,
     TransitionRecord,
-    TransitionWrite,
     WorkflowFilter,
     WorkflowRow,
 )
@@ -46,6 +55,17 @@ log = logging.getLogger(__name__)
 
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 _EVENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,99}$")
+_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+"""An idempotency key: 1-255 printable ASCII characters, no spaces (like an HTTP token)."""
+
+
+def check_idempotency_key(key: str | None) -> str | None:
+    """``key`` if it is a valid idempotency key (or None); InvalidInput otherwise."""
+    if key is not None and (not isinstance(key, str) or not _KEY.match(key)):
+        raise InvalidInput(
+            f"invalid idempotency key {key!r}: 1-255 printable ASCII characters, no spaces"
+        )
+    return key
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,8 @@ class Engine:
         types: workflow types to register.
         clock: time source; inject :class:`~statewright.clock.ManualClock` in tests.
         default_stuck_after: threshold for states that declare no ``stuck_after``.
+        row_cache_size: recently seen rows kept to plan external events on without a read
+            (a stale one costs a refused write and a re-read; 0 disables it).
     """
 
     def __init__(
@@ -84,12 +106,15 @@ class Engine:
         clock: Clock | None = None,
         rng: random.Random | None = None,
         default_stuck_after: float = 86400.0,
+        row_cache_size: int = 4096,
     ) -> None:
         self.store = store
         self.clock: Clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self.default_stuck_after = default_stuck_after
         self.observers = Observers()
+        self.transitions = Transitions(self, row_cache_size)
+        """The one way a workflow's row changes (used by the worker, cancel and recovery)."""
         self._types: dict[str, dict[int, WorkflowType]] = {}
         self._latest: dict[str, WorkflowType] = {}
         for t in types:
@@ -149,14 +174,23 @@ class Engine:
         workflow_id: str | None = None,
         actor: str = "system",
         tenant: str = "default",
+        idempotency_key: str | None = None,
     ) -> WorkflowRow:
         """Start a workflow in the machine's initial state; ``input`` becomes its context.
 
         With a caller-chosen ``workflow_id`` start is idempotent: starting an existing id of
-        the same type (and tenant) returns the existing workflow unchanged.
+        the same type (and tenant) returns the existing workflow unchanged. With an
+        ``idempotency_key`` and no id, the id is derived from the tenant and the key
+        (:func:`id_for_key`), so a retried start creates nothing new; either way the key
+        must come with the same type and input as the first time (IdempotencyKeyReused).
         """
         row, _ = await self.create(
-            workflow_type, input, workflow_id=workflow_id, actor=actor, tenant=tenant
+            workflow_type,
+            input,
+            workflow_id=workflow_id,
+            actor=actor,
+            tenant=tenant,
+            idempotency_key=idempotency_key,
         )
         return row
 
@@ -168,11 +202,15 @@ class Engine:
         workflow_id: str | None = None,
         actor: str = "system",
         tenant: str = "default",
+        idempotency_key: str | None = None,
     ) -> tuple[WorkflowRow, bool]:
         """:meth:`start`, also telling whether this call created the workflow."""
         wtype = self.type_of(workflow_type)
         if input is not None and not isinstance(input, Mapping):
             raise InvalidInput(f"input must be a JSON object, got {type(input).__name__}")
+        check_idempotency_key(idempotency_key)
+        if workflow_id is None and idempotency_key is not None:
+            workflow_id = id_for_key(tenant if isinstance(tenant, str) else "", idempotency_key)
         if workflow_id is None:
             workflow_id = uuid.uuid4().hex
         elif not isinstance(workflow_id, str) or not _ID.match(workflow_id):
@@ -192,15 +230,23 @@ class Engine:
             actor=actor,
             at=now,
             terminal=initial.terminal,
-            run_at=self._run_at(wtype, initial, now),
-            timers=self._state_timers(initial, now),
+            run_at=run_at_for(wtype, initial, now),
+            timers=state_timers(initial, now),
             tenant=tenant,
+            idempotency_key=idempotency_key,
         )
         row, created = await self.store.create_workflow(new)
+        self.transitions.rows.put(row)
         if row.type != wtype.name or row.tenant != tenant:
             # Another tenant's id must not leak its type: report it as taken, nothing more.
             theirs = row.type if row.tenant == tenant else "another tenant's workflow"
             raise WorkflowExists(workflow_id, theirs, wtype.name)
+        if not created and idempotency_key is not None:
+            [first] = await self.store.history(workflow_id, limit=1)
+            if canonical(first.payload) != canonical(_normal(new.context)):
+                raise IdempotencyKeyReused(
+                    workflow_id, idempotency_key, "a start with another input"
+                )
         if created:
             self.observers.transitioned(TransitionEvent(None, row, "$start", actor))
         return row, created
@@ -209,6 +255,7 @@ class Engine:
         row = await self.store.get_workflow(workflow_id)
         if row is None:
             raise WorkflowNotFound(workflow_id)
+        self.transitions.rows.put(row)
         return row
 
     async def send(
@@ -220,52 +267,88 @@ class Engine:
         actor: str = "system",
         expected_version: int | None = None,
         context: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
     ) -> WorkflowRow:
         """Fire ``event`` on a workflow; returns the row after the transition.
 
+        With ``idempotency_key``, a retry of a send already applied (same key, event and
+        payload) applies nothing and returns the workflow as it is now; use it whenever a
+        send may be retried after an ambiguous failure (:class:`OutcomeUnknown`).
+
         Raises:
             WorkflowNotFound, IllegalTransition, InvalidPayload, VersionConflict (the row
-            moved since ``expected_version``, or a concurrent writer won), StoreError.
+            moved since ``expected_version``), IdempotencyKeyReused (the key was used for
+            another event or payload), OutcomeUnknown (the connection broke after the write
+            left: retry with the same key), StoreError (nothing was changed).
+        """
+        sent = await self.dispatch(
+            workflow_id,
+            event,
+            payload,
+            actor=actor,
+            expected_version=expected_version,
+            context=context,
+            idempotency_key=idempotency_key,
+        )
+        return sent.row
+
+    async def dispatch(
+        self,
+        workflow_id: str,
+        event: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        actor: str = "system",
+        expected_version: int | None = None,
+        context: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        row: WorkflowRow | None = None,
+    ) -> Dispatched:
+        """:meth:`send`, telling also whether it was an idempotent retry (``replayed``).
+
+        ``row``: a fresh read of the workflow the caller already made (saves a read).
         """
         if not isinstance(event, str) or not _EVENT.match(event):
             raise InvalidInput(f"invalid event name {event!r}")
         if context is not None and not isinstance(context, Mapping):
             raise InvalidInput("context must be a JSON object")
-        body = {} if payload is None else payload
-        seen: list[WorkflowRow] = []
-
-        def plan(row: WorkflowRow) -> TransitionWrite:
-            # Runs inside the store's write operation, on the row it just read: one trip
-            # to the store per send instead of a read and then a write.
-            seen.append(row)
-            if expected_version is not None and row.version != expected_version:
-                raise VersionConflict(workflow_id, expected_version, row.version)
-            # An external event leaves a worker's lease alone: that worker's own result
-            # will then lose the compare-and-swap and be dropped.
-            return self._plan(row, event, body, actor, context_patch=context, release_lease=False)
-
-        try:
-            before, after = await self.store.apply_event(workflow_id, plan)
-        except (IllegalTransition, InvalidPayload, VersionConflict) as exc:
-            await self._rejected(workflow_id, seen[-1] if seen else None, event, exc, actor)
-            raise
-        except StoreError as exc:
-            self.observers.persistence_failed(workflow_id, event, exc)
-            raise
-        self.observers.transitioned(TransitionEvent(before, after, event, actor))
-        return after
+        fire = Fire(
+            event,
+            {} if payload is None else payload,
+            actor,
+            context_patch=context,
+            release_lease=False,
+            idempotency_key=check_idempotency_key(idempotency_key),
+        )
+        return await self.transitions.send(
+            workflow_id, fire, expected_version=expected_version, row=row
+        )
 
     async def approve(
-        self, workflow_id: str, approver: str, comment: str | None = None
+        self,
+        workflow_id: str,
+        approver: str,
+        comment: str | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> WorkflowRow:
         """Fire the type's approval event with the approver as actor."""
-        return await self.decide(workflow_id, True, approver=approver, comment=comment)
+        return await self.decide(
+            workflow_id, True, approver=approver, comment=comment, idempotency_key=idempotency_key
+        )
 
     async def deny(
-        self, workflow_id: str, approver: str, comment: str | None = None
+        self,
+        workflow_id: str,
+        approver: str,
+        comment: str | None = None,
+        *,
+        idempotency_key: str | None = None,
     ) -> WorkflowRow:
         """Fire the type's denial event with the approver as actor."""
-        return await self.decide(workflow_id, False, approver=approver, comment=comment)
+        return await self.decide(
+            workflow_id, False, approver=approver, comment=comment, idempotency_key=idempotency_key
+        )
 
     async def decide(
         self,
@@ -276,44 +359,206 @@ class Engine:
         comment: str | None = None,
         actor: str | None = None,
         expected_version: int | None = None,
+        idempotency_key: str | None = None,
+        row: WorkflowRow | None = None,
     ) -> WorkflowRow:
         """Fire the approval (``approve=True``) or denial event, payload ``{approver, comment}``.
 
         ``actor`` (default: the approver) is who the log records as firing it, e.g. the
         service that relayed the decision. Without ``expected_version`` the decision applies
-        to the workflow as read first.
+        to the workflow as read first (``row``, when the caller has just read it).
         """
+        return (
+            await self.decide_ex(
+                workflow_id,
+                approve,
+                approver=approver,
+                comment=comment,
+                actor=actor,
+                expected_version=expected_version,
+                idempotency_key=idempotency_key,
+                row=row,
+            )
+        ).row
+
+    async def decide_ex(
+        self,
+        workflow_id: str,
+        approve: bool,
+        *,
+        approver: str,
+        comment: str | None = None,
+        actor: str | None = None,
+        expected_version: int | None = None,
+        idempotency_key: str | None = None,
+        row: WorkflowRow | None = None,
+    ) -> Dispatched:
+        """:meth:`decide`, telling also whether it was an idempotent retry."""
         payload = decision_payload(approver, comment)
-        row = await self.get(workflow_id)
+        if row is None:
+            row = await self.get(workflow_id)
         wtype = self.type_of(row.type, row.machine_version)
-        return await self.send(
+        # With a key, a retry whose first attempt moved the version still replays: the key
+        # is looked up before the version is compared.
+        return await self.dispatch(
             workflow_id,
             wtype.approve_event if approve else wtype.deny_event,
             payload,
             actor=actor or approver,
             expected_version=row.version if expected_version is None else expected_version,
+            idempotency_key=idempotency_key,
+            row=row,
         )
 
-    async def cancel(self, workflow_id: str, *, reason: str, actor: str = "system") -> WorkflowRow:
+    async def cancel(
+        self,
+        workflow_id: str,
+        *,
+        reason: str,
+        actor: str = "system",
+        idempotency_key: str | None = None,
+    ) -> WorkflowRow:
         """Cancel a workflow: fire its type's ``cancel_event`` with ``{"reason": reason}``.
 
         When no worker holds the workflow the event fires at once (IllegalTransition if the
         current state has no edge for it). When a worker holds it, the request is recorded
-        (``cancel_requested`` on the returned row, still in its state) and the worker delivers
-        it to the running handler, which may save partial results; the worker then fires the
-        event as ``actor``.
+        (``cancel`` on the returned row, still in its state) and the worker delivers it to
+        the running handler, which may save partial results; the worker then fires the event
+        as ``actor`` (carrying ``idempotency_key``).
 
         Raises:
-            WorkflowNotFound, IllegalTransition, InvalidPayload, InvalidInput, StoreError.
+            WorkflowNotFound, IllegalTransition, InvalidPayload, InvalidInput,
+            IdempotencyKeyReused, StoreError.
         """
-        return await cancel_workflow(self, workflow_id, reason, actor)
+        return await cancel_workflow(
+            self, workflow_id, reason, actor, check_idempotency_key(idempotency_key)
+        )
 
-    async def post_input(self, workflow_id: str, name: str, payload: Mapping[str, Any]) -> int:
-        """Post an external input into a workflow's inbox; returns its id."""
+    async def post_input(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+    ) -> int:
+        """Post an external input into a workflow's inbox; returns its id.
+
+        A handler takes it with ``run.wait_input`` / ``run.next_input``; it is consumed by
+        the transition that ends that handler run (a crash before it delivers it again). A
+        workflow idle in a state with a handler is made due, so its handler runs now.
+
+        Raises WorkflowNotFound, WorkflowFinished (a terminal workflow takes no inputs),
+        InvalidInput, IdempotencyKeyReused.
+        """
+        item, _ = await self.put_input(workflow_id, name, payload, idempotency_key=idempotency_key)
+        return item.id
+
+    async def put_input(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        row: WorkflowRow | None = None,
+    ) -> tuple[InboxItem, bool]:
+        """:meth:`post_input`, returning ``(item, created)``: ``created`` is False for a retry
+        with an idempotency key already used for the same name and payload."""
+        if not isinstance(name, str) or not _EVENT.match(name):
+            raise InvalidInput(f"invalid input name {name!r}")
         if not isinstance(payload, Mapping):
             raise InvalidInput("input payload must be a JSON object")
-        item = await self.store.post_input(workflow_id, name, dict(payload), self.clock.now())
-        return item.id
+        check_idempotency_key(idempotency_key)
+        if row is None:
+            row = await self.get(workflow_id)
+        wake: str | None = None
+        try:
+            wtype = self.type_of(row.type, row.machine_version)
+            if row.state in wtype.handlers and not row.terminal:
+                wake = row.state
+        except UnknownWorkflowType:
+            pass  # another deployment's type: its workers decide
+        item, created = await self.store.post_input(
+            workflow_id,
+            name,
+            dict(payload),
+            self.clock.now(),
+            idempotency_key=idempotency_key,
+            wake_in_state=wake,
+        )
+        if not created and (
+            item.name != name or canonical(item.payload) != canonical(_normal(payload))
+        ):
+            raise IdempotencyKeyReused(
+                workflow_id, idempotency_key or "", f"input {item.name!r} #{item.id}"
+            )
+        return item, created
+
+    async def resolve_step(
+        self,
+        workflow_id: str,
+        step: str,
+        verdict: Applied | NotApplied,
+        *,
+        actor: str,
+        reason: str,
+    ) -> StepRecord:
+        """An operator's answer for a step whose outcome is unknown (the workflow is parked
+        with ``step_outcome_unknown``): :class:`Applied` with the result the external system
+        holds, or :class:`NotApplied` (safe to run). Then resume the workflow: a parked one
+        becomes due and its handler runs again (the step returns the result, or runs).
+
+        Refused (InvalidInput) on a step that is done, or while a worker holds the workflow.
+        """
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidInput("resolving a step needs a reason")
+        row = await self.get(workflow_id)
+        key = f"{workflow_id}:{step}"
+        note = f"resolved by {actor}: {reason}"[:1000]
+        now = self.clock.now()
+        if isinstance(verdict, Applied):
+            rec = await self.store.resolve_step(key, "done", verdict.result, None, note, now)
+        elif isinstance(verdict, NotApplied):
+            rec = await self.store.resolve_step(key, "failed", None, "not_applied", note, now)
+        else:
+            raise InvalidInput("a verdict is Applied(result) or NotApplied()")
+        log.warning(
+            "step resolved by an operator",
+            extra={
+                "action": "step_resolved",
+                "workflow_id": workflow_id,
+                "key": key,
+                "verdict": type(verdict).__name__,
+                "actor": actor,
+                "reason": reason,
+            },
+        )
+        if row.parked is not None and not row.terminal:
+            await self.resume(workflow_id, actor=actor)
+        return rec
+
+    async def resume(self, workflow_id: str, *, actor: str) -> WorkflowRow:
+        """Make a parked workflow due again: its state's handler runs once more (its
+        finished steps return their results; the counters of failures are kept)."""
+        row = await self.get(workflow_id)
+        if row.terminal:
+            raise InvalidInput(f"workflow {workflow_id!r} has finished")
+        if row.lease_owner is not None:
+            raise InvalidInput(f"a worker holds workflow {workflow_id!r}: nothing to resume")
+        after = await self.transitions.defer(
+            row,
+            Defer(
+                attempts=row.attempts,
+                next_due_at=self.clock.now(),
+                last_error=row.last_error,
+            ),
+        )
+        log.warning(
+            "workflow resumed",
+            extra={"action": "workflow_resumed", "workflow_id": workflow_id, "actor": actor},
+        )
+        return after
 
     # -- queries -------------------------------------------------------------------------------
 
@@ -393,142 +638,17 @@ class Engine:
             )
         return replayed
 
-    # -- the one way a state changes -----------------------------------------------------------
 
-    async def _fire(
-        self,
-        row: WorkflowRow,
-        event: str,
-        payload: Mapping[str, Any],
-        actor: str,
-        **options: Any,
-    ) -> WorkflowRow:
-        """Fire ``event`` on ``row`` as read (compare-and-swap on its version)."""
-        try:
-            write = self._plan(row, event, payload, actor, **options)
-            after = await self.store.apply_transition(write)
-        except (IllegalTransition, InvalidPayload, VersionConflict) as exc:
-            await self._rejected(row.id, row, event, exc, actor)
-            raise
-        except StoreError as exc:
-            self.observers.persistence_failed(row.id, event, exc)
-            raise
-        self.observers.transitioned(TransitionEvent(row, after, event, actor))
-        retry_delay = options.get("retry_delay")
-        if retry_delay is not None and not after.terminal:
-            # A transient failure moved it to a waiting state with a retry timer (a terminal
-            # target means the budget was spent: no retry).
-            self.observers.retried(row, after, retry_delay)
-        return after
+def id_for_key(tenant: str, key: str) -> str:
+    """The workflow id a start with an idempotency key and no id gets: derived from the
+    tenant and the key, so every retry of that start names the same workflow."""
+    digest = hashlib.sha256(f"{tenant}\x00{key}".encode()).hexdigest()
+    return f"idem-{digest[:40]}"
 
-    async def _rejected(
-        self,
-        workflow_id: str,
-        row: WorkflowRow | None,
-        event: str,
-        exc: StatewrightError,
-        actor: str,
-    ) -> None:
-        """Tell the observers about a refused transition, and log an invalid one (illegal
-        event, bad payload; not a lost race) in the store's rejections log.
 
-        That is one write, and its failure is logged, never raised: the caller gets the
-        refusal it caused, not a store error about the bookkeeping.
-        """
-        state = row.state if row else "?"
-        self.observers.rejected_transition(
-            workflow_id, state, event, exc, workflow=row, actor=actor
-        )
-        if row is None or isinstance(exc, VersionConflict):
-            return
-        try:
-            await self.store.record_rejection(
-                workflow_id=workflow_id,
-                type=row.type,
-                tenant=row.tenant,
-                state=state,
-                event=event,
-                code=exc.code,
-                actor=actor,
-                message=exc.message[:1000],
-                at=self.clock.now(),
-            )
-        except Exception:
-            log.warning(
-                "could not log a rejected transition",
-                exc_info=True,
-                extra={"action": "rejection_not_logged", "workflow_id": workflow_id},
-            )
-
-    def _plan(
-        self,
-        row: WorkflowRow,
-        event: str,
-        payload: Mapping[str, Any],
-        actor: str,
-        *,
-        context_patch: Mapping[str, Any] | None = None,
-        attempts: int | None = None,
-        fired_timer: int | None = None,
-        retry_delay: float | None = None,
-        last_error: str | None = None,
-        release_lease: bool = True,
-    ) -> TransitionWrite:
-        """Resolve ``event`` on ``row`` and build the write. Pure but for the clock: no I/O.
-
-        Raises IllegalTransition (naming the workflow) or InvalidPayload.
-        """
-        wtype = self.type_of(row.type, row.machine_version)
-        machine = wtype.machine
-        if not isinstance(payload, Mapping):
-            raise InvalidPayload(event, f"expected a JSON object, got {type(payload).__name__}")
-        try:
-            t = machine.resolve(row.state, event, row.context, payload)
-        except IllegalTransition as exc:
-            raise IllegalTransition(
-                exc.state, exc.event, exc.allowed, exc.reason, row.id
-            ) from None
-        now = self.clock.now()
-        target = machine.states[t.target]
-        staying = t.target == row.state
-        # A self-transition is internal (XState-style): the state's timers keep running.
-        timers = () if staying else self._state_timers(target, now)
-        run_at = self._run_at(wtype, target, now)
-        if retry_delay is not None:
-            if run_at is not None:
-                run_at = now + retry_delay  # the handler itself is retried later
-            elif not target.terminal and machine.can(t.target, wtype.retry_event):
-                timers += (TimerSpec(now + retry_delay, wtype.retry_event),)
-        return TransitionWrite(
-            workflow_id=row.id,
-            expected_version=row.version,
-            from_state=row.state,
-            to_state=t.target,
-            event=event,
-            payload=payload,
-            actor=actor,
-            at=now,
-            context={**row.context, **context_patch} if context_patch else row.context,
-            context_patch=context_patch,
-            terminal=target.terminal,
-            attempts=row.attempts if attempts is None else attempts,
-            run_at=run_at,
-            # next_due_at IS NULL means no pending timers (the store keeps it so): nothing
-            # to delete then, which spares externally driven workflows a statement.
-            clear_timers=not staying and row.next_due_at is not None,
-            fired_timer_id=fired_timer,
-            add_timers=timers,
-            release_lease=release_lease,
-            last_error=last_error,
-        )
-
-    @staticmethod
-    def _run_at(wtype: WorkflowType, state: State, now: float) -> float | None:
-        return now if state.name in wtype.handlers and not state.terminal else None
-
-    @staticmethod
-    def _state_timers(state: State, now: float) -> tuple[TimerSpec, ...]:
-        return tuple(TimerSpec(now + secs, ev) for secs, ev in sorted(state.after.items()))
+def _normal(payload: Mapping[str, Any]) -> Any:
+    """A payload as it reads back from the store (JSON round trip)."""
+    return json.loads(canonical(dict(payload)))
 
 
 def decision_payload(approver: str, comment: str | None) -> dict[str, Any]:
@@ -552,4 +672,4 @@ def _replay_problem(
     return None
 
 
-__all__ = ["Engine", "Replayed", "StatewrightError", "Stuck"]
+__all__ = ["Dispatched", "Engine", "Replayed", "StatewrightError", "Stuck"]

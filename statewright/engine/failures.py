@@ -1,6 +1,7 @@
-"""What happens when a handler fails: retry with backoff, or fail.
+"""What happens when a handler fails: retry with backoff, fail, or park for an operator.
 
-Shared by the worker (a handler raised) and recovery (a worker died mid-state).
+Shared by the worker (a handler raised or ran past its deadline) and recovery (a worker died
+mid-state).
 """
 
 from __future__ import annotations
@@ -9,13 +10,24 @@ import logging
 from typing import TYPE_CHECKING
 
 from statewright.engine.retry import retry_after_of
-from statewright.errors import IllegalTransition, InvalidPayload, VersionConflict
-from statewright.types import WorkflowRow
+from statewright.engine.transitions import Defer, Fire
+from statewright.errors import (
+    IllegalTransition,
+    InvalidPayload,
+    LeaseLost,
+    StepOutcomeUnknown,
+    VersionConflict,
+)
+from statewright.types import Lease, WorkflowRow
 
 if TYPE_CHECKING:
     from statewright.engine.core import Engine
 
 log = logging.getLogger(__name__)
+
+PARKED_FATAL = "fatal_error"
+PARKED_REFUSED = "error_event_refused"
+PARKED_UNKNOWN = "step_outcome_unknown"
 
 
 def describe(exc: BaseException) -> str:
@@ -23,26 +35,45 @@ def describe(exc: BaseException) -> str:
 
 
 async def handle_failure(
-    engine: Engine, row: WorkflowRow, exc: BaseException
+    engine: Engine,
+    row: WorkflowRow,
+    exc: BaseException,
+    *,
+    lease: Lease | None = None,
 ) -> WorkflowRow | None:
     """Apply the type's retry policy to a failure of ``row``'s current state.
 
-    Transient: count the attempt (durably), then fire ``on_transient`` (e.g. running ->
+    Transient: count the attempt (durably, in both budgets: consecutive failures in this
+    state and failures over the workflow's life), then fire ``on_transient`` (e.g. running ->
     retrying, with a backoff timer for ``retry_event``) or, without such an edge, schedule the
-    handler again after the backoff. Fatal, or the budget is spent: fire ``on_fatal`` or, without
-    such an edge, park the workflow with its error (it then shows up as stuck).
-    Returns the new row, or None if the workflow moved on meanwhile.
+    handler again after the backoff. Fatal, or a budget is spent: fire ``on_fatal`` or,
+    without such an edge, park the workflow with its error (it then shows up as stuck). A
+    step whose outcome is unknown (:class:`StepOutcomeUnknown`) takes the type's
+    ``step_outcome_unknown`` edge or parks the workflow for an operator.
+
+    ``lease``: the worker's claim (every write is fenced by it and releases it). Inputs the
+    failed run took are not consumed: the retry gets them again. Returns the new row, or None
+    if the workflow moved on meanwhile or the lease is gone.
     """
     wtype = engine.type_of(row.type, row.machine_version)
     machine, policy = wtype.machine, wtype.retry
+    transitions = engine.transitions
     now = engine.clock.now()
     error = describe(exc)
+    total = row.total_attempts + 1
     try:
+        if isinstance(exc, StepOutcomeUnknown):
+            return await _outcome_unknown(engine, row, exc, lease)
+        row_attempts = row.attempts
         if policy.classify(exc) == "transient":
             attempt = row.attempts + 1
-            retry_after = retry_after_of(exc)
+            row_attempts = attempt
+            retry_after = retry_after_of(exc, now)
             delay = policy.delay(attempt, retry_after, engine.rng)
-            if wtype.on_transient and machine.can(row.state, wtype.on_transient):
+            lifetime = policy.max_total_attempts
+            if lifetime is not None and total > lifetime:
+                error = f"lifetime retry budget of {lifetime} failures spent; last: {error}"
+            elif wtype.on_transient and machine.can(row.state, wtype.on_transient):
                 payload: dict[str, object] = {
                     "attempt": attempt,
                     "max_attempts": policy.max_attempts,
@@ -50,16 +81,20 @@ async def handle_failure(
                 }
                 if retry_after is not None:
                     payload["retry_after"] = retry_after
-                return await engine._fire(
+                return await transitions.fire(
                     row,
-                    wtype.on_transient,
-                    payload,
-                    "engine",
-                    attempts=attempt,
-                    retry_delay=delay,
-                    last_error=error,
+                    Fire(
+                        wtype.on_transient,
+                        payload,
+                        "engine",
+                        attempts=attempt,
+                        total_attempts=total,
+                        retry_delay=delay,
+                        last_error=error,
+                        lease=lease,
+                    ),
                 )
-            if attempt <= policy.max_attempts:
+            elif attempt <= policy.max_attempts:
                 log.info(
                     "retry scheduled",
                     extra={
@@ -69,37 +104,48 @@ async def handle_failure(
                         "delay": delay,
                     },
                 )
-                deferred = await engine.store.defer(
-                    row.id,
-                    row.version,
-                    attempts=attempt,
-                    next_due_at=now + delay,
-                    last_error=error,
-                    at=now,
+                deferred = await transitions.defer(
+                    row,
+                    Defer(
+                        attempts=attempt,
+                        total_attempts=total,
+                        next_due_at=now + delay,
+                        last_error=error,
+                        lease=lease,
+                    ),
                 )
                 engine.observers.retried(row, deferred, delay)
                 return deferred
-            error = f"retry budget of {policy.max_attempts} attempts spent; last: {error}"
-            row_attempts = attempt
-        else:
-            row_attempts = row.attempts
+            else:
+                error = f"retry budget of {policy.max_attempts} attempts spent; last: {error}"
         if wtype.on_fatal and machine.can(row.state, wtype.on_fatal):
-            return await engine._fire(
+            return await transitions.fire(
                 row,
-                wtype.on_fatal,
-                {"error": error},
-                "engine",
-                attempts=row_attempts,
-                last_error=error,
+                Fire(
+                    wtype.on_fatal,
+                    {"error": error},
+                    "engine",
+                    attempts=row_attempts,
+                    total_attempts=total,
+                    last_error=error,
+                    lease=lease,
+                ),
             )
         log.error(
             "workflow parked after a fatal error",
             extra={"action": "workflow_parked", "workflow_id": row.id, "error": error},
         )
-        return await engine.store.defer(
-            row.id, row.version, attempts=row_attempts, next_due_at=None, last_error=error, at=now
+        return await transitions.defer(
+            row,
+            Defer(
+                attempts=row_attempts,
+                total_attempts=total,
+                last_error=error,
+                parked=PARKED_FATAL,
+                lease=lease,
+            ),
         )
-    except VersionConflict:
+    except (VersionConflict, LeaseLost):
         return None
     except (IllegalTransition, InvalidPayload):
         # The machine refused the error event (a guard); park rather than loop.
@@ -107,6 +153,56 @@ async def handle_failure(
             "error event refused; parking",
             extra={"action": "workflow_parked", "workflow_id": row.id},
         )
-        return await engine.store.defer(
-            row.id, row.version, attempts=row.attempts, next_due_at=None, last_error=error, at=now
+        try:
+            return await transitions.defer(
+                row,
+                Defer(
+                    attempts=row.attempts,
+                    total_attempts=total,
+                    last_error=error,
+                    parked=PARKED_REFUSED,
+                    lease=lease,
+                ),
+            )
+        except (VersionConflict, LeaseLost):
+            return None
+
+
+async def _outcome_unknown(
+    engine: Engine,
+    row: WorkflowRow,
+    exc: StepOutcomeUnknown,
+    lease: Lease | None,
+) -> WorkflowRow | None:
+    wtype = engine.type_of(row.type, row.machine_version)
+    error = describe(exc)
+    event = wtype.step_outcome_unknown
+    if event is not None and wtype.machine.can(row.state, event):
+        return await engine.transitions.fire(
+            row,
+            Fire(
+                event,
+                {"key": exc.key, "error": error},
+                "engine",
+                last_error=error,
+                lease=lease,
+            ),
         )
+    log.error(
+        "workflow parked: a step's outcome is unknown; an operator must resolve it",
+        extra={
+            "action": "workflow_parked",
+            "workflow_id": row.id,
+            "parked": PARKED_UNKNOWN,
+            "key": exc.key,
+        },
+    )
+    return await engine.transitions.defer(
+        row,
+        Defer(
+            attempts=row.attempts,
+            last_error=error,
+            parked=PARKED_UNKNOWN,
+            lease=lease,
+        ),
+    )

@@ -43,13 +43,23 @@ async def heartbeat(w: Worker) -> None:
 
 
 async def _renew(w: Worker) -> None:
-    ids = w.in_flight
-    if not ids:
+    # Each lease is renewed under its own claim (fencing token): one that another worker took
+    # over is not renewed, and its handler is stopped. A handler past its deadline plus the
+    # grace is not renewed either: its lease lapses and recovery moves the workflow on.
+    slots = [s for s in w.slots if not s.lost and s.renewable(w.deadline_grace)]
+    if not slots:
         return
+    held = {s.row.id: s.lease.fence for s in slots}
     try:
-        await w.engine.store.renew_leases(w.id, ids, w.engine.clock.now() + w.lease_seconds)
+        renewed = set(
+            await w.engine.store.renew_leases(w.id, held, w.engine.clock.now() + w.lease_seconds)
+        )
     except StoreError:
         log.exception("lease renewal failed", extra={"action": "heartbeat_failed"})
+        return
+    for slot in slots:
+        if slot.row.id not in renewed and w.slot_of(slot.row.id) is slot:
+            slot.lose()
 
 
 async def _watch_cancels(w: Worker) -> None:

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from statewright.engine.looplag import LagReport
 from statewright.errors import StatewrightError
 from statewright.types import WorkflowRow
 
@@ -64,6 +65,8 @@ RejectionObserver = Callable[[str, str, str, StatewrightError], None]
 RejectionDetailObserver = Callable[[Rejection], None]
 RetryObserver = Callable[[RetryEvent], None]
 StepObserver = Callable[[WorkflowRow, str, float], None]
+LagObserver = Callable[[LagReport], None]
+"""Called from a worker's watchdog thread when user code blocked its event loop."""
 
 
 class Observers:
@@ -74,6 +77,7 @@ class Observers:
         """Like ``rejected``, with the workflow row (type, tenant) and the actor when known."""
         self.retry: list[RetryObserver] = []
         self.step: list[StepObserver] = []
+        self.lag: list[LagObserver] = []
 
     def transitioned(self, ev: TransitionEvent) -> None:
         log.info(
@@ -159,3 +163,11 @@ class Observers:
                 fn(workflow, step, seconds)
             except Exception:
                 log.exception("step observer failed", extra={"action": "observer_error"})
+
+    def loop_lagged(self, report: LagReport) -> None:
+        """User code blocked a worker's event loop (called from the watchdog thread)."""
+        for fn in self.lag:
+            try:
+                fn(report)
+            except Exception:
+                log.exception("lag observer failed", extra={"action": "observer_error"})

@@ -1,25 +1,36 @@
 """One claimed workflow in a worker: fire its due timer, or run its handler and persist the
-outcome (the next event, a retry, a cancel)."""
+outcome (the next event, a retry, a cancel, parking).
+
+Every write here carries the claim's lease (:attr:`Slot.lease`): once another worker has
+taken the workflow over, the store refuses it (:class:`~statewright.errors.LeaseLost`) and
+the slot just ends, writing nothing.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from statewright.engine.cancel import cancel_reason, deliver_pending, fire_cancel, pending
 from statewright.engine.failures import describe, handle_failure
-from statewright.engine.steps import Run, maybe_await
+from statewright.engine.looplag import user_code
+from statewright.engine.steps import Run, SyncRun, is_async
+from statewright.engine.transitions import Defer, Fire
 from statewright.engine.workflow_type import Handler, HandlerResult, Next, WorkflowType
 from statewright.errors import (
     Cancelled,
+    DeadlineExceeded,
     FatalError,
     IllegalTransition,
     InvalidPayload,
+    LeaseLost,
     VersionConflict,
 )
-from statewright.types import WorkflowRow
+from statewright.types import CancelRequest, Lease, WorkflowRow
 
 if TYPE_CHECKING:
     from statewright.engine.worker import Worker
@@ -35,15 +46,32 @@ class Slot:
     task: asyncio.Task[None] | None = None
     """The whole processing of the workflow (never cancelled by the worker)."""
     run: Run | None = None
-    handler: asyncio.Task[HandlerResult] | None = None
-    """The handler alone: what a cancel request or an expired shutdown grace cancels."""
+    handler: asyncio.Future[HandlerResult] | None = None
+    """The handler alone: what a cancel request, a deadline, a lost lease or an expired
+    shutdown grace cancels."""
     killer: asyncio.TimerHandle | None = None
     killed_for_cancel: bool = False
     abandoned: bool = False
+    deadline: float | None = None
+    """``time.monotonic()`` by which the handler must end (set when it starts)."""
+    timer: asyncio.TimerHandle | None = None
+    timed_out: bool = False
+    lost: bool = False
+    """The lease is gone (another worker took the workflow over): write nothing more."""
+
+    @property
+    def lease(self) -> Lease:
+        lease = self.row.lease
+        assert lease is not None, "a claimed row has a lease"
+        return lease
 
     @property
     def running(self) -> bool:
         return self.handler is not None and not self.handler.done()
+
+    def renewable(self, grace: float) -> bool:
+        """Whether the heartbeat may still renew the lease: never past deadline + grace."""
+        return self.deadline is None or time.monotonic() < self.deadline + grace
 
     def kill_after(self, grace: float) -> None:
         """Cancel the handler's task in ``grace`` seconds unless it ends first."""
@@ -51,31 +79,68 @@ class Slot:
             self.killer = asyncio.get_running_loop().call_later(grace, self._kill)
 
     def _kill(self) -> None:
-        if self.handler is not None and not self.handler.done():
+        if self.running:
+            assert self.handler is not None
             self.killed_for_cancel = True
             self.handler.cancel()
 
     def abandon(self) -> None:
         """Shutdown grace expired: cancel the handler, leave the workflow for another worker."""
         self.abandoned = True
-        if self.handler is not None and not self.handler.done():
+        self._stop(LeaseLost(self.row.id, "the worker stopped"))
+
+    def lose(self) -> None:
+        """The lease is gone: stop the handler; its writes would be refused anyway."""
+        if self.lost:
+            return
+        self.lost = True
+        if self.running:  # otherwise its processing has just written (and released) already
+            log.warning(
+                "lease lost: stopping the handler",
+                extra={
+                    "action": "lease_lost",
+                    "workflow_id": self.row.id,
+                    "state": self.row.state,
+                },
+            )
+        self._stop(LeaseLost(self.row.id))
+
+    def time_out(self) -> None:
+        """The handler ran past its deadline."""
+        if self.running:
+            self.timed_out = True
+            self._stop(
+                DeadlineExceeded(f"the handler of {self.row.state!r} ran past its deadline")
+            )
+
+    def _stop(self, why: BaseException) -> None:
+        if self.run is not None and self.run.stopped is None:
+            self.run.stopped = why  # a thread still running it gets this from every call
+        if self.running:
+            assert self.handler is not None
             self.handler.cancel()
+
+    def end(self) -> None:
+        for handle in (self.killer, self.timer):
+            if handle is not None:
+                handle.cancel()
 
 
 async def process(w: Worker, slot: Slot) -> None:
     engine, store, row = w.engine, w.engine.store, slot.row
+    lease = slot.lease
     # An unknown version keeps its lease: released, this worker would claim it again at once;
     # held, it expires and a worker that knows the version recovers it.
     wtype = engine.type_of(row.type, row.machine_version)
     if w.stopping:  # claimed but not started: hand it back so another worker takes it now
-        await store.release_lease(row.id, w.id)
+        await store.release_lease(row.id, lease)
         return
-    if row.cancel_requested is not None:
-        request = await pending(engine, wtype, row.id, row.state, row.cancel_requested)
+    if row.cancel is not None:
+        request = await pending(engine, wtype, row.id, row.state, row.cancel)
         if request is not None:
             try:
                 await fire_cancel(
-                    engine, row, wtype, request.reason, request.actor or w.actor, park=False
+                    engine, row, wtype, request, request.actor or w.actor, park=False, lease=lease
                 )
                 return
             except (IllegalTransition, InvalidPayload):
@@ -85,52 +150,81 @@ async def process(w: Worker, slot: Slot) -> None:
     if due:
         timer = due[0]
         try:
-            after = await engine._fire(
-                row, timer.event, timer.payload, "timer", fired_timer=timer.id
+            after = await engine.transitions.fire(
+                row, Fire(timer.event, timer.payload, "timer", fired_timer=timer.id, lease=lease)
             )
         except VersionConflict:
-            await store.release_lease(row.id, w.id)
+            await store.release_lease(row.id, lease)
+            return
+        except LeaseLost:
             return
         except (IllegalTransition, InvalidPayload) as exc:
             failed = FatalError(f"timer {timer.event!r}: {exc}")
-            await after_write(w, wtype, await handle_failure(engine, row, failed))
+            await after_write(w, wtype, await handle_failure(engine, row, failed, lease=lease))
             return
         await after_write(w, wtype, after)
         return
     handler = wtype.handlers.get(row.state)
     if handler is None or row.next_due_at is None or row.next_due_at > now:
         # Nothing to run (a timer was consumed meanwhile): re-arm from the pending timers.
-        parked = await store.defer(
-            row.id,
-            row.version,
-            attempts=row.attempts,
-            next_due_at=None,  # the store re-arms from the pending timers
-            last_error=row.last_error,
-            at=now,
-        )
-        await after_write(w, wtype, parked)
+        try:
+            rearmed = await engine.transitions.defer(
+                row,
+                Defer(
+                    attempts=row.attempts,
+                    last_error=row.last_error,
+                    parked=row.parked,
+                    lease=lease,
+                ),
+            )
+        except VersionConflict:
+            await store.release_lease(row.id, lease)
+            return
+        except LeaseLost:
+            return
+        await after_write(w, wtype, rearmed)
         return
     if w.stopping:
-        await store.release_lease(row.id, w.id)
+        await store.release_lease(row.id, lease)
         return
     await _run_handler(w, slot, wtype, handler)
 
 
-async def _call(handler: Handler, run: Run) -> HandlerResult:
-    return await maybe_await(handler(run))
+def _start(w: Worker, slot: Slot, run: Run, handler: Handler) -> asyncio.Future[HandlerResult]:
+    """Start the handler: ``async def`` on the loop, anything else in the thread pool."""
+    label = f"handler {run.type.name}/{run.state} {run.id}"
+    if is_async(handler):
+        coro: Any = handler(run)
+        return asyncio.ensure_future(user_code(label, coro))
+    loop = asyncio.get_running_loop()
+    ctx = contextvars.copy_context()  # the trace and other context variables go along
+    sync_run = SyncRun(run, loop)
+    threaded = loop.run_in_executor(w.executor, lambda: ctx.run(handler, sync_run))  # type: ignore[arg-type]
+    return asyncio.ensure_future(_settle(threaded, label))
+
+
+async def _settle(threaded: asyncio.Future[Any], label: str) -> HandlerResult:
+    result = await threaded
+    if asyncio.iscoroutine(result):  # a plain function that returned a coroutine
+        result = await user_code(label, result)
+    return result  # type: ignore[no-any-return]
 
 
 async def _run_handler(w: Worker, slot: Slot, wtype: WorkflowType, handler: Handler) -> None:
     engine, store, row = w.engine, w.engine.store, slot.row
-    run = slot.run = Run(engine, wtype, row)
-    slot.handler = asyncio.create_task(_call(handler, run), name=f"statewright:{row.id}")
+    lease = slot.lease
+    run = slot.run = Run(engine, wtype, row, executor=w.executor)
+    deadline = wtype.deadline_for(row.state)
+    slot.deadline = time.monotonic() + deadline
+    slot.handler = _start(w, slot, run, handler)
+    slot.timer = asyncio.get_running_loop().call_later(deadline, slot.time_out)
     try:
         result = await slot.handler
     except Cancelled as exc:
         if slot.abandoned and not slot.killed_for_cancel and run.cancel_request is None:
             # The handler turned the worker's shutdown into Cancelled: that stops the worker,
             # not the workflow.
-            await store.release_lease(row.id, w.id)
+            await store.release_lease(row.id, lease)
             return
         await _cancelled(w, slot, wtype, cancel_reason(exc))
         return
@@ -138,18 +232,15 @@ async def _run_handler(w: Worker, slot: Slot, wtype: WorkflowType, handler: Hand
         me = asyncio.current_task()
         if me is not None and me.cancelling():
             raise  # this task itself is being cancelled, not just the handler
-        if slot.killed_for_cancel:
-            await _cancelled(w, slot, wtype, None)
-            return
-        # Shutdown grace expired: leave the workflow as it is for another worker; steps the
-        # handler left *executing* are reconciled when it runs again.
-        log.warning(
-            "handler cancelled at shutdown",
-            extra={"action": "handler_abandoned", "workflow_id": row.id, "state": row.state},
-        )
-        await store.release_lease(row.id, w.id)
+        await _stopped(w, slot, wtype)
+        return
+    except LeaseLost:
+        _log_lost(slot)
         return
     except Exception as exc:
+        if slot.lost:
+            _log_lost(slot)
+            return
         log.warning(
             "handler failed",
             extra={
@@ -159,31 +250,84 @@ async def _run_handler(w: Worker, slot: Slot, wtype: WorkflowType, handler: Hand
                 "error": describe(exc),
             },
         )
-        await after_write(w, wtype, await handle_failure(engine, row, exc))
+        await after_write(w, wtype, await handle_failure(engine, row, exc, lease=lease))
         return
     finally:
-        if slot.killer is not None:
-            slot.killer.cancel()
-    now = engine.clock.now()
-    if result is None:
-        idle = await store.defer(
-            row.id, row.version, attempts=0, next_due_at=None, last_error=None, at=now
-        )
-        await after_write(w, wtype, idle)
+        slot.end()
+    if slot.lost:
+        _log_lost(slot)
         return
-    nxt = Next(result) if isinstance(result, str) else result
+    taken = tuple(run.taken)
     try:
-        after = await engine._fire(
-            row, nxt.event, nxt.payload, w.actor, context_patch=nxt.context, attempts=0
+        if result is None:
+            idle = await engine.transitions.defer(
+                row, Defer(attempts=0, lease=lease, consume_inputs=taken)
+            )
+            await after_write(w, wtype, idle)
+            return
+        nxt = Next(result) if isinstance(result, str) else result
+        after = await engine.transitions.fire(
+            row,
+            Fire(
+                nxt.event,
+                nxt.payload,
+                w.actor,
+                context_patch=nxt.context,
+                attempts=0,
+                lease=lease,
+                consume_inputs=taken,
+            ),
         )
     except VersionConflict:
-        await store.release_lease(row.id, w.id)
+        # Someone moved the workflow meanwhile (an external event): this result is dropped,
+        # and the inputs the run took stay for the next run.
+        await store.release_lease(row.id, lease)
+        return
+    except LeaseLost:
+        _log_lost(slot)
         return
     except (IllegalTransition, InvalidPayload) as exc:
         failed = FatalError(f"handler returned {exc.message}")
-        await after_write(w, wtype, await handle_failure(engine, row, failed))
+        await after_write(w, wtype, await handle_failure(engine, row, failed, lease=lease))
         return
     await after_write(w, wtype, after)
+
+
+async def _stopped(w: Worker, slot: Slot, wtype: WorkflowType) -> None:
+    """The handler's task was cancelled by the worker: say why, and write what follows."""
+    engine, row = w.engine, slot.row
+    if slot.lost:
+        _log_lost(slot)
+    elif slot.timed_out:
+        # A deadline hit: the outcome of what it was doing is unknown; its unfinished steps
+        # are left executing and get reconciled before anything runs again.
+        exc = DeadlineExceeded(
+            f"the handler of {row.state!r} ran past its deadline of "
+            f"{wtype.deadline_for(row.state):g}s"
+        )
+        log.warning(
+            "handler deadline exceeded",
+            extra={"action": "handler_deadline", "workflow_id": row.id, "state": row.state},
+        )
+        after = await handle_failure(engine, row, exc, lease=slot.lease)
+        await after_write(w, wtype, after)
+    elif slot.killed_for_cancel:
+        await _cancelled(w, slot, wtype, None)
+    else:
+        # Shutdown grace expired: leave the workflow as it is for another worker; steps the
+        # handler left *executing* are reconciled when it runs again.
+        log.warning(
+            "handler cancelled at shutdown",
+            extra={"action": "handler_abandoned", "workflow_id": row.id, "state": row.state},
+        )
+        await engine.store.release_lease(row.id, slot.lease)
+
+
+def _log_lost(slot: Slot) -> None:
+    log.warning(
+        "lease lost: the run's outcome is left to the worker that took the workflow over",
+        extra={"action": "run_dropped", "workflow_id": slot.row.id, "state": slot.row.state},
+    )
 
 
 async def _cancelled(w: Worker, slot: Slot, wtype: WorkflowType, reason: str | None) -> None:
@@ -201,7 +345,23 @@ async def _cancelled(w: Worker, slot: Slot, wtype: WorkflowType, reason: str | N
             "forced": slot.killed_for_cancel,
         },
     )
-    await fire_cancel(w.engine, slot.row, wtype, reason, actor, slot.run.partial)
+    delivered = CancelRequest(
+        reason,
+        actor,
+        request.at if request else None,
+        request.version if request else None,
+        request.idempotency_key if request else None,
+    )
+    await fire_cancel(
+        w.engine,
+        slot.row,
+        wtype,
+        delivered,
+        actor,
+        slot.run.partial,
+        lease=slot.lease,
+        consume_inputs=tuple(slot.run.taken),
+    )
 
 
 async def after_write(w: Worker, wtype: WorkflowType, row: WorkflowRow | None) -> None:

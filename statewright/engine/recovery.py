@@ -10,7 +10,15 @@ from typing import TYPE_CHECKING
 
 from statewright.engine.cancel import deliver_pending
 from statewright.engine.failures import handle_failure
-from statewright.errors import FatalError, TransientError, UnknownWorkflowType
+from statewright.engine.transitions import Defer
+from statewright.errors import (
+    FatalError,
+    LeaseLost,
+    TransientError,
+    UnknownWorkflowType,
+    VersionConflict,
+)
+from statewright.types import WorkflowRow
 
 if TYPE_CHECKING:
     from statewright.engine.core import Engine
@@ -61,21 +69,34 @@ def dead_local_owner(owner: str) -> bool:
     return not _pid_alive(pid)
 
 
-async def recover(engine: Engine, now: float | None = None) -> list[Recovered]:
+async def recover(
+    engine: Engine,
+    now: float | None = None,
+    *,
+    worker_id: str = "recovery",
+    lease_seconds: float = 30.0,
+) -> list[Recovered]:
     """Apply each type's recovery policy to workflows held by dead or expired workers.
 
     Default per state is ``rerun``: the lease is cleared and the handler runs again, its
-    finished steps returning their stored results and interrupted ones reconciled.
+    finished steps returning their stored results and interrupted ones reconciled. The other
+    policies take the lease over first (a new claim, so the lost worker's writes are refused
+    from then on) and write under it.
+
+    A lease is recovered only if it is still the one found expired when the write happens: a
+    worker that renewed it meanwhile keeps it.
     """
     store = engine.store
     now = engine.clock.now() if now is None else now
     dead = [o for o in await store.lease_owners() if dead_local_owner(o)]
-    stale = {r.id: r for r in await store.expired_leases(now, limit=10_000)}
+    stale: dict[str, tuple[WorkflowRow, float | None]] = {
+        r.id: (r, now) for r in await store.expired_leases(now, limit=10_000)
+    }
     for owner in dead:
         for r in await store.leased_by(owner):
-            stale[r.id] = r
+            stale[r.id] = (r, None)  # its process is gone: no need to wait for the lease
     done: list[Recovered] = []
-    for row in stale.values():
+    for row, expired_before in stale.values():
         owner = row.lease_owner or ""
         try:
             wtype = engine.type_of(row.type, row.machine_version)
@@ -83,22 +104,36 @@ async def recover(engine: Engine, now: float | None = None) -> list[Recovered]:
             continue  # another deployment's type: leave it to its own workers
         action = wtype.recovery_for(row.state)
         if row.terminal or action == "rerun":
-            await store.break_leases(owner, [row.id])  # its next claim delivers a cancel
-        elif action == "retry":
-            after = await handle_failure(engine, row, TransientError(f"worker {owner} was lost"))
-            await deliver_pending(engine, wtype, after, "engine")
-        elif action == "fail":
-            after = await handle_failure(engine, row, FatalError(f"worker {owner} was lost"))
-            await deliver_pending(engine, wtype, after, "engine")
-        else:  # leave: release and wait for an external event (or a pending timer)
-            after = await store.defer(
-                row.id,
-                row.version,
-                attempts=row.attempts,
-                next_due_at=None,
-                last_error=row.last_error,
-                at=now,
+            # Its next claim delivers a cancel, runs the handler (reconciling), or fires timers.
+            if not await store.break_leases(owner, [row.id], expired_before=expired_before):
+                continue
+        else:
+            taken = await store.take_over(
+                row.id, owner, worker_id, now + lease_seconds, expired_before=expired_before
             )
+            if taken is None:
+                continue  # renewed, released or recovered by someone else meanwhile
+            lease = taken.lease
+            after: WorkflowRow | None
+            if action == "retry":
+                lost = TransientError(f"worker {owner} was lost")
+                after = await handle_failure(engine, taken, lost, lease=lease)
+            elif action == "fail":
+                lost_for_good = FatalError(f"worker {owner} was lost")
+                after = await handle_failure(engine, taken, lost_for_good, lease=lease)
+            else:  # leave: release and wait for an external event (or a pending timer)
+                try:
+                    after = await engine.transitions.defer(
+                        taken,
+                        Defer(
+                            attempts=taken.attempts,
+                            last_error=taken.last_error,
+                            parked=taken.parked,
+                            lease=lease,
+                        ),
+                    )
+                except (VersionConflict, LeaseLost):
+                    after = None
             await deliver_pending(engine, wtype, after, "engine")
         log.warning(
             "recovered workflow",

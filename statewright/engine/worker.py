@@ -2,9 +2,14 @@
 
 :meth:`Worker.run` keeps up to ``concurrency`` workflows in flight, claiming more as slots
 free up; when nothing is due it waits on the store's wake-up (LISTEN/NOTIFY on PostgreSQL)
-with polling as the fallback. A heartbeat renews the leases of running handlers and delivers
-cancel requests to them. :meth:`Worker.stop` stops claiming, lets in-flight handlers finish
+with polling as the fallback. A heartbeat renews the leases of running handlers (never past a
+handler's deadline plus ``deadline_grace``), stops a handler whose lease was taken over, and
+delivers cancel requests. :meth:`Worker.stop` stops claiming, lets in-flight handlers finish
 and persist (up to a grace period), and hands every lease back.
+
+Synchronous user code runs in the worker's own bounded pool of threads (``threads``), so a
+blocking call never starves the heartbeat, the HTTP probes of ``serve --worker`` or the other
+workflows; a watchdog logs an ``async def`` handler that blocks the loop anyway.
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from statewright.engine.heartbeat import heartbeat
+from statewright.engine.looplag import LagReport, LoopLagMonitor
+from statewright.engine.pool import UserCodePool
 from statewright.engine.processing import Slot, process
 from statewright.engine.recovery import LIVE_WORKERS
 from statewright.engine.recovery import recover as run_recovery
 from statewright.engine.wakeup import listen
-from statewright.errors import StoreError
+from statewright.errors import LeaseLost, StoreError
 
 if TYPE_CHECKING:
     from statewright.engine.core import Engine
@@ -53,6 +60,12 @@ class Worker:
         cancel_grace: seconds a handler has, after its worker saw a cancel request, to end
             by itself (``Cancelled`` from ``run.check_cancel()``) before its task is cancelled.
         types: only claim these workflow types (default: all registered).
+        threads: size of the pool that runs synchronous handlers, step actions and reconcile
+            hooks (default: ``concurrency``, at least 4).
+        deadline_grace: seconds past a handler's deadline during which its lease is still
+            renewed (for it to wind down); then the lease lapses (default: ``lease_seconds``).
+        loop_lag_threshold: seconds an ``async def`` handler may block the event loop before
+            a WARNING names it (the lag is also reported to observers as a metric).
     """
 
     def __init__(
@@ -65,12 +78,19 @@ class Worker:
         cancel_grace: float = 5.0,
         types: Sequence[str] | None = None,
         worker_id: str | None = None,
+        threads: int | None = None,
+        deadline_grace: float | None = None,
+        loop_lag_threshold: float = 1.0,
     ) -> None:
         self.engine = engine
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
         self.cancel_grace = cancel_grace
+        self.deadline_grace = lease_seconds if deadline_grace is None else deadline_grace
+        self.executor = UserCodePool(threads or max(4, concurrency))
+        """The threads that run synchronous user code."""
+        self.loop_lag = LoopLagMonitor(threshold=loop_lag_threshold, on_lag=self._lagged)
         self.types = list(types) if types is not None else [t.name for t in engine.types]
         self.id = worker_id or new_worker_id()
         LIVE_WORKERS.add(self.id)
@@ -93,6 +113,10 @@ class Worker:
     def in_flight(self) -> list[str]:
         """Ids of the workflows this worker is processing now."""
         return list(self._slots)
+
+    def slot_of(self, workflow_id: str) -> Slot | None:
+        """The slot processing a workflow now, if any."""
+        return self._slots.get(workflow_id)
 
     @property
     def slots(self) -> list[Slot]:
@@ -126,6 +150,7 @@ class Worker:
         When it returns this worker holds no leases.
         """
         beat = asyncio.create_task(heartbeat(self))
+        await self.loop_lag.start()
         try:
             if recover:
                 await self._recover()
@@ -139,6 +164,9 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
             await self._release_all()
+            await self.loop_lag.stop()
+            # Threads still in user code the worker gave up on are daemons: not waited for.
+            self.executor.shutdown(wait=False, cancel_futures=True)
 
     async def run_until_idle(self, max_rounds: int = 100_000) -> int:
         """Process due work until none is due at the clock's now; returns how many."""
@@ -196,9 +224,13 @@ class Worker:
 
     async def _recover(self) -> None:
         try:
-            await run_recovery(self.engine)
+            await run_recovery(self.engine, worker_id=self.id, lease_seconds=self.lease_seconds)
         except StoreError:
             log.exception("recovery failed", extra={"action": "recovery_failed"})
+
+    def _lagged(self, report: LagReport) -> None:
+        # From the watchdog thread: observers must be thread-safe (prometheus-client is).
+        self.engine.observers.loop_lagged(report)
 
     async def _claim(self, limit: int, *, reap: bool = False) -> list[Slot]:
         engine = self.engine
@@ -221,13 +253,20 @@ class Worker:
             self.processed += 1
         except StoreError:
             # Fail closed: the workflow stays where it was; the lease expires and another
-            # round (or worker) picks it up when the store is back.
+            # round (or worker) picks it up when the store is back. (OutcomeUnknown too: by
+            # the time the lease expires, the write has landed or not; the next claim sees.)
             log.exception(
                 "store failed while processing",
                 extra={"action": "process_failed", "workflow_id": slot.row.id},
             )
+        except LeaseLost:
+            log.warning(
+                "lease lost while processing",
+                extra={"action": "run_dropped", "workflow_id": slot.row.id},
+            )
         finally:
-            self._slots.pop(slot.row.id, None)
+            if self._slots.get(slot.row.id) is slot:
+                del self._slots[slot.row.id]
 
     # -- shutdown ------------------------------------------------------------------------------
 

@@ -26,7 +26,14 @@ class Next:
 
 HandlerResult = Next | str | None
 Handler = Callable[["Run"], Awaitable[HandlerResult] | HandlerResult]
-"""A state handler: gets a :class:`Run`, returns the next event (or None to stay idle)."""
+"""A state handler: gets a :class:`Run`, returns the next event (or None to stay idle).
+
+An ``async def`` handler runs on the worker's event loop; any other callable runs in the
+worker's thread pool and gets a :class:`~statewright.engine.steps.SyncRun` (same methods,
+blocking)."""
+
+DEFAULT_DEADLINE = 900.0
+"""Seconds a handler may run by default before it is stopped (15 minutes)."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +81,21 @@ class WorkflowType:
         cancel_event: what :meth:`Engine.cancel` fires (payload ``{"reason": ...}``), at once
             on an idle workflow, or through the running handler (with the partial results it
             saved); None: the type cannot be cancelled.
-        reconcilers: step name -> reconcile hook for steps found executing after a crash.
+        reconcilers: step name -> reconcile hook for steps whose outcome is unknown (found
+            executing after a crash, or whose action raised after it may have reached the
+            other side). See :meth:`~statewright.engine.steps.Run.step`.
         recovery: state name -> :data:`RecoveryAction` for a worker that died; default rerun.
+        step_outcome_unknown: event fired when a step's outcome stays unknown (no reconcile
+            verdict, not safe to repeat), when the state has an edge for it (payload:
+            ``key``, ``error``); otherwise (the default) the workflow is **parked** for an
+            operator: it stays in its state, leased by nobody, with ``parked`` set to
+            ``"step_outcome_unknown"`` and the key in ``last_error``, until
+            ``Engine.resolve_step`` (or an event) moves it on.
+        deadline: seconds a handler may run (default 15 minutes); past it the handler is
+            stopped and the run counts as a transient failure whose outcome is unknown (its
+            unfinished steps are reconciled before any retry). The lease is never renewed
+            past the deadline plus the worker's grace.
+        deadlines: state name -> deadline for that state's handler.
     """
 
     machine: Machine
@@ -89,6 +109,9 @@ class WorkflowType:
     cancel_event: str | None = "cancel"
     reconcilers: Mapping[str, Reconciler] = field(default_factory=dict)
     recovery: Mapping[str, RecoveryAction] = field(default_factory=dict)
+    step_outcome_unknown: str | None = None
+    deadline: float = DEFAULT_DEADLINE
+    deadlines: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         problems = [
@@ -106,6 +129,21 @@ class WorkflowType:
             for s in self.recovery
             if s not in self.machine.states
         ]
+        problems += [
+            Problem("unknown_deadline_state", f"deadline for unknown state {s!r}", state=s)
+            for s in self.deadlines
+            if s not in self.machine.states
+        ]
+        problems += [
+            Problem("invalid_deadline", f"deadline of {s!r} must be positive, not {d!r}", state=s)
+            for s, d in [("*", self.deadline), *self.deadlines.items()]
+            if not isinstance(d, int | float) or not d > 0
+        ]
+        event = self.step_outcome_unknown
+        if event is not None and event not in self.machine.events:
+            problems.append(
+                Problem("unknown_event", f"step_outcome_unknown event {event!r} is not declared")
+            )
         if problems:
             raise DefinitionError(problems, self.machine.name)
 
@@ -119,3 +157,7 @@ class WorkflowType:
 
     def recovery_for(self, state: str) -> RecoveryAction:
         return self.recovery.get(state, "rerun")
+
+    def deadline_for(self, state: str) -> float:
+        """Seconds ``state``'s handler may run."""
+        return self.deadlines.get(state, self.deadline)

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from statewright.engine.core import Engine
 from statewright.engine.hooks import Rejection, RetryEvent, TransitionEvent
+from statewright.engine.looplag import LagReport
 from statewright.store.protocol import Store
 from statewright.types import WorkflowRow
 
@@ -135,6 +136,13 @@ class EngineMetrics:
             buckets=STEP_BUCKETS,
             registry=r,
         )
+        self.loop_stalls = Histogram(
+            "statewright_event_loop_stall_seconds",
+            "How long user code (an async def handler or step that blocked) stalled a worker's "
+            "event loop, per stall above the worker's loop_lag_threshold.",
+            buckets=(1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0),
+            registry=r,
+        )
         self._workflows = _WorkflowCounts()
         r.register(self._workflows)
         observers = engine.observers
@@ -142,6 +150,7 @@ class EngineMetrics:
         observers.rejections.append(self.on_rejection)
         observers.retry.append(self.on_retry)
         observers.step.append(self.on_step)
+        observers.lag.append(self.on_lag)
 
     # -- observers -----------------------------------------------------------------------------
 
@@ -165,6 +174,9 @@ class EngineMetrics:
 
     def on_step(self, workflow: WorkflowRow, step: str, seconds: float) -> None:
         self.steps.labels(workflow.type, step).observe(seconds)
+
+    def on_lag(self, report: LagReport) -> None:
+        self.loop_stalls.observe(report.seconds)
 
     # -- scrape --------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -25,16 +25,22 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
 from statewright.errors import (
+    IdempotencyKeyReused,
     InvalidInput,
+    LeaseLost,
+    OutcomeUnknown,
     StatewrightError,
     StoreError,
     VersionConflict,
+    WorkflowFinished,
     WorkflowNotFound,
 )
 from statewright.store.postgres_listen import Listener
 from statewright.store.postgres_rows import (
+    cancel_request,
     dumps,
     inbox_item,
+    lease_params,
     step_record,
     timer_params,
     transition_params,
@@ -43,9 +49,14 @@ from statewright.store.postgres_rows import (
 )
 from statewright.store.queries import load_queries, migrations
 from statewright.types import (
+    CancelRequest,
+    DeferWrite,
     InboxItem,
+    Lease,
     NewWorkflow,
     RejectionRecord,
+    StepFinish,
+    StepOutcome,
     StepRecord,
     TimerRecord,
     TransitionRecord,
@@ -195,8 +206,13 @@ class PostgresStore:
         return applied_now
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[Conn]:
-        """A pooled connection; driver errors leave as StoreError (InvalidInput for bad data)."""
+    async def _connection(self, write: bool = False) -> AsyncIterator[Conn]:
+        """A pooled connection; driver errors leave as StoreError (InvalidInput for bad data).
+
+        ``write``: the block sends a write. If the connection then breaks, the server may have
+        committed it (the COMMIT reached it, its answer did not reach us): OutcomeUnknown,
+        never "nothing changed".
+        """
         pool = self._pool
         if pool is None:
             raise StoreError("the PostgreSQL store is not open")
@@ -204,9 +220,9 @@ class PostgresStore:
             async with pool.connection() as conn:
                 yield conn
         except psycopg.Error as exc:
-            raise self._translate(exc) from exc
+            raise self._translate(exc, write) from exc
 
-    def _translate(self, exc: psycopg.Error) -> StatewrightError:
+    def _translate(self, exc: psycopg.Error, write: bool = False) -> StatewrightError:
         err: StatewrightError
         if isinstance(exc, psycopg.DataError):
             # e.g. a NUL character, which neither TEXT nor JSONB can hold
@@ -214,7 +230,16 @@ class PostgresStore:
         if isinstance(exc, PoolClosed):
             err = StoreError("the PostgreSQL store is closed")
         elif isinstance(exc, PoolTimeout):
+            # No connection was had: nothing was sent.
             err = StoreError(f"PostgreSQL ({self.where}) is unavailable: {exc}")
+        elif isinstance(exc, psycopg.OperationalError) and write and exc.sqlstate is None:
+            # A client-side connection failure (the server reports its own errors with a
+            # SQLSTATE, and those roll back): whether the server committed is unknowable here.
+            self._check_pool()
+            err = OutcomeUnknown(
+                f"lost the connection to PostgreSQL ({self.where}) during a write; it may or "
+                f"may not have been applied: {exc}"
+            )
         elif isinstance(exc, psycopg.OperationalError):
             self._check_pool()
             err = StoreError(f"lost the connection to PostgreSQL ({self.where}): {exc}")
@@ -252,9 +277,10 @@ class PostgresStore:
             "run_at": None if new.run_at is None else float(new.run_at),
             "actor": new.actor,
             "tenant": new.tenant,
+            "idempotency_key": new.idempotency_key,
             **timer_params(new.timers),
         }
-        async with self._connection() as conn:
+        async with self._connection(write=True) as conn:
             row = await (await conn.execute(Q["create_workflow"], params)).fetchone()
             if row is None:
                 # Another transaction created it after this statement's snapshot was taken.
@@ -275,58 +301,63 @@ class PostgresStore:
 
     async def apply_transition(self, write: TransitionWrite) -> WorkflowRow:
         params = transition_params(write)
-        async with self._connection() as conn:
-            row = await (await conn.execute(Q["apply_transition"], params)).fetchone()
+        async with self._connection(write=True) as conn:
+            try:
+                row = await (await conn.execute(Q["apply_transition"], params)).fetchone()
+            except psycopg.errors.UniqueViolation as exc:
+                diag = exc.diag.constraint_name or ""
+                if write.idempotency_key is not None and "idempotency" in diag:
+                    raise IdempotencyKeyReused(
+                        write.workflow_id, write.idempotency_key, "an earlier transition"
+                    ) from exc
+                raise
             if row is None:
-                raise await self._refusal(conn, write)
+                raise await self._refusal(
+                    conn,
+                    write.workflow_id,
+                    write.expected_version,
+                    write.lease,
+                    write.consume_inbox_ids,
+                )
         after = workflow_row(row)
         if after.next_due_at is not None:
             self.listener.wake()
         return after
 
-    async def apply_event(
-        self, workflow_id: str, plan: Callable[[WorkflowRow], TransitionWrite]
-    ) -> tuple[WorkflowRow, WorkflowRow]:
-        # Two round trips: BEGIN + lock the row, then (after planning) the transition
-        # statement + COMMIT, each pair pipelined. The lock makes concurrent events on one
-        # workflow queue up instead of conflicting.
-        async with self._connection() as conn:
-            try:
-                async with conn.pipeline():
-                    await conn.execute("BEGIN")
-                    cur = await conn.execute(Q["lock_workflow"], {"id": workflow_id})
-                    found = await cur.fetchone()
-                    if found is None:
-                        raise WorkflowNotFound(workflow_id)
-                    before = workflow_row(found)
-                    write = plan(before)
-                    applied = await conn.execute(Q["apply_transition"], transition_params(write))
-                    await conn.execute("COMMIT")
-                row = await applied.fetchone()
-            except BaseException:
-                await _rollback(conn)
-                raise
-            if row is None:
-                if write.workflow_id != before.id:
-                    raise await self._refusal(conn, write)
-                raise self._refused(write, before.version)
-        after = workflow_row(row)
-        if after.next_due_at is not None:
-            self.listener.wake()
-        return before, after
-
-    async def _refusal(self, conn: Conn, write: TransitionWrite) -> StatewrightError:
-        """Why the compare-and-swap matched no row (one more round trip, on failure only)."""
-        found = await (await conn.execute(Q["version_of"], {"id": write.workflow_id})).fetchone()
-        if found is None:
-            return WorkflowNotFound(write.workflow_id)
-        return self._refused(write, found["version"])
+    async def transition_by_key(
+        self, workflow_id: str, idempotency_key: str
+    ) -> TransitionRecord | None:
+        row = await self._fetchone(
+            Q["transition_by_key"], {"id": workflow_id, "key": idempotency_key}
+        )
+        return None if row is None else transition_record(row)
 
     @staticmethod
-    def _refused(write: TransitionWrite, version: int) -> StatewrightError:
-        if version != write.expected_version:
-            return VersionConflict(write.workflow_id, write.expected_version, version)
-        return StoreError(f"inbox item {write.consume_inbox_id} was already consumed")
+    async def _refusal(
+        conn: Conn,
+        workflow_id: str,
+        expected_version: int,
+        lease: Lease | None,
+        inbox_ids: Sequence[int] = (),
+    ) -> StatewrightError:
+        """Why a compare-and-swap matched no row (one more round trip, on failure only); a
+        lost lease first: the worker must stop."""
+        params = {"id": workflow_id, "inbox_ids": list(inbox_ids)}
+        found = await (await conn.execute(Q["write_refusal"], params)).fetchone()
+        if found is None:
+            return WorkflowNotFound(workflow_id)
+        if lease is not None and (found["lease_owner"], found["fence"]) != (
+            lease.owner,
+            lease.fence,
+        ):
+            return LeaseLost(workflow_id)
+        if found["version"] != expected_version:
+            return VersionConflict(workflow_id, expected_version, found["version"])
+        if found["unconsumed"] != len(set(inbox_ids)):
+            return StoreError(f"inbox items {list(inbox_ids)} of {workflow_id!r} were consumed")
+        # Nothing we can see refused it: a concurrent writer moved and restored it? Report a
+        # conflict so the caller re-reads.
+        return VersionConflict(workflow_id, expected_version, found["version"])
 
     async def history(
         self, workflow_id: str, after_version: int = 0, limit: int | None = None
@@ -442,12 +473,14 @@ class PostgresStore:
         async with self._connection() as conn:
             return await (await conn.execute(query, params)).fetchall()
 
-    async def _fetchone(self, query: str, params: dict[str, Any]) -> DictRow | None:
-        async with self._connection() as conn:
+    async def _fetchone(
+        self, query: str, params: dict[str, Any], *, write: bool = False
+    ) -> DictRow | None:
+        async with self._connection(write) as conn:
             return await (await conn.execute(query, params)).fetchone()
 
     async def _rowcount(self, query: str, params: dict[str, Any]) -> int:
-        async with self._connection() as conn:
+        async with self._connection(write=True) as conn:
             return (await conn.execute(query, params)).rowcount
 
     # -- workers -----------------------------------------------------------------------------
@@ -469,42 +502,74 @@ class PostgresStore:
         query = Q["claim_due"]
         if types is not None:
             query, params["types"] = Q["claim_due_of_types"], list(types)
-        rows = await self._fetchall(query, params)
+        async with self._connection(write=True) as conn:
+            rows = await (await conn.execute(query, params)).fetchall()
         return sorted((workflow_row(r) for r in rows), key=lambda w: (w.next_due_at or 0, w.id))
 
-    async def renew_leases(self, worker_id: str, ids: Sequence[str], until: float) -> int:
-        params = {"worker": worker_id, "ids": list(ids), "until": float(until)}
-        return await self._rowcount(Q["renew_leases"], params)
-
-    async def release_lease(self, workflow_id: str, worker_id: str) -> None:
-        await self._rowcount(Q["release_lease"], {"id": workflow_id, "worker": worker_id})
-
-    async def defer(
-        self,
-        workflow_id: str,
-        expected_version: int,
-        *,
-        attempts: int,
-        next_due_at: float | None,
-        last_error: str | None,
-        at: float,
-    ) -> WorkflowRow:
+    async def renew_leases(
+        self, worker_id: str, held: Mapping[str, int], until: float
+    ) -> list[str]:
         params = {
-            "id": workflow_id,
-            "expected_version": expected_version,
-            "attempts": attempts,
-            "next_due_at": None if next_due_at is None else float(next_due_at),
-            "last_error": last_error,
-            "at": float(at),
+            "worker": worker_id,
+            "ids": list(held),
+            "fences": list(held.values()),
+            "until": float(until),
         }
-        async with self._connection() as conn:
+        async with self._connection(write=True) as conn:
+            rows = await (await conn.execute(Q["renew_leases"], params)).fetchall()
+        return [r["id"] for r in rows]
+
+    async def release_lease(self, workflow_id: str, lease: Lease) -> None:
+        params = {"id": workflow_id, "worker": lease.owner, "fence": lease.fence}
+        async with self._connection(write=True) as conn:
+            await conn.execute(Q["release_lease"], params)
+
+    async def defer(self, write: DeferWrite) -> WorkflowRow:
+        params = {
+            "id": write.workflow_id,
+            "expected_version": write.expected_version,
+            "attempts": write.attempts,
+            "total_attempts": write.total_attempts,
+            "next_due_at": None if write.next_due_at is None else float(write.next_due_at),
+            "last_error": write.last_error,
+            "parked": write.parked,
+            "at": float(write.at),
+            "inbox_ids": list(write.consume_inbox_ids),
+            **lease_params(write.lease),
+        }
+        async with self._connection(write=True) as conn:
             row = await (await conn.execute(Q["defer_workflow"], params)).fetchone()
             if row is None:
-                found = await (await conn.execute(Q["version_of"], {"id": workflow_id})).fetchone()
-                if found is None:
-                    raise WorkflowNotFound(workflow_id)
-                raise VersionConflict(workflow_id, expected_version, found["version"])
-        return workflow_row(row)
+                raise await self._refusal(
+                    conn,
+                    write.workflow_id,
+                    write.expected_version,
+                    write.lease,
+                    write.consume_inbox_ids,
+                )
+        after = workflow_row(row)
+        if after.next_due_at is not None:
+            self.listener.wake()
+        return after
+
+    async def take_over(
+        self,
+        workflow_id: str,
+        owner: str,
+        worker_id: str,
+        until: float,
+        *,
+        expired_before: float | None = None,
+    ) -> WorkflowRow | None:
+        params = {
+            "id": workflow_id,
+            "owner": owner,
+            "worker": worker_id,
+            "until": float(until),
+            "expired_before": None if expired_before is None else float(expired_before),
+        }
+        row = await self._fetchone(Q["take_over"], params, write=True)
+        return None if row is None else workflow_row(row)
 
     async def expired_leases(self, now: float, limit: int = 100) -> list[WorkflowRow]:
         rows = await self._fetchall(Q["expired_leases"], {"now": float(now), "limit": limit})
@@ -516,11 +581,22 @@ class PostgresStore:
     async def lease_owners(self) -> list[str]:
         return [r["lease_owner"] for r in await self._fetchall(Q["lease_owners"], {})]
 
-    async def break_leases(self, owner: str, ids: Sequence[str] | None = None) -> int:
+    async def break_leases(
+        self,
+        owner: str,
+        ids: Sequence[str] | None = None,
+        *,
+        expired_before: float | None = None,
+    ) -> int:
+        params: dict[str, Any] = {
+            "owner": owner,
+            "expired_before": None if expired_before is None else float(expired_before),
+        }
         if ids is None:
-            row = await self._fetchone(Q["break_leases"], {"owner": owner})
+            row = await self._fetchone(Q["break_leases"], params, write=True)
         else:
-            row = await self._fetchone(Q["break_leases_of"], {"owner": owner, "ids": list(ids)})
+            params["ids"] = list(ids)
+            row = await self._fetchone(Q["break_leases_of"], params, write=True)
         n = 0 if row is None else int(row["n"])
         if n:
             self.listener.wake()
@@ -528,22 +604,34 @@ class PostgresStore:
 
     # -- cancel and progress -----------------------------------------------------------------
 
-    async def request_cancel(self, workflow_id: str, reason: str, at: float) -> WorkflowRow:
-        params = {"id": workflow_id, "reason": reason, "at": float(at)}
-        row = await self._fetchone(Q["request_cancel"], params)
+    async def request_cancel(self, workflow_id: str, request: CancelRequest) -> WorkflowRow:
+        params = {
+            "id": workflow_id,
+            "reason": request.reason,
+            "actor": request.actor,
+            "at": None if request.at is None else float(request.at),
+            "version": request.version,
+            "key": request.idempotency_key,
+        }
+        row = await self._fetchone(Q["request_cancel"], params, write=True)
         if row is None:
             raise WorkflowNotFound(workflow_id)
         self.listener.wake()
         return workflow_row(row)
 
-    async def cancel_requests(self, ids: Sequence[str]) -> dict[str, str]:
+    async def cancel_requests(self, ids: Sequence[str]) -> dict[str, CancelRequest]:
         rows = await self._fetchall(Q["cancel_requests"], {"ids": list(ids)})
-        return {r["id"]: r["cancel_requested"] for r in rows}
+        return {r["id"]: request for r in rows if (request := cancel_request(r)) is not None}
 
-    async def record_progress(self, workflow_id: str, progress: dict[str, Any], at: float) -> None:
-        params = {"id": workflow_id, "progress": dumps(progress)}
-        if await self._rowcount(Q["record_progress"], params) != 1:
+    async def record_progress(
+        self, workflow_id: str, progress: dict[str, Any], at: float, lease: Lease | None = None
+    ) -> None:
+        params = {"id": workflow_id, "progress": dumps(progress), **lease_params(lease)}
+        row = await self._fetchone(Q["record_progress"], params, write=True)
+        if row is None or not row["found"]:
             raise WorkflowNotFound(workflow_id)
+        if not row["held"]:
+            raise LeaseLost(workflow_id)
 
     # -- timers ------------------------------------------------------------------------------
 
@@ -556,30 +644,81 @@ class PostgresStore:
 
     # -- step ledger -------------------------------------------------------------------------
 
-    async def step_begin(self, key: str, workflow_id: str, step: str, at: float) -> StepRecord:
-        params = {"key": key, "workflow_id": workflow_id, "step": step, "at": float(at)}
-        async with self._connection() as conn:
+    async def step_begin(
+        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+    ) -> StepRecord:
+        params = {
+            "key": key,
+            "workflow_id": workflow_id,
+            "step": step,
+            "at": float(at),
+            **lease_params(lease),
+        }
+        async with self._connection(write=True) as conn:
             row = await (await conn.execute(Q["step_begin"], params)).fetchone()
-            if row is None:  # done already: returned unchanged
-                row = await (await conn.execute(Q["get_step"], {"key": key})).fetchone()
-                if row is None:
-                    raise StoreError(f"step {key!r} vanished from the ledger")
-        return step_record(row)
+            if row is not None:
+                return step_record(row)
+            # Nothing written: the step is done already, or the lease (or workflow) is gone.
+            cur = await conn.execute(Q["step_and_lease"], params)
+            found = await cur.fetchone()
+        if found is not None and found["step"] is not None and found["step"]["status"] == "done":
+            return step_record(found["step"])
+        if found is None or not found["found"]:
+            raise WorkflowNotFound(workflow_id)
+        raise LeaseLost(workflow_id)
 
-    async def step_finish(
-        self, key: str, status: str, result: Any, error: str | None, at: float
+    async def step_finish(self, finish: StepFinish, lease: Lease | None = None) -> StepRecord:
+        params = {
+            "key": finish.key,
+            "attempt": finish.attempt,
+            "status": finish.status,
+            "result": None if finish.result is None else dumps(finish.result),
+            "error": finish.error,
+            "outcome": finish.outcome,
+            "at": float(finish.at),
+            **lease_params(lease),
+        }
+        async with self._connection(write=True) as conn:
+            row = await (await conn.execute(Q["finish_step"], params)).fetchone()
+            if row is not None:
+                return step_record(row)
+            current = await (await conn.execute(Q["get_step"], {"key": finish.key})).fetchone()
+        if current is None:
+            raise StoreError(f"no step {finish.key!r} in the ledger")
+        raise LeaseLost(
+            current["workflow_id"],
+            f"step {finish.key!r}: attempt {finish.attempt} may no longer record its outcome "
+            f"(the ledger has attempt {current['attempts']}, {current['status']}, or the lease "
+            "is gone)",
+        )
+
+    async def resolve_step(
+        self,
+        key: str,
+        status: str,
+        result: Any,
+        outcome: StepOutcome | None,
+        note: str,
+        at: float,
     ) -> StepRecord:
         params = {
             "key": key,
             "status": status,
             "result": None if result is None else dumps(result),
-            "error": error,
+            "outcome": outcome,
+            "error": note,
             "at": float(at),
         }
-        row = await self._fetchone(Q["finish_step"], params)
-        if row is None:
-            raise StoreError(f"no step {key!r} in the ledger")
-        return step_record(row)
+        async with self._connection(write=True) as conn:
+            row = await (await conn.execute(Q["resolve_step"], params)).fetchone()
+            if row is not None:
+                return step_record(row)
+            current = await (await conn.execute(Q["get_step"], {"key": key})).fetchone()
+        if current is None:
+            raise InvalidInput(f"no step {key!r} in the ledger")
+        if current["status"] == "done":
+            raise InvalidInput(f"step {key!r} is done already: its result stands")
+        raise InvalidInput(f"a worker holds the workflow of step {key!r}: try again later")
 
     async def get_step(self, key: str) -> StepRecord | None:
         row = await self._fetchone(Q["get_step"], {"key": key})
@@ -591,22 +730,47 @@ class PostgresStore:
     # -- inbox -------------------------------------------------------------------------------
 
     async def post_input(
-        self, workflow_id: str, name: str, payload: dict[str, Any], at: float
-    ) -> InboxItem:
-        params = {"id": workflow_id, "name": name, "payload": dumps(payload), "at": float(at)}
-        row = await self._fetchone(Q["post_input"], params)
+        self,
+        workflow_id: str,
+        name: str,
+        payload: dict[str, Any],
+        at: float,
+        *,
+        idempotency_key: str | None = None,
+        wake_in_state: str | None = None,
+    ) -> tuple[InboxItem, bool]:
+        params = {
+            "id": workflow_id,
+            "name": name,
+            "payload": dumps(payload),
+            "at": float(at),
+            "key": idempotency_key,
+            "wake_state": wake_in_state,
+        }
+        async with self._connection(write=True) as conn:
+            row = await (await conn.execute(Q["post_input"], params)).fetchone()
+            if row is not None and row["item"] is None and idempotency_key is not None:
+                # A concurrent post with the same key won the insert after our snapshot.
+                cur = await conn.execute(
+                    Q["input_by_key"], {"id": workflow_id, "key": idempotency_key}
+                )
+                raced = await cur.fetchone()
+                if raced is not None:
+                    return inbox_item(raced), False
         if row is None:
             raise WorkflowNotFound(workflow_id)
-        self.listener.wake()
-        return inbox_item(row)
+        if row["item"] is None:
+            raise WorkflowFinished(workflow_id, row["state"])
+        if row["created"]:
+            self.listener.wake()
+        return inbox_item(row["item"]), bool(row["created"])
 
-    async def next_input(self, workflow_id: str, name: str | None = None) -> InboxItem | None:
-        row = await self._fetchone(Q["next_input"], {"id": workflow_id, "name": name})
+    async def next_input(
+        self, workflow_id: str, name: str | None = None, skip: Sequence[int] = ()
+    ) -> InboxItem | None:
+        params = {"id": workflow_id, "name": name, "skip": list(skip)}
+        row = await self._fetchone(Q["next_input"], params)
         return None if row is None else inbox_item(row)
-
-    async def consume_input(self, item_id: int, at: float) -> bool:
-        params = {"item_id": item_id, "at": float(at)}
-        return await self._rowcount(Q["consume_input"], params) == 1
 
 
 async def _rollback(conn: Conn) -> None:

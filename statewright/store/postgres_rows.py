@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -12,7 +12,9 @@ from psycopg.rows import DictRow
 
 from statewright.errors import InvalidInput
 from statewright.types import (
+    CancelRequest,
     InboxItem,
+    Lease,
     StepRecord,
     TimerSpec,
     TransitionRecord,
@@ -74,9 +76,30 @@ def transition_params(w: TransitionWrite) -> dict[str, Any]:
         "fired_timer_id": w.fired_timer_id,
         "release_lease": bool(w.release_lease),
         "last_error": w.last_error,
-        "consume_inbox_id": w.consume_inbox_id,
+        "inbox_ids": list(w.consume_inbox_ids),
+        "require_unleased": bool(w.require_unleased),
+        "total_attempts": w.total_attempts,
+        "idempotency_key": w.idempotency_key,
+        **lease_params(w.lease),
         **timer_params(w.add_timers),
     }
+
+
+def lease_params(lease: Lease | None) -> dict[str, Any]:
+    """The fencing parameters of a worker's write (NULL for anyone else's)."""
+    return {
+        "owner": None if lease is None else lease.owner,
+        "fence": None if lease is None else lease.fence,
+    }
+
+
+def cancel_request(r: Mapping[str, Any]) -> CancelRequest | None:
+    reason = r["cancel_requested"]
+    if reason is None:
+        return None
+    return CancelRequest(
+        reason, r["cancel_actor"], r["cancel_at"], r["cancel_version"], r["cancel_key"]
+    )
 
 
 def workflow_row(r: DictRow) -> WorkflowRow:
@@ -96,9 +119,12 @@ def workflow_row(r: DictRow) -> WorkflowRow:
         lease_owner=r["lease_owner"],
         lease_expires_at=r["lease_expires_at"],
         last_error=r["last_error"],
-        cancel_requested=r["cancel_requested"],
+        cancel=cancel_request(r),
         progress=r["progress"],
         tenant=r["tenant"],
+        fence=r["fence"],
+        total_attempts=r["total_attempts"],
+        parked=r["parked"],
     )
 
 
@@ -114,10 +140,11 @@ def transition_record(r: DictRow) -> TransitionRecord:
         actor=r["actor"],
         context_patch=r["context_patch"],
         at=r["at"],
+        idempotency_key=r["idempotency_key"],
     )
 
 
-def step_record(r: DictRow) -> StepRecord:
+def step_record(r: Mapping[str, Any]) -> StepRecord:
     return StepRecord(
         key=r["key"],
         workflow_id=r["workflow_id"],
@@ -128,10 +155,12 @@ def step_record(r: DictRow) -> StepRecord:
         attempts=r["attempts"],
         started_at=r["started_at"],
         finished_at=r["finished_at"],
+        outcome=r["outcome"],
+        fence=r["fence"],
     )
 
 
-def inbox_item(r: DictRow) -> InboxItem:
+def inbox_item(r: Mapping[str, Any]) -> InboxItem:
     return InboxItem(
         id=r["id"],
         workflow_id=r["workflow_id"],
@@ -139,4 +168,5 @@ def inbox_item(r: DictRow) -> InboxItem:
         payload=r["payload"],
         posted_at=r["posted_at"],
         consumed_at=r["consumed_at"],
+        idempotency_key=r["idempotency_key"],
     )

@@ -9,13 +9,18 @@ boundary with the original kept as ``__cause__``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from statewright.types import (
+    CancelRequest,
+    DeferWrite,
     InboxItem,
+    Lease,
     NewWorkflow,
     RejectionRecord,
+    StepFinish,
+    StepOutcome,
     StepRecord,
     TimerRecord,
     TransitionRecord,
@@ -47,27 +52,25 @@ class Store(Protocol):
     async def get_workflow(self, workflow_id: str) -> WorkflowRow | None: ...
 
     async def apply_transition(self, write: TransitionWrite) -> WorkflowRow:
-        """Apply one transition atomically.
+        """Apply one transition atomically: compare-and-swap on the version (and, with
+        ``write.lease``, on the lease), log entry, timers, inbox consumption.
+
+        Planning happens before, outside the store (the engine's pure ``plan``): the store
+        runs no user code.
 
         Raises:
             WorkflowNotFound: no such workflow.
             VersionConflict: the row is not at ``write.expected_version``; nothing changed.
+            LeaseLost: ``write.lease`` no longer holds; nothing changed.
+            IdempotencyKeyReused: the workflow's log already has ``write.idempotency_key``.
+            OutcomeUnknown: the connection broke after the request left; it may have applied.
             StoreError: persistence failed; nothing changed.
         """
 
-    async def apply_event(
-        self, workflow_id: str, plan: Callable[[WorkflowRow], TransitionWrite]
-    ) -> tuple[WorkflowRow, WorkflowRow]:
-        """Read the row, let ``plan`` build the transition from it, and apply it: one operation.
-
-        ``plan`` is pure (no I/O) and may raise to refuse the transition; then nothing is
-        written and its exception propagates. Returns ``(before, after)``. Saves a round
-        trip per external event compared with :meth:`get_workflow` + :meth:`apply_transition`;
-        the compare-and-swap still guards against writers in other processes.
-
-        Raises:
-            WorkflowNotFound, VersionConflict, StoreError, or whatever ``plan`` raised.
-        """
+    async def transition_by_key(
+        self, workflow_id: str, idempotency_key: str
+    ) -> TransitionRecord | None:
+        """The log entry a client's idempotency key produced on a workflow, if any."""
 
     async def history(
         self, workflow_id: str, after_version: int = 0, limit: int | None = None
@@ -140,32 +143,43 @@ class Store(Protocol):
         limit: int,
         types: Sequence[str] | None = None,
     ) -> list[WorkflowRow]:
-        """Lease up to ``limit`` unleased workflows whose ``next_due_at`` has come."""
+        """Lease up to ``limit`` unleased workflows whose ``next_due_at`` has come.
 
-    async def renew_leases(self, worker_id: str, ids: Sequence[str], until: float) -> int:
-        """Extend the leases ``worker_id`` holds; returns how many it still holds."""
-
-    async def release_lease(self, workflow_id: str, worker_id: str) -> None: ...
-
-    async def defer(
-        self,
-        workflow_id: str,
-        expected_version: int,
-        *,
-        attempts: int,
-        next_due_at: float | None,
-        last_error: str | None,
-        at: float,
-    ) -> WorkflowRow:
-        """Record a failed attempt without a transition: counter, error, next due time.
-
-        ``next_due_at`` is merged with the pending timers (the earlier wins), so parking a
-        workflow never silences its timers: ``next_due_at IS NULL`` always means "no timers".
-        Releases the lease. Raises :class:`VersionConflict` if the workflow moved on.
+        Each claim increments the workflow's fencing token (``fence``): the returned rows
+        carry the new one, and :attr:`WorkflowRow.lease` is the claim.
         """
 
+    async def renew_leases(
+        self, worker_id: str, held: Mapping[str, int], until: float
+    ) -> list[str]:
+        """Extend the leases ``worker_id`` holds (workflow id -> fencing token); returns the
+        ids whose lease still held and was extended."""
+
+    async def release_lease(self, workflow_id: str, lease: Lease) -> None:
+        """Give a lease back (nothing happens if it is no longer held)."""
+
+    async def defer(self, write: DeferWrite) -> WorkflowRow:
+        """Keep the workflow in its state: counters, error, next due time, parked reason;
+        releases the lease. See :class:`~statewright.types.DeferWrite`.
+
+        Raises VersionConflict (the workflow moved on), LeaseLost (``write.lease`` is gone).
+        """
+
+    async def take_over(
+        self,
+        workflow_id: str,
+        owner: str,
+        worker_id: str,
+        until: float,
+        *,
+        expired_before: float | None = None,
+    ) -> WorkflowRow | None:
+        """Move ``owner``'s lease on a workflow to ``worker_id`` as a new claim (new fencing
+        token), only while ``owner`` holds it (and it expired before ``expired_before``, when
+        given); None if that no longer holds."""
+
     async def expired_leases(self, now: float, limit: int = 100) -> list[WorkflowRow]:
-        """Workflows whose lease expired (their worker died or hung)."""
+        """Workflows whose lease expired (their worker died, hung or was frozen)."""
 
     async def leased_by(self, owner: str) -> list[WorkflowRow]:
         """Workflows a given worker holds leases on."""
@@ -173,8 +187,16 @@ class Store(Protocol):
     async def lease_owners(self) -> list[str]:
         """Distinct workers holding leases now."""
 
-    async def break_leases(self, owner: str, ids: Sequence[str] | None = None) -> int:
-        """Clear leases held by ``owner`` (all, or only ``ids``); returns how many."""
+    async def break_leases(
+        self,
+        owner: str,
+        ids: Sequence[str] | None = None,
+        *,
+        expired_before: float | None = None,
+    ) -> int:
+        """Clear leases held by ``owner`` (all, or only ``ids``; with ``expired_before``
+        only those that expired before it, so a lease renewed meanwhile survives); returns
+        how many. The owner's later writes for those workflows are refused (fencing)."""
 
     async def wait_for_work(self, timeout: float) -> None:
         """Return soon after work may have become due, or after ``timeout`` seconds.
@@ -186,17 +208,23 @@ class Store(Protocol):
 
     # -- cancel and progress ---------------------------------------------------------------
 
-    async def request_cancel(self, workflow_id: str, reason: str, at: float) -> WorkflowRow:
-        """Flag a cancel request on a live workflow (not a transition; wakes its worker).
+    async def request_cancel(self, workflow_id: str, request: CancelRequest) -> WorkflowRow:
+        """Record a cancel request on a live workflow (not a transition; wakes its worker).
 
-        The flag stays until the workflow reaches a terminal state. Raises WorkflowNotFound.
+        The request stays until the workflow reaches a terminal state; a newer one replaces
+        it. Returns the row either way. Raises WorkflowNotFound.
         """
 
-    async def cancel_requests(self, ids: Sequence[str]) -> dict[str, str]:
-        """Among ``ids``, the workflows with a pending cancel request, with its reason."""
+    async def cancel_requests(self, ids: Sequence[str]) -> dict[str, CancelRequest]:
+        """Among ``ids``, the workflows with a pending cancel request, with the request."""
 
-    async def record_progress(self, workflow_id: str, progress: dict[str, Any], at: float) -> None:
-        """Keep the latest progress report of the running step (cleared on state change)."""
+    async def record_progress(
+        self, workflow_id: str, progress: dict[str, Any], at: float, lease: Lease | None = None
+    ) -> None:
+        """Keep the latest progress report of the running step (cleared on state change).
+
+        Raises WorkflowNotFound, or LeaseLost when ``lease`` no longer holds.
+        """
 
     # -- timers ----------------------------------------------------------------------------
 
@@ -205,18 +233,38 @@ class Store(Protocol):
 
     # -- step ledger -----------------------------------------------------------------------
 
-    async def step_begin(self, key: str, workflow_id: str, step: str, at: float) -> StepRecord:
+    async def step_begin(
+        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+    ) -> StepRecord:
         """Durably record that a step is executing before its action runs.
 
-        If the key exists already, returns the existing record with ``attempts`` incremented
-        when its status is ``executing`` or ``failed`` (a re-run); a ``done`` record is
-        returned unchanged.
+        A new key starts at attempt 1; an existing key whose status is ``executing`` or
+        ``failed`` becomes ``executing`` again with ``attempts`` incremented (a re-run); a
+        ``done`` record is returned unchanged (the caller must use its result). With
+        ``lease``, refused with LeaseLost once the lease no longer holds.
         """
 
-    async def step_finish(
-        self, key: str, status: str, result: Any, error: str | None, at: float
+    async def step_finish(self, finish: StepFinish, lease: Lease | None = None) -> StepRecord:
+        """Record the outcome of one step attempt.
+
+        Refused with LeaseLost (nothing written) when ``lease`` no longer holds, or when the
+        ledger entry is no longer that attempt *executing* (a newer attempt or a result
+        recorded meanwhile): a late writer never overwrites a newer result.
+        """
+
+    async def resolve_step(
+        self,
+        key: str,
+        status: str,
+        result: Any,
+        outcome: StepOutcome | None,
+        note: str,
+        at: float,
     ) -> StepRecord:
-        """Record the outcome of a step (``done`` with a result, or ``failed``)."""
+        """An operator's verdict on a step whose outcome is unknown: ``done`` with the
+        result it had, or ``failed`` with outcome ``not_applied``. Refused (InvalidInput) on
+        a ``done`` step or while a worker holds the workflow; WorkflowNotFound for no step.
+        """
 
     async def get_step(self, key: str) -> StepRecord | None: ...
 
@@ -225,12 +273,29 @@ class Store(Protocol):
     # -- inbox -----------------------------------------------------------------------------
 
     async def post_input(
-        self, workflow_id: str, name: str, payload: dict[str, Any], at: float
-    ) -> InboxItem:
-        """Append an external input for a workflow; raises WorkflowNotFound."""
+        self,
+        workflow_id: str,
+        name: str,
+        payload: dict[str, Any],
+        at: float,
+        *,
+        idempotency_key: str | None = None,
+        wake_in_state: str | None = None,
+    ) -> tuple[InboxItem, bool]:
+        """Append an external input for a live workflow; returns ``(item, created)``.
 
-    async def next_input(self, workflow_id: str, name: str | None = None) -> InboxItem | None:
-        """The oldest unconsumed input (optionally of one name)."""
+        With ``idempotency_key`` an input already posted under that key is returned instead
+        (``created`` False). With ``wake_in_state``, a workflow still in that state and not
+        leased becomes due now (its handler runs and can take the input).
 
-    async def consume_input(self, item_id: int, at: float) -> bool:
-        """Mark an input consumed; False if it already was."""
+        Raises WorkflowNotFound, WorkflowFinished (terminal workflows take no inputs).
+        """
+
+    async def next_input(
+        self, workflow_id: str, name: str | None = None, skip: Sequence[int] = ()
+    ) -> InboxItem | None:
+        """The oldest unconsumed input (optionally of one name), other than ``skip``.
+
+        Reading consumes nothing: an input is consumed by the transition (or the deferral)
+        that ends the handler run which took it, in the same transaction.
+        """

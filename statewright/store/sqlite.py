@@ -7,20 +7,35 @@ transaction (see :mod:`statewright.store.sqlite_conn` for group commit).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from statewright.errors import InvalidInput, StoreError, VersionConflict, WorkflowNotFound
+from statewright.errors import (
+    IdempotencyKeyReused,
+    InvalidInput,
+    LeaseLost,
+    StatewrightError,
+    StoreError,
+    VersionConflict,
+    WorkflowFinished,
+    WorkflowNotFound,
+)
 from statewright.store.queries import load_queries, migrations
 from statewright.store.sqlite_conn import GroupCommitConnection, Synchronous
 from statewright.types import (
+    CancelRequest,
+    DeferWrite,
     InboxItem,
+    Lease,
     NewWorkflow,
     RejectionRecord,
+    StepFinish,
+    StepOutcome,
     StepRecord,
     TimerRecord,
     TransitionRecord,
@@ -45,13 +60,22 @@ def _dumps(value: Any) -> str:
     return text
 
 
-def _workflow(r: sqlite3.Row) -> WorkflowRow:
+def _cancel(r: sqlite3.Row) -> CancelRequest | None:
+    reason = r["cancel_requested"]
+    if reason is None:
+        return None
+    return CancelRequest(
+        reason, r["cancel_actor"], r["cancel_at"], r["cancel_version"], r["cancel_key"]
+    )
+
+
+def _workflow(r: sqlite3.Row, context: dict[str, Any] | None = None) -> WorkflowRow:
     return WorkflowRow(
         id=r["id"],
         type=r["type"],
         machine_version=r["machine_version"],
         state=r["state"],
-        context=json.loads(r["context"]),
+        context=json.loads(r["context"]) if context is None else context,
         version=r["version"],
         attempts=r["attempts"],
         terminal=bool(r["terminal"]),
@@ -62,9 +86,12 @@ def _workflow(r: sqlite3.Row) -> WorkflowRow:
         lease_owner=r["lease_owner"],
         lease_expires_at=r["lease_expires_at"],
         last_error=r["last_error"],
-        cancel_requested=r["cancel_requested"],
+        cancel=_cancel(r),
         progress=None if r["progress"] is None else json.loads(r["progress"]),
         tenant=r["tenant"],
+        fence=r["fence"],
+        total_attempts=r["total_attempts"],
+        parked=r["parked"],
     )
 
 
@@ -81,6 +108,7 @@ def _transition(r: sqlite3.Row) -> TransitionRecord:
         actor=r["actor"],
         context_patch=None if patch is None else json.loads(patch),
         at=r["at"],
+        idempotency_key=r["idempotency_key"],
     )
 
 
@@ -96,6 +124,8 @@ def _step(r: sqlite3.Row) -> StepRecord:
         attempts=r["attempts"],
         started_at=r["started_at"],
         finished_at=r["finished_at"],
+        outcome=r["outcome"],
+        fence=r["fence"],
     )
 
 
@@ -107,6 +137,7 @@ def _inbox(r: sqlite3.Row) -> InboxItem:
         payload=json.loads(r["payload"]),
         posted_at=r["posted_at"],
         consumed_at=r["consumed_at"],
+        idempotency_key=r["idempotency_key"],
     )
 
 
@@ -251,6 +282,7 @@ class SQLiteStore:
                         "actor": new.actor,
                         "context_patch": context,
                         "at": new.at,
+                        "idempotency_key": new.idempotency_key,
                     },
                 )
                 if new.timers:
@@ -291,26 +323,41 @@ class SQLiteStore:
             self._wake()
         return row
 
-    async def apply_event(
-        self, workflow_id: str, plan: Callable[[WorkflowRow], TransitionWrite]
-    ) -> tuple[WorkflowRow, WorkflowRow]:
-        def fn(conn: sqlite3.Connection) -> tuple[WorkflowRow, WorkflowRow]:
-            found = conn.execute(Q["get_workflow"], {"id": workflow_id}).fetchone()
-            if found is None:
-                raise WorkflowNotFound(workflow_id)
-            before = _workflow(found)
-            return before, self._apply(conn, plan(before), before)
+    async def transition_by_key(
+        self, workflow_id: str, idempotency_key: str
+    ) -> TransitionRecord | None:
+        params = {"id": workflow_id, "key": idempotency_key}
+        row = await self.conn.read(lambda c: c.execute(Q["transition_by_key"], params).fetchone())
+        return None if row is None else _transition(row)
 
-        before, after = await self.conn.write(fn)
-        if after.next_due_at is not None:
-            self._wake()
-        return before, after
+    @staticmethod
+    def _refusal(
+        conn: sqlite3.Connection, workflow_id: str, expected_version: int, lease: Lease | None
+    ) -> StatewrightError:
+        """Why a compare-and-swap matched nothing (a lost lease first: the worker must stop)."""
+        found = conn.execute(Q["write_refusal"], {"id": workflow_id}).fetchone()
+        if found is None:
+            return WorkflowNotFound(workflow_id)
+        if lease is not None and (found["lease_owner"], found["fence"]) != (
+            lease.owner,
+            lease.fence,
+        ):
+            return LeaseLost(workflow_id)
+        return VersionConflict(workflow_id, expected_version, found["version"])
 
-    def _apply(
-        self, conn: sqlite3.Connection, w: TransitionWrite, before: WorkflowRow | None = None
-    ) -> WorkflowRow:
+    @staticmethod
+    def _consume(
+        conn: sqlite3.Connection, workflow_id: str, ids: Sequence[int], at: float
+    ) -> None:
+        params = {"id": workflow_id, "ids": json.dumps(list(ids)), "at": at}
+        if conn.execute(Q["consume_inputs"], params).rowcount != len(set(ids)):
+            # Raised inside the write's savepoint: everything it did rolls back.
+            raise StoreError(f"inbox items {list(ids)} of {workflow_id!r} were already consumed")
+
+    def _apply(self, conn: sqlite3.Connection, w: TransitionWrite) -> WorkflowRow:
         context = _dumps(w.context)
-        cur = conn.execute(
+        lease = w.lease
+        found = conn.execute(
             Q["cas_update_workflow"],
             {
                 "id": w.workflow_id,
@@ -318,32 +365,41 @@ class SQLiteStore:
                 "to_state": w.to_state,
                 "context": context,
                 "attempts": w.attempts,
+                "total_attempts": w.total_attempts,
                 "terminal": int(w.terminal),
                 "at": w.at,
                 "run_at": w.run_at,
                 "last_error": w.last_error,
                 "release_lease": int(w.release_lease),
+                "require_unleased": int(w.require_unleased),
+                "owner": None if lease is None else lease.owner,
+                "fence": None if lease is None else lease.fence,
             },
-        )
-        if cur.rowcount != 1:
-            actual = conn.execute(Q["version_of"], {"id": w.workflow_id}).fetchone()
-            if actual is None:
-                raise WorkflowNotFound(w.workflow_id)
-            raise VersionConflict(w.workflow_id, w.expected_version, actual[0])
-        conn.execute(
-            Q["append_transition"],
-            {
-                "workflow_id": w.workflow_id,
-                "version": w.expected_version + 1,
-                "from_state": w.from_state,
-                "to_state": w.to_state,
-                "event": w.event,
-                "payload": _dumps(w.payload),
-                "actor": w.actor,
-                "context_patch": None if w.context_patch is None else _dumps(w.context_patch),
-                "at": w.at,
-            },
-        )
+        ).fetchone()
+        if found is None:
+            raise self._refusal(conn, w.workflow_id, w.expected_version, lease)
+        try:
+            conn.execute(
+                Q["append_transition"],
+                {
+                    "workflow_id": w.workflow_id,
+                    "version": w.expected_version + 1,
+                    "from_state": w.from_state,
+                    "to_state": w.to_state,
+                    "event": w.event,
+                    "payload": _dumps(w.payload),
+                    "actor": w.actor,
+                    "context_patch": None if w.context_patch is None else _dumps(w.context_patch),
+                    "at": w.at,
+                    "idempotency_key": w.idempotency_key,
+                },
+            )
+        except sqlite3.IntegrityError as exc:
+            if w.idempotency_key is not None and "idempotency_key" in str(exc):
+                raise IdempotencyKeyReused(
+                    w.workflow_id, w.idempotency_key, "an earlier transition"
+                ) from exc
+            raise
         touched_timers = False
         if w.clear_timers:
             touched_timers = conn.execute(Q["delete_timers"], {"id": w.workflow_id}).rowcount > 0
@@ -353,40 +409,15 @@ class SQLiteStore:
         if w.add_timers:
             self._add_timers(conn, w.workflow_id, w.add_timers)
             touched_timers = True
-        next_due_at = w.run_at
+        row = _workflow(found, json.loads(context))
         if touched_timers or not w.clear_timers:
             conn.execute(Q["refresh_next_due"], {"id": w.workflow_id, "run_at": w.run_at})
-            next_due_at = conn.execute(Q["next_due_of"], {"id": w.workflow_id}).fetchone()[0]
-        if w.consume_inbox_id is not None:
-            n = conn.execute(Q["consume_input"], {"item_id": w.consume_inbox_id, "at": w.at})
-            if n.rowcount != 1:
-                raise StoreError(f"inbox item {w.consume_inbox_id} was already consumed")
-        if before is None:
-            return _workflow(conn.execute(Q["get_workflow"], {"id": w.workflow_id}).fetchone())
-        # The row after the UPDATE, built from the row before it and the write instead of
-        # read back: saves a SELECT and a decode on every external event. Must mirror
-        # cas_update_workflow exactly (tests/store checks it against get_workflow).
-        released = w.release_lease
-        return WorkflowRow(
-            id=before.id,
-            type=before.type,
-            machine_version=before.machine_version,
-            state=w.to_state,
-            context=json.loads(context),
-            version=w.expected_version + 1,
-            attempts=w.attempts,
-            terminal=w.terminal,
-            created_at=before.created_at,
-            updated_at=w.at,
-            state_entered_at=before.state_entered_at if before.state == w.to_state else w.at,
-            next_due_at=next_due_at,
-            lease_owner=None if released else before.lease_owner,
-            lease_expires_at=None if released else before.lease_expires_at,
-            last_error=w.last_error,
-            cancel_requested=None if w.terminal else before.cancel_requested,
-            progress=before.progress if before.state == w.to_state else None,
-            tenant=before.tenant,
-        )
+            next_due = conn.execute(Q["next_due_of"], {"id": w.workflow_id}).fetchone()[0]
+            if next_due != row.next_due_at:
+                row = dataclasses.replace(row, next_due_at=next_due)
+        if w.consume_inbox_ids:
+            self._consume(conn, w.workflow_id, w.consume_inbox_ids, w.at)
+        return row
 
     async def history(
         self, workflow_id: str, after_version: int = 0, limit: int | None = None
@@ -530,44 +561,69 @@ class SQLiteStore:
         rows = await self.conn.write(lambda c: c.execute(sql, params).fetchall())
         return sorted((_workflow(r) for r in rows), key=lambda w: (w.next_due_at or 0, w.id))
 
-    async def renew_leases(self, worker_id: str, ids: Sequence[str], until: float) -> int:
-        params = {"worker": worker_id, "ids": json.dumps(list(ids)), "until": until}
-        return await self.conn.write(lambda c: c.execute(Q["renew_leases"], params).rowcount)
+    async def renew_leases(
+        self, worker_id: str, held: Mapping[str, int], until: float
+    ) -> list[str]:
+        params = {
+            "worker": worker_id,
+            "held": json.dumps([[k, v] for k, v in held.items()]),
+            "until": until,
+        }
+        rows = await self.conn.write(lambda c: c.execute(Q["renew_leases"], params).fetchall())
+        return [r[0] for r in rows]
 
-    async def release_lease(self, workflow_id: str, worker_id: str) -> None:
-        params = {"id": workflow_id, "worker": worker_id}
+    async def release_lease(self, workflow_id: str, lease: Lease) -> None:
+        params = {"id": workflow_id, "worker": lease.owner, "fence": lease.fence}
         await self.conn.write(lambda c: c.execute(Q["release_lease"], params))
 
-    async def defer(
-        self,
-        workflow_id: str,
-        expected_version: int,
-        *,
-        attempts: int,
-        next_due_at: float | None,
-        last_error: str | None,
-        at: float,
-    ) -> WorkflowRow:
+    async def defer(self, write: DeferWrite) -> WorkflowRow:
+        lease = write.lease
+
         def fn(conn: sqlite3.Connection) -> WorkflowRow:
             cur = conn.execute(
                 Q["defer_workflow"],
                 {
-                    "id": workflow_id,
-                    "expected_version": expected_version,
-                    "attempts": attempts,
-                    "next_due_at": next_due_at,
-                    "last_error": last_error,
-                    "at": at,
+                    "id": write.workflow_id,
+                    "expected_version": write.expected_version,
+                    "attempts": write.attempts,
+                    "total_attempts": write.total_attempts,
+                    "next_due_at": write.next_due_at,
+                    "last_error": write.last_error,
+                    "parked": write.parked,
+                    "at": write.at,
+                    "owner": None if lease is None else lease.owner,
+                    "fence": None if lease is None else lease.fence,
                 },
             )
-            row = conn.execute(Q["get_workflow"], {"id": workflow_id}).fetchone()
-            if row is None:
-                raise WorkflowNotFound(workflow_id)
             if cur.rowcount != 1:
-                raise VersionConflict(workflow_id, expected_version, row["version"])
-            return _workflow(row)
+                raise self._refusal(conn, write.workflow_id, write.expected_version, lease)
+            if write.consume_inbox_ids:
+                self._consume(conn, write.workflow_id, write.consume_inbox_ids, write.at)
+            return _workflow(conn.execute(Q["get_workflow"], {"id": write.workflow_id}).fetchone())
 
-        return await self.conn.write(fn)
+        row = await self.conn.write(fn)
+        if row.next_due_at is not None:
+            self._wake()
+        return row
+
+    async def take_over(
+        self,
+        workflow_id: str,
+        owner: str,
+        worker_id: str,
+        until: float,
+        *,
+        expired_before: float | None = None,
+    ) -> WorkflowRow | None:
+        params = {
+            "id": workflow_id,
+            "owner": owner,
+            "worker": worker_id,
+            "until": until,
+            "expired_before": expired_before,
+        }
+        row = await self.conn.write(lambda c: c.execute(Q["take_over"], params).fetchone())
+        return None if row is None else _workflow(row)
 
     async def expired_leases(self, now: float, limit: int = 100) -> list[WorkflowRow]:
         params = {"now": now, "limit": limit}
@@ -584,11 +640,18 @@ class SQLiteStore:
         rows = await self.conn.read(lambda c: c.execute(Q["lease_owners"]).fetchall())
         return [r[0] for r in rows]
 
-    async def break_leases(self, owner: str, ids: Sequence[str] | None = None) -> int:
+    async def break_leases(
+        self,
+        owner: str,
+        ids: Sequence[str] | None = None,
+        *,
+        expired_before: float | None = None,
+    ) -> int:
+        params: dict[str, Any] = {"owner": owner, "expired_before": expired_before}
         if ids is None:
-            sql, params = Q["break_leases"], {"owner": owner}
+            sql = Q["break_leases"]
         else:
-            sql, params = Q["break_leases_of"], {"owner": owner, "ids": json.dumps(list(ids))}
+            sql, params["ids"] = Q["break_leases_of"], json.dumps(list(ids))
         n: int = await self.conn.write(lambda c: c.execute(sql, params).rowcount)
         if n:
             self._wake()
@@ -596,9 +659,18 @@ class SQLiteStore:
 
     # -- cancel and progress -----------------------------------------------------------------
 
-    async def request_cancel(self, workflow_id: str, reason: str, at: float) -> WorkflowRow:
+    async def request_cancel(self, workflow_id: str, request: CancelRequest) -> WorkflowRow:
+        params = {
+            "id": workflow_id,
+            "reason": request.reason,
+            "actor": request.actor,
+            "at": request.at,
+            "version": request.version,
+            "key": request.idempotency_key,
+        }
+
         def fn(conn: sqlite3.Connection) -> WorkflowRow:
-            conn.execute(Q["request_cancel"], {"id": workflow_id, "reason": reason, "at": at})
+            conn.execute(Q["request_cancel"], params)
             row = conn.execute(Q["get_workflow"], {"id": workflow_id}).fetchone()
             if row is None:
                 raise WorkflowNotFound(workflow_id)
@@ -608,16 +680,28 @@ class SQLiteStore:
         self._wake()
         return row
 
-    async def cancel_requests(self, ids: Sequence[str]) -> dict[str, str]:
+    async def cancel_requests(self, ids: Sequence[str]) -> dict[str, CancelRequest]:
         params = {"ids": json.dumps(list(ids))}
         rows = await self.conn.read(lambda c: c.execute(Q["cancel_requests"], params).fetchall())
-        return {r["id"]: r["cancel_requested"] for r in rows}
+        return {r["id"]: request for r in rows if (request := _cancel(r)) is not None}
 
-    async def record_progress(self, workflow_id: str, progress: dict[str, Any], at: float) -> None:
-        params = {"id": workflow_id, "progress": _dumps(progress)}
-        n = await self.conn.write(lambda c: c.execute(Q["record_progress"], params).rowcount)
-        if n != 1:
-            raise WorkflowNotFound(workflow_id)
+    async def record_progress(
+        self, workflow_id: str, progress: dict[str, Any], at: float, lease: Lease | None = None
+    ) -> None:
+        params = {
+            "id": workflow_id,
+            "progress": _dumps(progress),
+            "owner": None if lease is None else lease.owner,
+            "fence": None if lease is None else lease.fence,
+        }
+
+        def fn(conn: sqlite3.Connection) -> None:
+            if conn.execute(Q["record_progress"], params).rowcount != 1:
+                if conn.execute(Q["version_of"], {"id": workflow_id}).fetchone() is None:
+                    raise WorkflowNotFound(workflow_id)
+                raise LeaseLost(workflow_id)
+
+        await self.conn.write(fn)
 
     # -- timers ------------------------------------------------------------------------------
 
@@ -634,36 +718,89 @@ class SQLiteStore:
 
     # -- step ledger -------------------------------------------------------------------------
 
-    async def step_begin(self, key: str, workflow_id: str, step: str, at: float) -> StepRecord:
+    async def step_begin(
+        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+    ) -> StepRecord:
+        fenced = {
+            "workflow_id": workflow_id,
+            "owner": None if lease is None else lease.owner,
+            "fence": None if lease is None else lease.fence,
+        }
+
         def fn(conn: sqlite3.Connection) -> StepRecord:
             row = conn.execute(Q["get_step"], {"key": key}).fetchone()
+            if row is not None and row["status"] == "done":
+                return _step(row)  # finished (here or elsewhere): its result stands
+            if conn.execute(Q["lease_holds"], fenced).fetchone() is None:
+                if conn.execute(Q["version_of"], {"id": workflow_id}).fetchone() is None:
+                    raise WorkflowNotFound(workflow_id)
+                raise LeaseLost(workflow_id)
+            params = {"key": key, "workflow_id": workflow_id, "step": step, "at": at}
             if row is None:
-                conn.execute(
-                    Q["insert_step"],
-                    {"key": key, "workflow_id": workflow_id, "step": step, "at": at},
-                )
-            elif row["status"] != "done":
-                conn.execute(Q["restart_step"], {"key": key, "at": at})
+                conn.execute(Q["insert_step"], params | {"fence": fenced["fence"]})
             else:
-                return _step(row)
+                conn.execute(Q["restart_step"], {"key": key, "at": at, "fence": fenced["fence"]})
             return _step(conn.execute(Q["get_step"], {"key": key}).fetchone())
 
         return await self.conn.write(fn)
 
-    async def step_finish(
-        self, key: str, status: str, result: Any, error: str | None, at: float
-    ) -> StepRecord:
+    async def step_finish(self, finish: StepFinish, lease: Lease | None = None) -> StepRecord:
+        params = {
+            "key": finish.key,
+            "attempt": finish.attempt,
+            "status": finish.status,
+            "result": None if finish.result is None else _dumps(finish.result),
+            "error": finish.error,
+            "outcome": finish.outcome,
+            "at": finish.at,
+            "owner": None if lease is None else lease.owner,
+            "fence": None if lease is None else lease.fence,
+        }
+
         def fn(conn: sqlite3.Connection) -> StepRecord:
-            params = {
-                "key": key,
-                "status": status,
-                "result": None if result is None else _dumps(result),
-                "error": error,
-                "at": at,
-            }
-            if conn.execute(Q["finish_step"], params).rowcount != 1:
-                raise StoreError(f"no step {key!r} in the ledger")
-            return _step(conn.execute(Q["get_step"], {"key": key}).fetchone())
+            row = conn.execute(Q["finish_step"], params).fetchone()
+            if row is not None:
+                return _step(row)
+            current = conn.execute(Q["get_step"], {"key": finish.key}).fetchone()
+            if current is None:
+                raise StoreError(f"no step {finish.key!r} in the ledger")
+            raise LeaseLost(
+                current["workflow_id"],
+                f"step {finish.key!r}: attempt {finish.attempt} may no longer record its "
+                f"outcome (the ledger has attempt {current['attempts']}, "
+                f"{current['status']}, or the lease is gone)",
+            )
+
+        return await self.conn.write(fn)
+
+    async def resolve_step(
+        self,
+        key: str,
+        status: str,
+        result: Any,
+        outcome: StepOutcome | None,
+        note: str,
+        at: float,
+    ) -> StepRecord:
+        params = {
+            "key": key,
+            "status": status,
+            "result": None if result is None else _dumps(result),
+            "outcome": outcome,
+            "error": note,
+            "at": at,
+        }
+
+        def fn(conn: sqlite3.Connection) -> StepRecord:
+            row = conn.execute(Q["resolve_step"], params).fetchone()
+            if row is not None:
+                return _step(row)
+            current = conn.execute(Q["get_step"], {"key": key}).fetchone()
+            if current is None:
+                raise InvalidInput(f"no step {key!r} in the ledger")
+            if current["status"] == "done":
+                raise InvalidInput(f"step {key!r} is done already: its result stands")
+            raise InvalidInput(f"a worker holds the workflow of step {key!r}: try again later")
 
         return await self.conn.write(fn)
 
@@ -680,23 +817,49 @@ class SQLiteStore:
     # -- inbox -------------------------------------------------------------------------------
 
     async def post_input(
-        self, workflow_id: str, name: str, payload: dict[str, Any], at: float
-    ) -> InboxItem:
-        def fn(conn: sqlite3.Connection) -> InboxItem:
-            if conn.execute(Q["version_of"], {"id": workflow_id}).fetchone() is None:
+        self,
+        workflow_id: str,
+        name: str,
+        payload: dict[str, Any],
+        at: float,
+        *,
+        idempotency_key: str | None = None,
+        wake_in_state: str | None = None,
+    ) -> tuple[InboxItem, bool]:
+        text = _dumps(payload)
+
+        def fn(conn: sqlite3.Connection) -> tuple[InboxItem, bool]:
+            found = conn.execute(Q["get_workflow_head"], {"id": workflow_id}).fetchone()
+            if found is None:
                 raise WorkflowNotFound(workflow_id)
-            params = {"id": workflow_id, "name": name, "payload": _dumps(payload), "at": at}
-            return _inbox(conn.execute(Q["post_input"], params).fetchone())
+            if idempotency_key is not None:
+                by_key = {"id": workflow_id, "key": idempotency_key}
+                earlier = conn.execute(Q["input_by_key"], by_key).fetchone()
+                if earlier is not None:
+                    return _inbox(earlier), False
+            if found["terminal"]:
+                raise WorkflowFinished(workflow_id, found["state"])
+            params: dict[str, Any] = {
+                "id": workflow_id,
+                "name": name,
+                "payload": text,
+                "at": at,
+                "key": idempotency_key,
+            }
+            item = _inbox(conn.execute(Q["post_input"], params).fetchone())
+            if wake_in_state is not None:
+                conn.execute(
+                    Q["wake_for_input"], {"id": workflow_id, "state": wake_in_state, "at": at}
+                )
+            return item, True
 
-        item = await self.conn.write(fn)
+        result = await self.conn.write(fn)
         self._wake()
-        return item
+        return result
 
-    async def next_input(self, workflow_id: str, name: str | None = None) -> InboxItem | None:
-        params = {"id": workflow_id, "name": name}
+    async def next_input(
+        self, workflow_id: str, name: str | None = None, skip: Sequence[int] = ()
+    ) -> InboxItem | None:
+        params = {"id": workflow_id, "name": name, "skip": json.dumps(list(skip))}
         row = await self.conn.read(lambda c: c.execute(Q["next_input"], params).fetchone())
         return None if row is None else _inbox(row)
-
-    async def consume_input(self, item_id: int, at: float) -> bool:
-        params = {"item_id": item_id, "at": at}
-        return await self.conn.write(lambda c: c.execute(Q["consume_input"], params).rowcount == 1)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from statewright import Engine, ManualClock
-from statewright.types import WorkflowFilter
+from statewright.types import StepFinish, WorkflowFilter
 from tests.http.conftest import auth
 
 POLICY = {"amount_cents": 9_000, "auto_approve_under_cents": 5_000, "hard_limit_cents": 100_000}
@@ -245,7 +245,7 @@ async def test_history_steps_and_types(client: httpx.AsyncClient, engine: Engine
 
     at = engine.clock.now()
     await engine.store.step_begin("t-1:fetch", "t-1", "fetch", at)
-    await engine.store.step_finish("t-1:fetch", "done", {"pages": 3}, None, at + 1)
+    await engine.store.step_finish(StepFinish("t-1:fetch", 1, "done", {"pages": 3}, at=at + 1))
     await engine.store.step_begin("t-1:parse", "t-1", "parse", at + 2)
     r = await client.get("/v1/workflows/t-1/steps", headers=auth("viewer"))
     assert r.status_code == 200, r.text

@@ -8,7 +8,16 @@ import pytest
 
 from statewright.errors import InvalidInput, StoreError, VersionConflict, WorkflowNotFound
 from statewright.store import Store
-from statewright.types import NewWorkflow, TimerSpec, TransitionWrite, WorkflowFilter, WorkflowRow
+from statewright.types import (
+    CancelRequest,
+    DeferWrite,
+    Lease,
+    NewWorkflow,
+    StepFinish,
+    TimerSpec,
+    TransitionWrite,
+    WorkflowFilter,
+)
 
 T0 = 1_800_000_000.0
 
@@ -25,6 +34,13 @@ def new(wid: str = "w1", **kw: object) -> NewWorkflow:
     }
     base.update(kw)
     return NewWorkflow(**base)  # type: ignore[arg-type]
+
+
+def defer(wid: str, expected: int, **kw: object) -> DeferWrite:
+    base: dict[str, object] = {"workflow_id": wid, "expected_version": expected, "at": T0}
+    base.setdefault("attempts", 0)
+    base.update(kw)
+    return DeferWrite(**base)  # type: ignore[arg-type]
 
 
 def move(wid: str, expected: int, to: str = "b", **kw: object) -> TransitionWrite:
@@ -164,6 +180,7 @@ async def test_claim_due_leases_only_due_unleased_live_work(store: Store) -> Non
     claimed = await store.claim_due("w-1", T0, 30, 10)
     assert [r.id for r in claimed] == ["due"]
     assert claimed[0].lease_owner == "w-1" and claimed[0].lease_expires_at == T0 + 30
+    assert claimed[0].lease == Lease("w-1", 1)  # the first claim's fencing token
     assert await store.claim_due("w-2", T0, 30, 10) == []
     assert [r.id for r in await store.claim_due("w-2", T0 + 100, 30, 10)] == ["later"]
     assert await store.claim_due("w-3", T0, 30, 10, types=["other"]) == []
@@ -172,16 +189,18 @@ async def test_claim_due_leases_only_due_unleased_live_work(store: Store) -> Non
 async def test_leases_renew_expire_break_and_release(store: Store) -> None:
     await store.create_workflow(new("a1", run_at=T0))
     await store.create_workflow(new("a2", run_at=T0))
-    await store.claim_due("w-1", T0, 30, 10)
+    claimed = {r.id: r for r in await store.claim_due("w-1", T0, 30, 10)}
     assert await store.lease_owners() == ["w-1"]
     assert {r.id for r in await store.leased_by("w-1")} == {"a1", "a2"}
-    assert await store.renew_leases("w-1", ["a1"], T0 + 60) == 1
+    assert await store.renew_leases("w-1", {"a1": claimed["a1"].fence}, T0 + 60) == ["a1"]
     assert [r.id for r in await store.expired_leases(T0 + 45)] == ["a2"]
-    assert await store.break_leases("w-1", ["a2"]) == 1
-    await store.release_lease("a1", "someone-else")
+    assert await store.break_leases("w-1", ["a2"], expired_before=T0 + 10) == 0  # not yet
+    assert await store.break_leases("w-1", ["a2"], expired_before=T0 + 45) == 1
+    await store.release_lease("a1", Lease("someone-else", claimed["a1"].fence))
+    await store.release_lease("a1", Lease("w-1", claimed["a1"].fence + 1))  # another claim's
     row = await store.get_workflow("a1")
     assert row is not None and row.lease_owner == "w-1"
-    await store.release_lease("a1", "w-1")
+    await store.release_lease("a1", Lease("w-1", claimed["a1"].fence))
     assert await store.lease_owners() == []
     # a transition releases the lease with it
     await store.claim_due("w-2", T0, 30, 10)
@@ -191,13 +210,28 @@ async def test_leases_renew_expire_break_and_release(store: Store) -> None:
 
 async def test_defer_records_attempt_without_transition(store: Store) -> None:
     await store.create_workflow(new(run_at=T0))
-    await store.claim_due("w-1", T0, 30, 10)
-    row = await store.defer("w1", 1, attempts=2, next_due_at=T0 + 8, last_error="boom", at=T0)
+    [claimed] = await store.claim_due("w-1", T0, 30, 10)
+    row = await store.defer(
+        defer(
+            "w1",
+            1,
+            attempts=2,
+            total_attempts=4,
+            next_due_at=T0 + 8,
+            last_error="boom",
+            lease=claimed.lease,
+        )
+    )
     assert (row.version, row.attempts, row.next_due_at, row.last_error) == (1, 2, T0 + 8, "boom")
+    assert (row.total_attempts, row.parked) == (4, None)
     assert row.lease_owner is None
     assert len(await store.history("w1")) == 1
     with pytest.raises(VersionConflict):
-        await store.defer("w1", 5, attempts=3, next_due_at=None, last_error=None, at=T0)
+        await store.defer(defer("w1", 5, attempts=3))
+    row = await store.defer(defer("w1", 1, attempts=2, parked="fatal_error", last_error="x"))
+    assert (row.parked, row.total_attempts, row.next_due_at) == ("fatal_error", 4, None)
+    row = await store.apply_transition(move("w1", 1))
+    assert row.parked is None  # any transition ends the parking
 
 
 async def test_step_ledger(store: Store) -> None:
@@ -206,40 +240,44 @@ async def test_step_ledger(store: Store) -> None:
     assert (rec.status, rec.attempts) == ("executing", 1)
     rec = await store.step_begin("w1:pay", "w1", "pay", T0 + 1)  # found executing: a re-run
     assert (rec.status, rec.attempts) == ("executing", 2)
-    rec = await store.step_finish("w1:pay", "done", {"charge": 7}, None, T0 + 2)
+    rec = await store.step_finish(StepFinish("w1:pay", 2, "done", {"charge": 7}, at=T0 + 2))
     assert (rec.status, rec.result, rec.finished_at) == ("done", {"charge": 7}, T0 + 2)
     again = await store.step_begin("w1:pay", "w1", "pay", T0 + 3)
     assert again == rec  # done stays done
     assert await store.get_step("w1:none") is None
     assert [s.key for s in await store.steps("w1")] == ["w1:pay"]
     with pytest.raises(StoreError):
-        await store.step_finish("w1:none", "done", None, None, T0)
+        await store.step_finish(StepFinish("w1:none", 1, "done", at=T0))
 
 
 async def test_inbox(store: Store) -> None:
     await store.create_workflow(new())
-    first = await store.post_input("w1", "doc", {"page": 1}, T0)
+    first, created = await store.post_input("w1", "doc", {"page": 1}, T0)
+    assert created
     await store.post_input("w1", "note", {"x": 1}, T0 + 1)
     item = await store.next_input("w1")
     assert item is not None and item.id == first.id and item.payload == {"page": 1}
-    assert await store.consume_input(first.id, T0 + 2)
-    assert not await store.consume_input(first.id, T0 + 3)
+    item = await store.next_input("w1", skip=[first.id])  # reading consumes nothing
+    assert item is not None and item.name == "note"
     item = await store.next_input("w1", "note")
     assert item is not None and item.name == "note"
-    assert await store.next_input("w1", "doc") is None
+    assert await store.next_input("w1", "doc", skip=[first.id]) is None
 
 
 async def test_transition_consumes_inbox_atomically(store: Store) -> None:
     await store.create_workflow(new())
-    item = await store.post_input("w1", "answer", {"ok": True}, T0)
-    await store.apply_transition(move("w1", 1, consume_inbox_id=item.id))
+    item, _ = await store.post_input("w1", "answer", {"ok": True}, T0)
+    other, _ = await store.post_input("w1", "other", {}, T0)
+    await store.apply_transition(move("w1", 1, consume_inbox_ids=(item.id, other.id)))
     assert await store.next_input("w1") is None
-    item2 = await store.post_input("w1", "answer", {"ok": False}, T0)
-    await store.consume_input(item2.id, T0)
+    item2, _ = await store.post_input("w1", "answer", {"ok": False}, T0)
     with pytest.raises(StoreError):  # already consumed: the whole transition fails
-        await store.apply_transition(move("w1", 2, consume_inbox_id=item2.id))
+        await store.apply_transition(move("w1", 2, consume_inbox_ids=(item2.id, item.id)))
     row = await store.get_workflow("w1")
     assert row is not None and row.version == 2
+    assert await store.next_input("w1") == item2  # not consumed by the failed transition
+    row = await store.defer(defer("w1", 2, consume_inbox_ids=(item2.id,)))
+    assert await store.next_input("w1") is None
 
 
 async def test_listing_and_counts(store: Store) -> None:
@@ -254,39 +292,11 @@ async def test_listing_and_counts(store: Store) -> None:
     assert await store.transitions_since(since[-1].seq) == []
 
 
-async def test_apply_event_plans_on_the_row_it_read(store: Store) -> None:
-    await store.create_workflow(new())
-    seen = []
-
-    def plan(row: WorkflowRow) -> TransitionWrite:
-        seen.append(row.version)
-        return move(row.id, row.version)
-
-    before, after = await store.apply_event("w1", plan)
-    assert (before.version, after.version, after.state, seen) == (1, 2, "b", [1])
-    assert [e.version for e in await store.history("w1")] == [1, 2]
-
-
-async def test_apply_event_refused_by_the_plan_writes_nothing(store: Store) -> None:
-    await store.create_workflow(new())
-
-    def refuse(row: WorkflowRow) -> TransitionWrite:
-        raise VersionConflict(row.id, 99, row.version)
-
-    with pytest.raises(VersionConflict):
-        await store.apply_event("w1", refuse)
-    with pytest.raises(WorkflowNotFound):
-        await store.apply_event("nope", lambda row: move(row.id, row.version))
-    row = await store.get_workflow("w1")
-    assert row is not None and row.version == 1
-    assert len(await store.history("w1")) == 1
-
-
 async def test_parking_never_silences_pending_timers(store: Store) -> None:
     await store.create_workflow(new(run_at=T0, timers=(TimerSpec(T0 + 60, "timeout"),)))
-    row = await store.defer("w1", 1, attempts=0, next_due_at=None, last_error="x", at=T0)
+    row = await store.defer(defer("w1", 1, last_error="x"))
     assert row.next_due_at == T0 + 60
-    row = await store.defer("w1", 1, attempts=0, next_due_at=T0 + 5, last_error="x", at=T0)
+    row = await store.defer(defer("w1", 1, next_due_at=T0 + 5, last_error="x"))
     assert row.next_due_at == T0 + 5
 
 
@@ -300,30 +310,33 @@ async def test_parking_never_silences_pending_timers(store: Store) -> None:
         {"terminal": True, "attempts": 3, "last_error": "e", "context": {"t": (1, 2)}},
     ],
 )
-async def test_apply_event_returns_exactly_the_stored_row(
+async def test_a_transition_returns_exactly_the_stored_row(
     store: Store, write: dict[str, object]
 ) -> None:
     await store.create_workflow(new(run_at=T0, timers=(TimerSpec(T0 + 60, "timeout"),)))
-    await store.claim_due("w-1", T0, 30, 10)
-    _, after = await store.apply_event("w1", lambda row: move(row.id, row.version, **write))  # type: ignore[arg-type]
+    [claimed] = await store.claim_due("w-1", T0, 30, 10)
+    await store.request_cancel("w1", CancelRequest("why", "ops", T0, 1, "k-1"))
+    await store.record_progress("w1", {"done": 1}, T0)
+    after = await store.apply_transition(move("w1", 1, lease=claimed.lease, **write))  # type: ignore[arg-type]
     assert after == await store.get_workflow("w1")
 
 
 async def test_cancel_requests_stay_until_the_workflow_ends(store: Store) -> None:
     await store.create_workflow(new("w1"))
     await store.create_workflow(new("w2"))
-    row = await store.request_cancel("w1", "customer asked", T0)
-    assert row.cancel_requested == "customer asked"
-    assert await store.cancel_requests(["w1", "w2", "nope"]) == {"w1": "customer asked"}
+    request = CancelRequest("customer asked", "erin", T0 + 0.5, 1, "cancel-7")
+    row = await store.request_cancel("w1", request)
+    assert row.cancel_requested == "customer asked" and row.cancel == request
+    assert await store.cancel_requests(["w1", "w2", "nope"]) == {"w1": request}
     row = await store.apply_transition(move("w1", 1))
-    assert row.cancel_requested == "customer asked"  # still pending after a transition
+    assert row.cancel == request  # still pending after a transition
     row = await store.apply_transition(move("w1", 2, to="end", terminal=True))
-    assert row.cancel_requested is None
+    assert row.cancel is None and row.cancel_requested is None
     assert await store.cancel_requests(["w1"]) == {}
-    row = await store.request_cancel("w1", "too late", T0)  # an ended workflow: no flag
-    assert row.cancel_requested is None
+    row = await store.request_cancel("w1", CancelRequest("too late"))  # ended: no request
+    assert row.cancel is None
     with pytest.raises(WorkflowNotFound):
-        await store.request_cancel("nope", "x", T0)
+        await store.request_cancel("nope", CancelRequest("x"))
 
 
 async def test_progress_is_kept_within_a_state_and_cleared_on_leaving(store: Store) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from statewright.errors import InvalidInput, VersionConflict
 from statewright.store.postgres import PostgresStore
-from statewright.types import NewWorkflow, TransitionWrite, WorkflowRow
+from statewright.types import CancelRequest, NewWorkflow, TransitionWrite, WorkflowRow
 
 T0 = 1_800_000_000.0
 
@@ -107,13 +107,8 @@ async def test_racing_clients_never_lose_or_double_a_transition(
                 assert seen is not None
                 await asyncio.sleep(rng.random() * 0.003)  # the client decides what to send
 
-                def plan(
-                    row: WorkflowRow, v: int = seen.version, eid: str = event_id
-                ) -> TransitionWrite:
-                    return write(row, v, eid)
-
                 try:
-                    _, after = await store.apply_event(wid, plan)
+                    after = await store.apply_transition(write(seen, seen.version, event_id))
                 except VersionConflict:
                     conflicts += 1
                     continue
@@ -191,7 +186,7 @@ async def test_notify_wakes_a_worker_of_another_store_within_a_second(
         await woken_by(lambda: client.create_workflow(new("due", run_at=T0))),
         await woken_by(lambda: client.apply_transition(write(row, 1, "e1", run_at=T0))),
         await woken_by(lambda: client.post_input("w", "doc", {}, T0)),
-        await woken_by(lambda: client.request_cancel("w", "stop", T0)),
+        await woken_by(lambda: client.request_cancel("w", CancelRequest("stop"))),
     ]
     await client.claim_due("client", T0, 30, 10)
     latencies.append(await woken_by(lambda: client.break_leases("client")))

@@ -95,8 +95,11 @@ async def test_hot_operations_take_one_round_trip_each(
         row = rows[wid]
         rows[wid] = await store.apply_transition(write(row, row.version, "e", run_at=T0))
 
-    async def event(wid: str) -> None:
-        _, rows[wid] = await store.apply_event(wid, lambda r: write(r, r.version, "e", run_at=T0))
+    async def fenced(wid: str) -> None:
+        [claimed] = await store.claim_due(f"fenced-{wid}", T0, 30, 1)
+        rows[wid] = await store.apply_transition(
+            replace(write(claimed, claimed.version, "e", run_at=T0), lease=claimed.lease)
+        )
 
     async def get(wid: str) -> None:
         await store.get_workflow(wid)
@@ -105,14 +108,15 @@ async def test_hot_operations_take_one_round_trip_each(
         await store.transitions_since(0)
 
     async def post(wid: str) -> None:
-        items[wid] = await store.post_input(wid, "doc", {}, T0)
+        items[wid], _ = await store.post_input(wid, "doc", {}, T0, idempotency_key=f"k-{wid}")
 
     async def move_arming_timers_consuming_input(wid: str) -> None:
         row, item = rows[wid], items.pop(wid)
         w = replace(
             write(row, row.version, "e"),
             add_timers=(TimerSpec(T0 + 60, "timeout"), TimerSpec(T0 + 90, "late")),
-            consume_inbox_id=item.id,
+            consume_inbox_ids=(item.id,),
+            idempotency_key=f"t-{wid}",
         )
         rows[wid] = await store.apply_transition(w)
 
@@ -120,7 +124,7 @@ async def test_hot_operations_take_one_round_trip_each(
         create: 1,
         claim: 1,
         move: 1,
-        event: 2,
+        fenced: 2,
         get: 1,
         since: 1,
         post: 1,

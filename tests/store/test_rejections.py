@@ -5,7 +5,7 @@ SQLite (file and memory) and PostgreSQL."""
 from __future__ import annotations
 
 from statewright.store import Store
-from statewright.types import WorkflowFilter
+from statewright.types import DeferWrite, WorkflowFilter
 from tests.store.test_contract import T0, move, new
 
 
@@ -91,8 +91,8 @@ async def test_count_by_state_within_a_time_range(store: Store) -> None:
 async def test_list_workflows_by_entered_after_and_retry_counter(store: Store) -> None:
     for i in range(3):
         await store.create_workflow(new(f"w{i}", at=T0 + i))
-    await store.defer("w2", 1, attempts=3, next_due_at=None, last_error="boom", at=T0 + 5)
-    await store.defer("w1", 1, attempts=1, next_due_at=None, last_error="boom", at=T0 + 5)
+    await store.defer(DeferWrite("w2", 1, T0 + 5, attempts=3, last_error="boom"))
+    await store.defer(DeferWrite("w1", 1, T0 + 5, attempts=1, last_error="boom"))
     assert [r.id for r in await store.list_workflows(WorkflowFilter(entered_after=T0 + 1))] == [
         "w1",
         "w2",

@@ -21,9 +21,9 @@ from statewright import (
     Worker,
     WorkflowType,
 )
-from statewright.engine.cancel import CancelRequest
 from statewright.engine.workflow_type import Handler
 from statewright.testing import memory_engine
+from statewright.types import CancelRequest
 
 JOB = (
     MachineBuilder("job")
@@ -268,7 +268,7 @@ async def test_a_claimed_workflow_with_a_pending_request_is_cancelled_without_ru
         await engine.start("job", workflow_id="j")
         # As if the request landed just as a worker let go of the workflow.
         request = CancelRequest("obsolete", "erin", clock.now(), 1)
-        await engine.store.request_cancel("j", request.dumps(), clock.now())
+        await engine.store.request_cancel("j", request)
         assert await Worker(engine).run_until_idle() == 1
         assert ran == []
         last = (await engine.history("j"))[-1]

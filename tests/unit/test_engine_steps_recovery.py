@@ -83,21 +83,22 @@ async def test_step_runs_once_and_hands_over_its_key(clock: ManualClock) -> None
             await run.step("a:b", gw.charge)
 
 
-async def test_failed_step_is_recorded_and_runs_again(clock: ManualClock) -> None:
+async def test_a_step_that_never_left_is_recorded_and_runs_again(clock: ManualClock) -> None:
     calls = []
 
     def flaky(key: str) -> str:
         calls.append(key)
         if len(calls) == 1:
-            raise ConnectionError("reset")
+            raise ConnectionRefusedError("refused")  # proves the request never left
         return "ok"
 
     async with memory_engine([PAY], clock) as engine:
         await engine.start("pay", workflow_id="p")
         run = Run(engine, engine.type_of("pay"), await engine.get("p"))
-        with pytest.raises(ConnectionError):
+        with pytest.raises(ConnectionRefusedError):
             await run.step("s", flaky)
-        assert (await engine.store.get_step("p:s")).status == "failed"  # type: ignore[union-attr]
+        rec = await engine.store.get_step("p:s")
+        assert rec is not None and (rec.status, rec.outcome) == ("failed", "not_applied")
         assert await run.step("s", flaky) == "ok"
         assert (await engine.store.get_step("p:s")).attempts == 2  # type: ignore[union-attr]
 
@@ -135,7 +136,14 @@ async def test_interrupted_unknown_step_fails_unless_safe_to_repeat(clock: Manua
         assert info.value.key == "p:charge" and gw.calls == 0
         await Worker(engine).run_until_idle()
         row = await engine.get("p")
-        assert row.state == "failed" and "p:charge" in (row.last_error or "")
+        # Parked for an operator, visibly: not failed silently, not run again.
+        assert (row.state, row.parked, row.lease_owner, row.next_due_at) == (
+            "charging",
+            "step_outcome_unknown",
+            None,
+            None,
+        )
+        assert "p:charge" in (row.last_error or "")
         assert gw.calls == 0
 
     gw2 = Gateway()

@@ -2,13 +2,22 @@
 -- One workflow row by id.
 SELECT * FROM workflows WHERE id = %(id)s;
 
--- name: lock_workflow
--- One workflow row by id, locked until the end of the transaction (apply_event plans on it).
-SELECT * FROM workflows WHERE id = %(id)s FOR UPDATE;
-
 -- name: version_of
 -- The current version of a workflow (for conflict reports).
 SELECT version FROM workflows WHERE id = %(id)s;
+
+-- name: write_refusal
+-- Why a compare-and-swap matched nothing: the row's version and lease, and whether the inbox
+-- items it would consume are still there.
+SELECT version, lease_owner, fence,
+       (SELECT count(*) FROM inbox
+         WHERE workflow_id = %(id)s AND id = ANY(%(inbox_ids)s::bigint[])
+           AND consumed_at IS NULL) AS unconsumed
+  FROM workflows WHERE id = %(id)s;
+
+-- name: transition_by_key
+-- The log entry a client's idempotency key produced on a workflow.
+SELECT * FROM transitions WHERE workflow_id = %(id)s AND idempotency_key = %(key)s;
 
 -- name: create_workflow
 -- Create a workflow at version 1 with its first log entry and timers, in one statement; a
@@ -31,8 +40,9 @@ WITH new_timers AS (
     SELECT pg_advisory_xact_lock_shared(hashtext('statewright.log')) FROM ins
 ), logged AS (
     INSERT INTO transitions (workflow_id, version, from_state, to_state, event, payload, actor,
-                             context_patch, at)
-    SELECT id, 1, NULL, state, '$start', context, %(actor)s::text, context, %(at)s::float8
+                             context_patch, at, idempotency_key)
+    SELECT id, 1, NULL, state, '$start', context, %(actor)s::text, context, %(at)s::float8,
+           %(idempotency_key)s::text
       FROM ins, appending
 ), armed AS (
     INSERT INTO timers (workflow_id, due_at, event, payload)
@@ -46,18 +56,18 @@ SELECT w.*, FALSE, NULL FROM workflows w
  WHERE w.id = %(id)s AND NOT EXISTS (SELECT 1 FROM ins);
 
 -- name: apply_transition
--- One whole transition in one statement (one round trip): compare-and-swap the row, append
--- the log entry, replace the timers, consume an inbox item, notify workers when work is due.
--- All parts see the snapshot from before the statement, so next_due_at is computed from the
--- timers that remain (the old ones minus the cleared or fired ones, plus the new ones): the
--- earlier of that and the handler's run time, NULL exactly when there is no timer and no run.
--- The inbox item is locked first so two consumers cannot both succeed; an already consumed
--- item makes the compare-and-swap match nothing, like a stale version. The log entry is
--- appended under the shared log lock (see log_horizon), taken after the row lock so a writer
--- holding it never waits for anything else.
-WITH item AS (
+-- One whole transition in one statement (one round trip): compare-and-swap the row (version,
+-- and the worker's lease when fenced), append the log entry, replace the timers, consume inbox
+-- items, notify workers when work is due. All parts see the snapshot from before the
+-- statement, so next_due_at is computed from the timers that remain (the old ones minus the
+-- cleared or fired ones, plus the new ones): the earlier of that and the handler's run time,
+-- NULL exactly when there is no timer and no run. The inbox items are locked first so two
+-- consumers cannot both succeed; an already consumed one makes the compare-and-swap match
+-- nothing, like a stale version. The log entry is appended under the shared log lock (see
+-- log_horizon), taken after the row lock so a writer holding it never waits for anything else.
+WITH items AS (
     SELECT id FROM inbox
-     WHERE id = %(consume_inbox_id)s::bigint AND consumed_at IS NULL
+     WHERE workflow_id = %(id)s AND id = ANY(%(inbox_ids)s::bigint[]) AND consumed_at IS NULL
        FOR UPDATE
 ), new_timers AS (
     SELECT t.due_at, t.event, t.payload, t.ord
@@ -67,6 +77,8 @@ WITH item AS (
     UPDATE workflows
        SET state = %(to_state)s, context = %(context)s::jsonb, version = version + 1,
            attempts = %(attempts)s, terminal = %(terminal)s, updated_at = %(at)s,
+           total_attempts = coalesce(%(total_attempts)s::integer, total_attempts),
+           parked = NULL,
            state_entered_at = CASE WHEN state = %(to_state)s THEN state_entered_at
                                    ELSE %(at)s END,
            next_due_at = LEAST(%(run_at)s::float8,
@@ -76,19 +88,26 @@ WITH item AS (
                                    AND id IS DISTINCT FROM %(fired_timer_id)s::bigint)),
            last_error = %(last_error)s,
            cancel_requested = CASE WHEN %(terminal)s THEN NULL ELSE cancel_requested END,
+           cancel_actor = CASE WHEN %(terminal)s THEN NULL ELSE cancel_actor END,
+           cancel_at = CASE WHEN %(terminal)s THEN NULL ELSE cancel_at END,
+           cancel_version = CASE WHEN %(terminal)s THEN NULL ELSE cancel_version END,
+           cancel_key = CASE WHEN %(terminal)s THEN NULL ELSE cancel_key END,
            progress = CASE WHEN state = %(to_state)s THEN progress ELSE NULL END,
            lease_owner = CASE WHEN %(release_lease)s THEN NULL ELSE lease_owner END,
            lease_expires_at = CASE WHEN %(release_lease)s THEN NULL ELSE lease_expires_at END
      WHERE id = %(id)s AND version = %(expected_version)s
-       AND (%(consume_inbox_id)s::bigint IS NULL OR EXISTS (SELECT 1 FROM item))
+       AND (%(fence)s::bigint IS NULL
+            OR (lease_owner = %(owner)s::text AND fence = %(fence)s::bigint))
+       AND (NOT %(require_unleased)s OR lease_owner IS NULL)
+       AND (SELECT count(*) FROM items) = cardinality(%(inbox_ids)s::bigint[])
     RETURNING *
 ), appending AS (
     SELECT pg_advisory_xact_lock_shared(hashtext('statewright.log')) FROM moved
 ), logged AS (
     INSERT INTO transitions (workflow_id, version, from_state, to_state, event, payload, actor,
-                             context_patch, at)
+                             context_patch, at, idempotency_key)
     SELECT id, version, %(from_state)s::text, state, %(event)s::text, %(payload)s::jsonb,
-           %(actor)s::text, %(context_patch)s::jsonb, updated_at
+           %(actor)s::text, %(context_patch)s::jsonb, updated_at, %(idempotency_key)s::text
       FROM moved, appending
 ), disarmed AS (
     DELETE FROM timers
@@ -99,7 +118,7 @@ WITH item AS (
     SELECT moved.id, t.due_at, t.event, t.payload FROM moved, new_timers t ORDER BY t.ord
 ), consumed AS (
     UPDATE inbox SET consumed_at = %(at)s
-     WHERE id = (SELECT id FROM item) AND EXISTS (SELECT 1 FROM moved)
+     WHERE id IN (SELECT id FROM items) AND EXISTS (SELECT 1 FROM moved)
 )
 SELECT moved.*,
        CASE WHEN moved.next_due_at IS NOT NULL THEN pg_notify('statewright_work', '') END
@@ -161,8 +180,9 @@ SELECT w.id AS workflow_id, w.type, t.event, count(*) AS n
 
 -- name: claim_due
 -- Lease the due, unleased, live workflows, earliest first; rows another worker is claiming
--- right now are skipped, so no workflow is handed to two workers.
-UPDATE workflows SET lease_owner = %(worker)s, lease_expires_at = %(until)s
+-- right now are skipped, so no workflow is handed to two workers. Each claim gets a new
+-- fencing token.
+UPDATE workflows SET lease_owner = %(worker)s, lease_expires_at = %(until)s, fence = fence + 1
  WHERE id IN (SELECT id FROM workflows
                WHERE next_due_at <= %(now)s AND lease_owner IS NULL AND NOT terminal
                ORDER BY next_due_at LIMIT %(limit)s
@@ -171,7 +191,7 @@ RETURNING *;
 
 -- name: claim_due_of_types
 -- claim_due restricted to some workflow types.
-UPDATE workflows SET lease_owner = %(worker)s, lease_expires_at = %(until)s
+UPDATE workflows SET lease_owner = %(worker)s, lease_expires_at = %(until)s, fence = fence + 1
  WHERE id IN (SELECT id FROM workflows
                WHERE next_due_at <= %(now)s AND lease_owner IS NULL AND NOT terminal
                  AND type = ANY(%(types)s::text[])
@@ -180,24 +200,45 @@ UPDATE workflows SET lease_owner = %(worker)s, lease_expires_at = %(until)s
 RETURNING *;
 
 -- name: renew_leases
--- Extend a worker's leases (heartbeat).
-UPDATE workflows SET lease_expires_at = %(until)s
- WHERE lease_owner = %(worker)s AND id = ANY(%(ids)s::text[]);
+-- Extend a worker's leases (heartbeat): only those it still holds under the same claim.
+UPDATE workflows w SET lease_expires_at = %(until)s
+  FROM unnest(%(ids)s::text[], %(fences)s::bigint[]) AS h(id, fence)
+ WHERE w.id = h.id AND w.fence = h.fence AND w.lease_owner = %(worker)s
+RETURNING w.id;
 
 -- name: release_lease
--- Give a lease back.
+-- Give a lease back (only the same claim's).
 UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
- WHERE id = %(id)s AND lease_owner = %(worker)s;
+ WHERE id = %(id)s AND lease_owner = %(worker)s AND fence = %(fence)s;
 
 -- name: defer_workflow
--- Record a failed attempt without a transition, release the lease; pending timers still count.
-UPDATE workflows
-   SET attempts = %(attempts)s, last_error = %(last_error)s, updated_at = %(at)s,
-       lease_owner = NULL, lease_expires_at = NULL,
-       next_due_at = LEAST(%(next_due_at)s::float8,
-                           (SELECT min(due_at) FROM timers WHERE workflow_id = %(id)s))
- WHERE id = %(id)s AND version = %(expected_version)s
-RETURNING *;
+-- Keep the state: counters, error, parked reason, next due time (merged with the pending
+-- timers); release the lease; consume the inputs the handler run took. Fenced like a
+-- transition; the inbox items are locked first, like apply_transition's.
+WITH items AS (
+    SELECT id FROM inbox
+     WHERE workflow_id = %(id)s AND id = ANY(%(inbox_ids)s::bigint[]) AND consumed_at IS NULL
+       FOR UPDATE
+), deferred AS (
+    UPDATE workflows
+       SET attempts = %(attempts)s,
+           total_attempts = coalesce(%(total_attempts)s::integer, total_attempts),
+           last_error = %(last_error)s, parked = %(parked)s::text, updated_at = %(at)s,
+           lease_owner = NULL, lease_expires_at = NULL,
+           next_due_at = LEAST(%(next_due_at)s::float8,
+                               (SELECT min(due_at) FROM timers WHERE workflow_id = %(id)s))
+     WHERE id = %(id)s AND version = %(expected_version)s
+       AND (%(fence)s::bigint IS NULL
+            OR (lease_owner = %(owner)s::text AND fence = %(fence)s::bigint))
+       AND (SELECT count(*) FROM items) = cardinality(%(inbox_ids)s::bigint[])
+    RETURNING *
+), consumed AS (
+    UPDATE inbox SET consumed_at = %(at)s
+     WHERE id IN (SELECT id FROM items) AND EXISTS (SELECT 1 FROM deferred)
+)
+SELECT deferred.*,
+       CASE WHEN deferred.next_due_at IS NOT NULL THEN pg_notify('statewright_work', '') END
+  FROM deferred;
 
 -- name: expired_leases
 -- Leases whose holder stopped renewing them.
@@ -213,29 +254,37 @@ SELECT * FROM workflows WHERE lease_owner = %(owner)s ORDER BY id;
 SELECT DISTINCT lease_owner FROM workflows WHERE lease_owner IS NOT NULL ORDER BY lease_owner;
 
 -- name: break_leases
--- Clear every lease of one owner; the freed work may be due, so wake the workers.
+-- Clear every lease of one owner (expired before a time, when given); the freed work may be
+-- due, so wake the workers.
 WITH freed AS (
     UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
      WHERE lease_owner = %(owner)s
+       AND (%(expired_before)s::float8 IS NULL OR lease_expires_at < %(expired_before)s::float8)
     RETURNING 1
 )
 SELECT count(*) AS n, CASE WHEN count(*) > 0 THEN pg_notify('statewright_work', '') END
   FROM freed;
 
 -- name: break_leases_of
--- Clear the leases of one owner on some workflows; wake the workers.
+-- Clear the leases of one owner on some workflows (expired before a time, when given); wake
+-- the workers.
 WITH freed AS (
     UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
      WHERE lease_owner = %(owner)s AND id = ANY(%(ids)s::text[])
+       AND (%(expired_before)s::float8 IS NULL OR lease_expires_at < %(expired_before)s::float8)
     RETURNING 1
 )
 SELECT count(*) AS n, CASE WHEN count(*) > 0 THEN pg_notify('statewright_work', '') END
   FROM freed;
 
 -- name: request_cancel
--- Flag a cancel request on a live workflow and wake its worker; return the row either way.
+-- Record a cancel request on a live workflow (a newer one replaces it) and wake its worker;
+-- return the row either way.
 WITH flagged AS (
-    UPDATE workflows SET cancel_requested = %(reason)s, updated_at = %(at)s
+    UPDATE workflows
+       SET cancel_requested = %(reason)s, cancel_actor = %(actor)s::text,
+           cancel_at = %(at)s::float8, cancel_version = %(version)s::integer,
+           cancel_key = %(key)s::text, updated_at = coalesce(%(at)s::float8, updated_at)
      WHERE id = %(id)s AND NOT terminal
     RETURNING *
 )
@@ -246,12 +295,22 @@ SELECT w.*, NULL FROM workflows w
 
 -- name: cancel_requests
 -- Pending cancel requests among some workflows.
-SELECT id, cancel_requested FROM workflows
+SELECT id, cancel_requested, cancel_actor, cancel_at, cancel_version, cancel_key
+  FROM workflows
  WHERE cancel_requested IS NOT NULL AND id = ANY(%(ids)s::text[]);
 
 -- name: record_progress
--- The latest progress report of a workflow's running step.
-UPDATE workflows SET progress = %(progress)s::jsonb WHERE id = %(id)s;
+-- The latest progress report of a workflow's running step (fenced for a worker); tells a
+-- missing workflow from a lost lease.
+WITH updated AS (
+    UPDATE workflows SET progress = %(progress)s::jsonb
+     WHERE id = %(id)s
+       AND (%(fence)s::bigint IS NULL
+            OR (lease_owner = %(owner)s::text AND fence = %(fence)s::bigint))
+    RETURNING 1
+)
+SELECT EXISTS (SELECT 1 FROM updated) AS held,
+       EXISTS (SELECT 1 FROM workflows WHERE id = %(id)s) AS found;
 
 -- name: timers
 -- A workflow's pending timers, earliest first.
@@ -259,24 +318,57 @@ SELECT * FROM timers WHERE workflow_id = %(id)s ORDER BY due_at, id;
 
 -- name: step_begin
 -- Record a step as executing before its action runs; a step found executing or failed is
--- being run again (one more attempt); a done step is left alone (no row returned).
-INSERT INTO steps (key, workflow_id, step, status, attempts, started_at)
-VALUES (%(key)s, %(workflow_id)s, %(step)s, 'executing', 1, %(at)s)
+-- being run again (one more attempt); a done step is left alone (no row returned). Fenced:
+-- nothing is written once the worker's lease is gone. FOR SHARE waits for a concurrent claim
+-- or lease break to commit and then checks the lease again, so a step can never begin under
+-- a lease that is being taken away.
+WITH fenced AS (
+    SELECT id FROM workflows
+     WHERE id = %(workflow_id)s
+       AND (%(fence)s::bigint IS NULL
+            OR (lease_owner = %(owner)s::text AND fence = %(fence)s::bigint))
+       FOR SHARE
+)
+INSERT INTO steps (key, workflow_id, step, status, attempts, started_at, fence)
+SELECT %(key)s, id, %(step)s, 'executing', 1, %(at)s, %(fence)s::bigint FROM fenced
 ON CONFLICT (key) DO UPDATE
    SET status = 'executing', attempts = steps.attempts + 1, started_at = EXCLUDED.started_at,
-       finished_at = NULL, error = NULL
+       finished_at = NULL, error = NULL, outcome = NULL, fence = EXCLUDED.fence
  WHERE steps.status <> 'done'
 RETURNING *;
+
+-- name: step_and_lease
+-- After step_begin wrote nothing: the ledger entry, and whether the workflow and the lease
+-- are still there.
+SELECT (SELECT to_jsonb(s) FROM steps s WHERE s.key = %(key)s) AS step,
+       EXISTS (SELECT 1 FROM workflows WHERE id = %(workflow_id)s) AS found;
 
 -- name: get_step
 -- One step ledger entry.
 SELECT * FROM steps WHERE key = %(key)s;
 
 -- name: finish_step
--- Record a step's outcome.
+-- Record the outcome of one attempt: only while that attempt is executing and, for a worker,
+-- its lease still holds (a late writer never overwrites a newer result).
 UPDATE steps
-   SET status = %(status)s, result = %(result)s::jsonb, error = %(error)s, finished_at = %(at)s
- WHERE key = %(key)s
+   SET status = %(status)s, result = %(result)s::jsonb, error = %(error)s,
+       outcome = %(outcome)s::text, finished_at = %(at)s
+ WHERE key = %(key)s AND status = 'executing' AND attempts = %(attempt)s
+   AND (%(fence)s::bigint IS NULL
+        OR EXISTS (SELECT 1 FROM workflows w
+                    WHERE w.id = steps.workflow_id AND w.lease_owner = %(owner)s::text
+                      AND w.fence = %(fence)s::bigint))
+RETURNING *;
+
+-- name: resolve_step
+-- An operator's verdict on a step whose outcome was unknown (never on a done step, never
+-- while a worker holds the workflow).
+UPDATE steps
+   SET status = %(status)s, result = %(result)s::jsonb, outcome = %(outcome)s::text,
+       error = %(error)s, finished_at = %(at)s
+ WHERE key = %(key)s AND status <> 'done'
+   AND NOT EXISTS (SELECT 1 FROM workflows w
+                    WHERE w.id = steps.workflow_id AND w.lease_owner IS NOT NULL)
 RETURNING *;
 
 -- name: steps
@@ -284,25 +376,47 @@ RETURNING *;
 SELECT * FROM steps WHERE workflow_id = %(id)s ORDER BY started_at, key;
 
 -- name: post_input
--- Append an external input to an existing workflow's inbox and wake its worker.
-WITH posted AS (
-    INSERT INTO inbox (workflow_id, name, payload, posted_at)
-    SELECT id, %(name)s::text, %(payload)s::jsonb, %(at)s::float8
-      FROM workflows WHERE id = %(id)s
+-- Append an external input to a live workflow's inbox (or find the one posted under the same
+-- idempotency key), make an idle workflow in the given state due now, and wake the workers.
+-- Reports what it found when it posted nothing (no workflow, a finished one, an earlier key).
+WITH wf AS (
+    SELECT id, state, terminal FROM workflows WHERE id = %(id)s
+), earlier AS (
+    SELECT * FROM inbox
+     WHERE workflow_id = %(id)s AND idempotency_key = %(key)s::text
+), posted AS (
+    INSERT INTO inbox (workflow_id, name, payload, posted_at, idempotency_key)
+    SELECT id, %(name)s::text, %(payload)s::jsonb, %(at)s::float8, %(key)s::text
+      FROM wf WHERE NOT terminal AND NOT EXISTS (SELECT 1 FROM earlier)
+    ON CONFLICT (workflow_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *
+), woken AS (
+    UPDATE workflows SET next_due_at = %(at)s::float8
+     WHERE id = %(id)s AND state = %(wake_state)s::text AND EXISTS (SELECT 1 FROM posted)
+       AND NOT terminal AND lease_owner IS NULL AND parked IS NULL AND attempts = 0
+       AND (next_due_at IS NULL OR next_due_at > %(at)s::float8)
+    RETURNING 1
 )
-SELECT posted.*, pg_notify('statewright_work', '') FROM posted;
+SELECT to_jsonb(p) AS item, TRUE AS created, wf.state, wf.terminal,
+       pg_notify('statewright_work', '') AS notified
+  FROM posted p, wf
+UNION ALL
+SELECT to_jsonb(e), FALSE, wf.state, wf.terminal, NULL FROM earlier e, wf
+UNION ALL
+SELECT NULL, FALSE, wf.state, wf.terminal, NULL FROM wf
+ WHERE NOT EXISTS (SELECT 1 FROM posted) AND NOT EXISTS (SELECT 1 FROM earlier);
+
+-- name: input_by_key
+-- The input a client's idempotency key posted to a workflow (after a racing post).
+SELECT * FROM inbox WHERE workflow_id = %(id)s AND idempotency_key = %(key)s;
 
 -- name: next_input
--- The oldest unconsumed input, optionally of one name.
+-- The oldest unconsumed input, optionally of one name, other than those already taken.
 SELECT * FROM inbox
  WHERE workflow_id = %(id)s AND consumed_at IS NULL
    AND (%(name)s::text IS NULL OR name = %(name)s::text)
+   AND id <> ALL(%(skip)s::bigint[])
  ORDER BY id LIMIT 1;
-
--- name: consume_input
--- Mark an input consumed, once.
-UPDATE inbox SET consumed_at = %(at)s WHERE id = %(item_id)s AND consumed_at IS NULL;
 
 -- name: record_rejection
 -- Log an event the engine refused.
@@ -321,3 +435,11 @@ SELECT type, code, count(*) AS n FROM rejections
 SELECT * FROM rejections
  WHERE at >= %(since)s::float8 AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
  ORDER BY seq DESC LIMIT %(limit)s;
+
+-- name: take_over
+-- Take a lease over from a lost worker (expired before a time, when given): a new claim with
+-- a new fencing token, so the lost worker's later writes are refused.
+UPDATE workflows SET lease_owner = %(worker)s, lease_expires_at = %(until)s, fence = fence + 1
+ WHERE id = %(id)s AND lease_owner = %(owner)s
+   AND (%(expired_before)s::float8 IS NULL OR lease_expires_at < %(expired_before)s::float8)
+RETURNING *;

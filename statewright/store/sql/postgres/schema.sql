@@ -19,7 +19,14 @@ CREATE TABLE workflows (
     last_error       TEXT,
     cancel_requested TEXT,
     progress         JSONB,
-    tenant           TEXT             NOT NULL DEFAULT 'default'
+    tenant           TEXT             NOT NULL DEFAULT 'default',
+    fence            BIGINT           NOT NULL DEFAULT 0,
+    total_attempts   INTEGER          NOT NULL DEFAULT 0,
+    cancel_actor     TEXT,
+    cancel_at        DOUBLE PRECISION,
+    cancel_version   INTEGER,
+    cancel_key       TEXT,
+    parked           TEXT
 );
 
 -- "by state and age" (stuck detection, listings)
@@ -43,9 +50,14 @@ CREATE TABLE transitions (
     actor         TEXT             NOT NULL,
     context_patch JSONB,
     at            DOUBLE PRECISION NOT NULL,
+    idempotency_key TEXT,
     -- "history of one workflow"; also makes a doubled transition impossible
     CONSTRAINT transitions_workflow_version UNIQUE (workflow_id, version)
 );
+
+-- a client's idempotency key: one transition per key and workflow
+CREATE UNIQUE INDEX transitions_idempotency ON transitions (workflow_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
 
 CREATE FUNCTION statewright_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -69,7 +81,9 @@ CREATE TABLE steps (
     error       TEXT,
     attempts    INTEGER          NOT NULL,
     started_at  DOUBLE PRECISION NOT NULL,
-    finished_at DOUBLE PRECISION
+    finished_at DOUBLE PRECISION,
+    outcome     TEXT,
+    fence       BIGINT
 );
 CREATE INDEX steps_workflow ON steps (workflow_id);
 
@@ -88,9 +102,12 @@ CREATE TABLE inbox (
     name        TEXT             NOT NULL,
     payload     JSONB            NOT NULL,
     posted_at   DOUBLE PRECISION NOT NULL,
-    consumed_at DOUBLE PRECISION
+    consumed_at DOUBLE PRECISION,
+    idempotency_key TEXT
 );
 CREATE INDEX inbox_pending ON inbox (workflow_id, id) WHERE consumed_at IS NULL;
+CREATE UNIQUE INDEX inbox_idempotency ON inbox (workflow_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
 
 -- refused events (invalid-transition alert)
 CREATE TABLE rejections (

@@ -13,22 +13,49 @@ ON CONFLICT (id) DO NOTHING;
 -- name: append_transition
 -- Append one entry to the transition log.
 INSERT INTO transitions (workflow_id, version, from_state, to_state, event, payload, actor,
-                         context_patch, at)
+                         context_patch, at, idempotency_key)
 VALUES (:workflow_id, :version, :from_state, :to_state, :event, :payload, :actor,
-        :context_patch, :at);
+        :context_patch, :at, :idempotency_key);
 
 -- name: cas_update_workflow
--- Move the row to its new state if and only if it is still at the expected version.
+-- Move the row to its new state if and only if it is still at the expected version and, for
+-- a worker's write (:fence not NULL), the worker's lease still holds (fencing). Returns the
+-- columns the engine does not know already (the caller has the context it wrote).
 UPDATE workflows
    SET state = :to_state, context = :context, version = version + 1, attempts = :attempts,
+       total_attempts = coalesce(:total_attempts, total_attempts),
        terminal = :terminal, updated_at = :at,
        state_entered_at = CASE WHEN state = :to_state THEN state_entered_at ELSE :at END,
-       next_due_at = :run_at, last_error = :last_error,
+       next_due_at = :run_at, last_error = :last_error, parked = NULL,
        cancel_requested = CASE WHEN :terminal THEN NULL ELSE cancel_requested END,
+       cancel_actor = CASE WHEN :terminal THEN NULL ELSE cancel_actor END,
+       cancel_at = CASE WHEN :terminal THEN NULL ELSE cancel_at END,
+       cancel_version = CASE WHEN :terminal THEN NULL ELSE cancel_version END,
+       cancel_key = CASE WHEN :terminal THEN NULL ELSE cancel_key END,
        progress = CASE WHEN state = :to_state THEN progress ELSE NULL END,
        lease_owner = CASE WHEN :release_lease THEN NULL ELSE lease_owner END,
        lease_expires_at = CASE WHEN :release_lease THEN NULL ELSE lease_expires_at END
- WHERE id = :id AND version = :expected_version;
+ WHERE id = :id AND version = :expected_version
+   AND (:fence IS NULL OR (lease_owner = :owner AND fence = :fence))
+   AND (:require_unleased = 0 OR lease_owner IS NULL)
+RETURNING id, type, machine_version, state, version, attempts, terminal, created_at,
+          updated_at, state_entered_at, next_due_at, lease_owner, lease_expires_at,
+          last_error, cancel_requested, cancel_actor, cancel_at, cancel_version, cancel_key,
+          progress, tenant, fence, total_attempts, parked;
+
+-- name: write_refusal
+-- Why a compare-and-swap matched nothing: the row's version and lease.
+SELECT version, lease_owner, fence FROM workflows WHERE id = :id;
+
+-- name: transition_by_key
+-- The log entry a client's idempotency key produced on a workflow.
+SELECT * FROM transitions WHERE workflow_id = :id AND idempotency_key = :key;
+
+-- name: consume_inputs
+-- Mark inputs consumed, once (a transition or deferral consumes what its handler run took).
+UPDATE inbox SET consumed_at = :at
+ WHERE workflow_id = :id AND consumed_at IS NULL
+   AND id IN (SELECT value FROM json_each(:ids));
 
 -- name: refresh_next_due
 -- next_due_at = the earlier of the handler's run time and the first pending timer.
@@ -77,8 +104,8 @@ SELECT w.id AS workflow_id, w.type, t.event, count(*) AS n
  GROUP BY w.id, w.type, t.event ORDER BY w.id, t.event;
 
 -- name: claim_due
--- Lease the due, unleased workflows, earliest first.
-UPDATE workflows SET lease_owner = :worker, lease_expires_at = :until
+-- Lease the due, unleased workflows, earliest first; each claim gets a new fencing token.
+UPDATE workflows SET lease_owner = :worker, lease_expires_at = :until, fence = fence + 1
  WHERE id IN (SELECT id FROM workflows
                WHERE next_due_at IS NOT NULL AND next_due_at <= :now AND lease_owner IS NULL
                  AND terminal = 0
@@ -86,25 +113,32 @@ UPDATE workflows SET lease_owner = :worker, lease_expires_at = :until
 RETURNING *;
 
 -- name: renew_leases
--- Extend a worker's leases (heartbeat).
+-- Extend a worker's leases (heartbeat): only those it still holds under the same claim.
 UPDATE workflows SET lease_expires_at = :until
- WHERE lease_owner = :worker AND id IN (SELECT value FROM json_each(:ids));
+ WHERE lease_owner = :worker
+   AND id IN (SELECT json_extract(value, '$[0]') FROM json_each(:held))
+   AND fence = (SELECT json_extract(value, '$[1]') FROM json_each(:held)
+                 WHERE json_extract(value, '$[0]') = workflows.id)
+RETURNING id;
 
 -- name: release_lease
--- Give a lease back.
+-- Give a lease back (only the same claim's).
 UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
- WHERE id = :id AND lease_owner = :worker;
+ WHERE id = :id AND lease_owner = :worker AND fence = :fence;
 
 -- name: defer_workflow
--- Record a failed attempt without a transition, release the lease; pending timers still count.
+-- Keep the state: counters, error, parked reason, next due time (merged with the pending
+-- timers); release the lease. Fenced like a transition.
 UPDATE workflows
-   SET attempts = :attempts, last_error = :last_error, updated_at = :at,
+   SET attempts = :attempts, total_attempts = coalesce(:total_attempts, total_attempts),
+       last_error = :last_error, parked = :parked, updated_at = :at,
        lease_owner = NULL, lease_expires_at = NULL,
        next_due_at = (SELECT min(t) FROM (SELECT :next_due_at AS t
                                           UNION ALL
                                           SELECT min(due_at) FROM timers
                                            WHERE workflow_id = :id))
- WHERE id = :id AND version = :expected_version;
+ WHERE id = :id AND version = :expected_version
+   AND (:fence IS NULL OR (lease_owner = :owner AND fence = :fence));
 
 -- name: expired_leases
 -- Leases whose holder stopped renewing them.
@@ -120,13 +154,15 @@ SELECT * FROM workflows WHERE lease_owner = :owner ORDER BY id;
 SELECT DISTINCT lease_owner FROM workflows WHERE lease_owner IS NOT NULL;
 
 -- name: break_leases
--- Clear every lease of one owner.
-UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = :owner;
+-- Clear every lease of one owner (expired before a time, when given).
+UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
+ WHERE lease_owner = :owner AND (:expired_before IS NULL OR lease_expires_at < :expired_before);
 
 -- name: break_leases_of
--- Clear the leases of one owner on some workflows.
+-- Clear the leases of one owner on some workflows (expired before a time, when given).
 UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
- WHERE lease_owner = :owner AND id IN (SELECT value FROM json_each(:ids));
+ WHERE lease_owner = :owner AND id IN (SELECT value FROM json_each(:ids))
+   AND (:expired_before IS NULL OR lease_expires_at < :expired_before);
 
 -- name: timers
 -- A workflow's pending timers, earliest first.
@@ -148,54 +184,88 @@ DELETE FROM timers WHERE id = :timer_id AND workflow_id = :id;
 -- One step ledger entry.
 SELECT * FROM steps WHERE key = :key;
 
+-- name: lease_holds
+-- Whether a worker's lease on a workflow still holds (:fence NULL: not a worker's write).
+SELECT 1 FROM workflows
+ WHERE id = :workflow_id AND (:fence IS NULL OR (lease_owner = :owner AND fence = :fence));
+
 -- name: insert_step
 -- Record a step as executing before its action runs.
-INSERT INTO steps (key, workflow_id, step, status, attempts, started_at)
-VALUES (:key, :workflow_id, :step, 'executing', 1, :at);
+INSERT INTO steps (key, workflow_id, step, status, attempts, started_at, fence)
+VALUES (:key, :workflow_id, :step, 'executing', 1, :at, :fence);
 
 -- name: restart_step
 -- A step found executing or failed is being run again.
 UPDATE steps SET status = 'executing', attempts = attempts + 1, started_at = :at,
-                 finished_at = NULL, error = NULL
+                 finished_at = NULL, error = NULL, outcome = NULL, fence = :fence
  WHERE key = :key;
 
 -- name: finish_step
--- Record a step's outcome.
-UPDATE steps SET status = :status, result = :result, error = :error, finished_at = :at
- WHERE key = :key;
+-- Record the outcome of one attempt: only while that attempt is executing and, for a worker,
+-- its lease still holds (a late writer never overwrites a newer result).
+UPDATE steps SET status = :status, result = :result, error = :error, outcome = :outcome,
+                 finished_at = :at
+ WHERE key = :key AND status = 'executing' AND attempts = :attempt
+   AND (:fence IS NULL OR EXISTS (SELECT 1 FROM workflows w
+                                   WHERE w.id = steps.workflow_id AND w.lease_owner = :owner
+                                     AND w.fence = :fence))
+RETURNING *;
+
+-- name: resolve_step
+-- An operator's verdict on a step whose outcome was unknown (never on a done step, never
+-- while a worker holds the workflow).
+UPDATE steps SET status = :status, result = :result, outcome = :outcome, error = :error,
+                 finished_at = :at
+ WHERE key = :key AND status <> 'done'
+   AND NOT EXISTS (SELECT 1 FROM workflows w
+                    WHERE w.id = steps.workflow_id AND w.lease_owner IS NOT NULL)
+RETURNING *;
 
 -- name: steps
 -- A workflow's step ledger.
 SELECT * FROM steps WHERE workflow_id = :id ORDER BY started_at, key;
 
+-- name: input_by_key
+-- The input a client's idempotency key posted to a workflow.
+SELECT * FROM inbox WHERE workflow_id = :id AND idempotency_key = :key;
+
 -- name: post_input
 -- Append an external input to a workflow's inbox.
-INSERT INTO inbox (workflow_id, name, payload, posted_at) VALUES (:id, :name, :payload, :at)
+INSERT INTO inbox (workflow_id, name, payload, posted_at, idempotency_key)
+VALUES (:id, :name, :payload, :at, :key)
 RETURNING *;
 
+-- name: wake_for_input
+-- An idle workflow (not leased, parked or backing off) in the given state becomes due now:
+-- its handler runs and can take the input.
+UPDATE workflows SET next_due_at = :at
+ WHERE id = :id AND state = :state AND terminal = 0 AND lease_owner IS NULL
+   AND parked IS NULL AND attempts = 0 AND (next_due_at IS NULL OR next_due_at > :at);
+
 -- name: next_input
--- The oldest unconsumed input, optionally of one name.
+-- The oldest unconsumed input, optionally of one name, other than those already taken.
 SELECT * FROM inbox WHERE workflow_id = :id AND consumed_at IS NULL
    AND (:name IS NULL OR name = :name)
+   AND id NOT IN (SELECT value FROM json_each(:skip))
  ORDER BY id LIMIT 1;
 
--- name: consume_input
--- Mark an input consumed, once.
-UPDATE inbox SET consumed_at = :at WHERE id = :item_id AND consumed_at IS NULL;
-
 -- name: request_cancel
--- Flag a cancel request on a live workflow.
-UPDATE workflows SET cancel_requested = :reason, updated_at = :at
+-- Record a cancel request on a live workflow (a newer one replaces it).
+UPDATE workflows
+   SET cancel_requested = :reason, cancel_actor = :actor, cancel_at = :at,
+       cancel_version = :version, cancel_key = :key, updated_at = :at
  WHERE id = :id AND terminal = 0;
 
 -- name: cancel_requests
 -- Pending cancel requests among some workflows.
-SELECT id, cancel_requested FROM workflows
+SELECT id, cancel_requested, cancel_actor, cancel_at, cancel_version, cancel_key
+  FROM workflows
  WHERE cancel_requested IS NOT NULL AND id IN (SELECT value FROM json_each(:ids));
 
 -- name: record_progress
--- The latest progress report of a workflow's running step.
-UPDATE workflows SET progress = :progress WHERE id = :id;
+-- The latest progress report of a workflow's running step (fenced for a worker).
+UPDATE workflows SET progress = :progress
+ WHERE id = :id AND (:fence IS NULL OR (lease_owner = :owner AND fence = :fence));
 
 -- name: record_rejection
 -- Log an event the engine refused.
@@ -213,3 +283,15 @@ SELECT type, code, count(*) AS n FROM rejections
 SELECT * FROM rejections
  WHERE at >= :since AND (:tenant IS NULL OR tenant = :tenant)
  ORDER BY seq DESC LIMIT :limit;
+
+-- name: get_workflow_head
+-- A workflow's state and terminal flag (without decoding its context).
+SELECT state, terminal FROM workflows WHERE id = :id;
+
+-- name: take_over
+-- Take a lease over from a lost worker (expired before a time, when given): a new claim with
+-- a new fencing token, so the lost worker's later writes are refused.
+UPDATE workflows SET lease_owner = :worker, lease_expires_at = :until, fence = fence + 1
+ WHERE id = :id AND lease_owner = :owner
+   AND (:expired_before IS NULL OR lease_expires_at < :expired_before)
+RETURNING *;

@@ -18,7 +18,14 @@ CREATE TABLE workflows (
     last_error       TEXT,
     cancel_requested TEXT,
     progress         TEXT,
-    tenant           TEXT    NOT NULL DEFAULT 'default'
+    tenant           TEXT    NOT NULL DEFAULT 'default',
+    fence            INTEGER NOT NULL DEFAULT 0,
+    total_attempts   INTEGER NOT NULL DEFAULT 0,
+    cancel_actor     TEXT,
+    cancel_at        REAL,
+    cancel_version   INTEGER,
+    cancel_key       TEXT,
+    parked           TEXT
 );
 
 -- "by state and age" (stuck detection, listings)
@@ -41,10 +48,14 @@ CREATE TABLE transitions (
     payload       TEXT    NOT NULL,
     actor         TEXT    NOT NULL,
     context_patch TEXT,
-    at            REAL    NOT NULL
+    at            REAL    NOT NULL,
+    idempotency_key TEXT
 );
 -- "history of one workflow"; also makes a doubled transition impossible
 CREATE UNIQUE INDEX transitions_workflow_version ON transitions (workflow_id, version);
+-- a client's idempotency key: one transition per key and workflow
+CREATE UNIQUE INDEX transitions_idempotency ON transitions (workflow_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
 
 CREATE TRIGGER transitions_append_only_update BEFORE UPDATE ON transitions
 BEGIN SELECT RAISE(ABORT, 'the transition log is append-only'); END;
@@ -60,7 +71,9 @@ CREATE TABLE steps (
     error       TEXT,
     attempts    INTEGER NOT NULL,
     started_at  REAL    NOT NULL,
-    finished_at REAL
+    finished_at REAL,
+    outcome     TEXT,
+    fence       INTEGER
 );
 CREATE INDEX steps_workflow ON steps (workflow_id);
 
@@ -79,9 +92,12 @@ CREATE TABLE inbox (
     name        TEXT NOT NULL,
     payload     TEXT NOT NULL,
     posted_at   REAL NOT NULL,
-    consumed_at REAL
+    consumed_at REAL,
+    idempotency_key TEXT
 );
 CREATE INDEX inbox_pending ON inbox (workflow_id, id) WHERE consumed_at IS NULL;
+CREATE UNIQUE INDEX inbox_idempotency ON inbox (workflow_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
 
 -- refused events (invalid-transition alert)
 CREATE TABLE rejections (

@@ -1,0 +1,418 @@
+"""The one way a workflow's row changes: plan (pure), write (checked in SQL), tell.
+
+Every state change (an external event, a handler's result, a timer, a retry, a cancel, a
+recovery) is described by a :class:`Fire` and goes through :class:`Transitions`; writes that
+keep the state (a retry in place, going idle, parking for an operator) by a :class:`Defer`.
+
+- **Planning is pure and runs here**, outside the store: user guards never run on the store's
+  thread or inside a database transaction. The plan is made on a row as read; the store
+  applies it only if the row is still at that version (compare-and-swap) and, for a worker's
+  write, only while the worker's lease holds (fencing), both in the statement that writes.
+- **Observers and the rejections log are told here, once**: a refused event (illegal in the
+  state, a payload its schema rejects) is logged the same way whoever sent it.
+- **Client retries are safe**: an event sent with an idempotency key is applied once; a retry
+  with the same key returns the workflow and applies nothing (:class:`Dispatched.replayed`).
+
+External events plan on a recently seen row when one is at hand (see :class:`RowCache`): the
+compare-and-swap makes a stale row cost one refused write and a re-read, never a wrong write.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from statewright.definition.machine import State
+from statewright.engine.hooks import TransitionEvent
+from statewright.engine.workflow_type import WorkflowType
+from statewright.errors import (
+    IdempotencyKeyReused,
+    IllegalTransition,
+    InvalidPayload,
+    LeaseLost,
+    StatewrightError,
+    StoreError,
+    VersionConflict,
+    WorkflowNotFound,
+)
+from statewright.types import (
+    DeferWrite,
+    Lease,
+    TimerSpec,
+    TransitionRecord,
+    TransitionWrite,
+    WorkflowRow,
+)
+
+if TYPE_CHECKING:
+    from statewright.engine.core import Engine
+
+log = logging.getLogger(__name__)
+
+MAX_SEND_ROUNDS = 32
+"""Re-reads a send may take when concurrent writers keep moving the workflow."""
+
+
+@dataclass(frozen=True)
+class Fire:
+    """A transition to make: which event, by whom, and what else changes with it."""
+
+    event: str
+    payload: Mapping[str, Any]
+    actor: str
+    context_patch: Mapping[str, Any] | None = None
+    """Shallow update merged into the context in the same transaction."""
+    attempts: int | None = None
+    """The consecutive-failure counter after it (None: unchanged)."""
+    total_attempts: int | None = None
+    """The lifetime failure counter after it (None: unchanged)."""
+    fired_timer: int | None = None
+    """The timer this transition consumes."""
+    retry_delay: float | None = None
+    """A transient failure's backoff: the handler (or the retry event) runs again after it."""
+    last_error: str | None = None
+    lease: Lease | None = None
+    """A worker's write: applied only while this lease holds, and it releases the lease."""
+    release_lease: bool = True
+    """False for external events: a worker holding the workflow keeps its lease (its own
+    result then loses the compare-and-swap and is dropped)."""
+    require_unleased: bool = False
+    """Refuse (as a conflict) while any worker holds the workflow (cancel uses it)."""
+    idempotency_key: str | None = None
+    consume_inputs: tuple[int, ...] = ()
+    """Inbox items the handler run took: consumed in the same transaction."""
+
+
+@dataclass(frozen=True)
+class Defer:
+    """A write that keeps the state (no log entry); see :class:`~statewright.types.DeferWrite`."""
+
+    attempts: int
+    next_due_at: float | None = None
+    last_error: str | None = None
+    total_attempts: int | None = None
+    parked: str | None = None
+    lease: Lease | None = None
+    consume_inputs: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """What a send did: the workflow after it, and whether this was a retry of a request
+    already applied under the same idempotency key (then nothing was applied now, ``row`` is
+    the workflow as it is now, and ``applied_version`` the version the first request made)."""
+
+    row: WorkflowRow
+    replayed: bool
+    applied_version: int
+
+
+class RowCache:
+    """The last row this process saw of recently touched workflows (bounded, LRU).
+
+    Only a starting guess for planning an external event: the compare-and-swap refuses a
+    stale one, and a refusal (or an illegal event) is always confirmed on a fresh read. It
+    saves a read per event for a process that drives its own workflows.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._rows: OrderedDict[str, WorkflowRow] = OrderedDict()
+
+    def get(self, workflow_id: str) -> WorkflowRow | None:
+        row = self._rows.get(workflow_id)
+        if row is not None:
+            self._rows.move_to_end(workflow_id)
+        return row
+
+    def put(self, row: WorkflowRow) -> None:
+        if self.size <= 0:
+            return
+        known = self._rows.get(row.id)
+        if known is not None and known.version > row.version:
+            return  # never replace a newer row with an older one
+        self._rows[row.id] = row
+        self._rows.move_to_end(row.id)
+        while len(self._rows) > self.size:
+            self._rows.popitem(last=False)
+
+    def drop(self, workflow_id: str) -> None:
+        self._rows.pop(workflow_id, None)
+
+
+def canonical(value: Any) -> str:
+    """A JSON value as text that compares equal for equal values (key order aside)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class Transitions:
+    """Plans and applies every change of a workflow row (see the module docstring)."""
+
+    def __init__(self, engine: Engine, row_cache_size: int = 4096) -> None:
+        self.engine = engine
+        self.rows = RowCache(row_cache_size)
+
+    # -- planning (pure) -----------------------------------------------------------------------
+
+    def plan(self, row: WorkflowRow, fire: Fire) -> TransitionWrite:
+        """Resolve ``fire.event`` on ``row`` and build the write. Pure but for the clock.
+
+        Raises IllegalTransition (naming the workflow) or InvalidPayload.
+        """
+        engine = self.engine
+        wtype = engine.type_of(row.type, row.machine_version)
+        machine = wtype.machine
+        payload = fire.payload
+        if not isinstance(payload, Mapping):
+            raise InvalidPayload(
+                fire.event, f"expected a JSON object, got {type(payload).__name__}"
+            )
+        try:
+            t = machine.resolve(row.state, fire.event, row.context, payload)
+        except IllegalTransition as exc:
+            raise IllegalTransition(
+                exc.state, exc.event, exc.allowed, exc.reason, row.id
+            ) from None
+        now = engine.clock.now()
+        target = machine.states[t.target]
+        staying = t.target == row.state
+        # A self-transition is internal (XState-style): the state's timers keep running.
+        timers = () if staying else state_timers(target, now)
+        run_at = run_at_for(wtype, target, now)
+        if fire.retry_delay is not None:
+            if run_at is not None:
+                run_at = now + fire.retry_delay  # the handler itself is retried later
+            elif not target.terminal and machine.can(t.target, wtype.retry_event):
+                timers += (TimerSpec(now + fire.retry_delay, wtype.retry_event),)
+        patch = fire.context_patch
+        return TransitionWrite(
+            workflow_id=row.id,
+            expected_version=row.version,
+            from_state=row.state,
+            to_state=t.target,
+            event=fire.event,
+            payload=payload,
+            actor=fire.actor,
+            at=now,
+            context={**row.context, **patch} if patch else row.context,
+            context_patch=patch,
+            terminal=target.terminal,
+            attempts=row.attempts if fire.attempts is None else fire.attempts,
+            total_attempts=fire.total_attempts,
+            run_at=run_at,
+            # next_due_at IS NULL means no pending timers (the store keeps it so): nothing
+            # to delete then, which spares externally driven workflows a statement.
+            clear_timers=not staying and row.next_due_at is not None,
+            fired_timer_id=fire.fired_timer,
+            add_timers=timers,
+            release_lease=fire.release_lease,
+            last_error=fire.last_error,
+            consume_inbox_ids=fire.consume_inputs,
+            lease=fire.lease,
+            require_unleased=fire.require_unleased,
+            idempotency_key=fire.idempotency_key,
+        )
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def fire(self, row: WorkflowRow, fire: Fire) -> WorkflowRow:
+        """Fire on ``row`` as read: applied only if it is still at that version (and the lease
+        holds, for a worker's write).
+
+        Raises IllegalTransition, InvalidPayload (logged as rejections), VersionConflict,
+        LeaseLost, StoreError (OutcomeUnknown when it may have applied).
+        """
+        try:
+            write = self.plan(row, fire)
+            after = await self.engine.store.apply_transition(write)
+        except (IllegalTransition, InvalidPayload, VersionConflict) as exc:
+            self.rows.drop(row.id)
+            await self.rejected(row.id, row, fire.event, exc, fire.actor)
+            raise
+        except StoreError as exc:
+            self.rows.drop(row.id)
+            self.engine.observers.persistence_failed(row.id, fire.event, exc)
+            raise
+        except LeaseLost:
+            self.rows.drop(row.id)
+            raise
+        self.rows.put(after)
+        self.engine.observers.transitioned(TransitionEvent(row, after, fire.event, fire.actor))
+        if fire.retry_delay is not None and not after.terminal:
+            # A transient failure moved it to a waiting state with a retry timer (a terminal
+            # target means the budget was spent: no retry).
+            self.engine.observers.retried(row, after, fire.retry_delay)
+        return after
+
+    async def send(
+        self,
+        workflow_id: str,
+        fire: Fire,
+        *,
+        expected_version: int | None = None,
+        row: WorkflowRow | None = None,
+    ) -> Dispatched:
+        """Fire an external event on a workflow as it is in the store.
+
+        ``row``: the caller's fresh read of it, if it has one (saves a read). Without
+        ``expected_version`` a concurrent writer's win is absorbed by re-reading and planning
+        again; with it, it is a VersionConflict. With ``fire.idempotency_key``, a key this
+        workflow's log already has returns that first application (``replayed``) or, for a
+        different event or payload, raises IdempotencyKeyReused.
+        """
+        store = self.engine.store
+        key = fire.idempotency_key
+        fresh = row is not None
+        if row is None:
+            row = self.rows.get(workflow_id)
+        for _ in range(MAX_SEND_ROUNDS):
+            if row is None or (key is not None and not fresh):
+                row = await self._read(workflow_id)
+                fresh = True
+            if key is not None:
+                prior = await store.transition_by_key(workflow_id, key)
+                if prior is not None:
+                    return self._replay(row, prior, fire)
+            if expected_version is not None and row.version != expected_version:
+                if not fresh:
+                    row = None
+                    continue
+                exc = VersionConflict(workflow_id, expected_version, row.version)
+                await self.rejected(workflow_id, row, fire.event, exc, fire.actor)
+                raise exc
+            try:
+                write = self.plan(row, fire)
+            except (IllegalTransition, InvalidPayload) as exc:
+                if not fresh:  # confirm on the row as it is before refusing
+                    row = None
+                    continue
+                await self.rejected(workflow_id, row, fire.event, exc, fire.actor)
+                raise
+            try:
+                after = await store.apply_transition(write)
+            except (VersionConflict, IdempotencyKeyReused):
+                # A concurrent writer moved it (or applied the same key) since our read.
+                self.rows.drop(workflow_id)
+                if expected_version is not None and key is None and fresh:
+                    lost = VersionConflict(workflow_id, expected_version, None)
+                    await self.rejected(workflow_id, row, fire.event, lost, fire.actor)
+                    raise lost from None
+                row, fresh = None, False
+                continue
+            except StoreError as exc:
+                self.rows.drop(workflow_id)
+                self.engine.observers.persistence_failed(workflow_id, fire.event, exc)
+                raise
+            self.rows.put(after)
+            self.engine.observers.transitioned(TransitionEvent(row, after, fire.event, fire.actor))
+            return Dispatched(after, False, after.version)
+        raise VersionConflict(workflow_id, expected_version or 0, None)
+
+    def _replay(self, row: WorkflowRow, prior: TransitionRecord, fire: Fire) -> Dispatched:
+        same = prior.event == fire.event and canonical(prior.payload) == canonical(
+            json.loads(canonical(dict(fire.payload)))
+        )
+        if not same:
+            raise IdempotencyKeyReused(
+                row.id,
+                prior.idempotency_key or "",
+                f"event {prior.event!r} (version {prior.version}) with another payload"
+                if prior.event == fire.event
+                else f"event {prior.event!r} (version {prior.version})",
+            )
+        log.info(
+            "idempotent retry: already applied",
+            extra={
+                "action": "idempotent_replay",
+                "workflow_id": row.id,
+                "event": fire.event,
+                "version": prior.version,
+            },
+        )
+        return Dispatched(row, True, prior.version)
+
+    async def _read(self, workflow_id: str) -> WorkflowRow:
+        row = await self.engine.store.get_workflow(workflow_id)
+        if row is None:
+            self.rows.drop(workflow_id)
+            raise WorkflowNotFound(workflow_id)
+        self.rows.put(row)
+        return row
+
+    async def defer(self, row: WorkflowRow, defer: Defer) -> WorkflowRow:
+        """Keep ``row`` in its state (see :class:`Defer`); CAS on its version and lease."""
+        write = DeferWrite(
+            workflow_id=row.id,
+            expected_version=row.version,
+            at=self.engine.clock.now(),
+            attempts=defer.attempts,
+            next_due_at=defer.next_due_at,
+            last_error=defer.last_error,
+            total_attempts=defer.total_attempts,
+            parked=defer.parked,
+            lease=defer.lease,
+            consume_inbox_ids=defer.consume_inputs,
+        )
+        try:
+            after = await self.engine.store.defer(write)
+        except StatewrightError:
+            self.rows.drop(row.id)
+            raise
+        self.rows.put(after)
+        return after
+
+    # -- telling -------------------------------------------------------------------------------
+
+    async def rejected(
+        self,
+        workflow_id: str,
+        row: WorkflowRow | None,
+        event: str,
+        exc: StatewrightError,
+        actor: str,
+    ) -> None:
+        """Tell the observers about a refused transition, and log an invalid one (illegal
+        event, bad payload; not a lost race) in the store's rejections log.
+
+        That is one write, and its failure is logged, never raised: the caller gets the
+        refusal it caused, not a store error about the bookkeeping.
+        """
+        engine = self.engine
+        state = row.state if row else "?"
+        engine.observers.rejected_transition(
+            workflow_id, state, event, exc, workflow=row, actor=actor
+        )
+        if row is None or isinstance(exc, VersionConflict):
+            return
+        try:
+            await engine.store.record_rejection(
+                workflow_id=workflow_id,
+                type=row.type,
+                tenant=row.tenant,
+                state=state,
+                event=event,
+                code=exc.code,
+                actor=actor,
+                message=exc.message[:1000],
+                at=engine.clock.now(),
+            )
+        except Exception:
+            log.warning(
+                "could not log a rejected transition",
+                exc_info=True,
+                extra={"action": "rejection_not_logged", "workflow_id": workflow_id},
+            )
+
+
+def run_at_for(wtype: WorkflowType, state: State, now: float) -> float | None:
+    """When a worker should run ``state``'s handler: now, or never (no handler)."""
+    return now if state.name in wtype.handlers and not state.terminal else None
+
+
+def state_timers(state: State, now: float) -> tuple[TimerSpec, ...]:
+    """The timers entering ``state`` arms (``State.after``)."""
+    return tuple(TimerSpec(now + secs, ev) for secs, ev in sorted(state.after.items()))
