@@ -234,9 +234,13 @@ def raw_transition(conn: sqlite3.Connection, wid: str, version: int, state: str,
             "run_at": None,
             "last_error": None,
             "release_lease": 0,
+            "total_attempts": None,
+            "require_unleased": 0,
+            "owner": None,
+            "fence": None,
         },
     )
-    if cur.rowcount != 1:
+    if cur.fetchone() is None:
         raise RuntimeError(f"raw CAS lost on {wid} v{version}")
     conn.execute(
         Q["append_transition"],
@@ -250,6 +254,7 @@ def raw_transition(conn: sqlite3.Connection, wid: str, version: int, state: str,
             "actor": "system",
             "context_patch": None,
             "at": now,
+            "idempotency_key": None,
         },
     )
     return to

@@ -7,6 +7,7 @@ transaction (see :mod:`statewright.store.sqlite_conn` for group commit).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import sqlite3
@@ -45,6 +46,13 @@ from statewright.types import (
 )
 
 Q = load_queries("sqlite")
+
+WATCH_INTERVAL = 0.05
+"""Seconds between two checks for other processes' commits while anyone waits for work."""
+
+
+def _data_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
 def _dumps(value: Any) -> str:
@@ -193,22 +201,49 @@ class SQLiteStore:
         self.path = str(path)
         self.conn = GroupCommitConnection(self.path, synchronous, int(busy_timeout * 1000))
         self._wakeups: set[asyncio.Event] = set()
+        self._watcher: asyncio.Task[None] | None = None
 
     def _wake(self) -> None:
-        # Wakes this process's idle workers after a write that may have made work due;
-        # other processes poll (SQLite has no notifications across processes).
+        # Wakes this process's waiters after a write that may have made work due (or posted
+        # an input, or asked for a cancel); other processes' writes are seen by _watch.
         for event in self._wakeups:
             event.set()
 
     async def wait_for_work(self, timeout: float) -> None:
         event = asyncio.Event()
         self._wakeups.add(event)
+        self._ensure_watcher()
         try:
             await asyncio.wait_for(event.wait(), timeout)
         except TimeoutError:
             pass
         finally:
             self._wakeups.discard(event)
+
+    def _ensure_watcher(self) -> None:
+        if self.path == ":memory:" or (self._watcher is not None and not self._watcher.done()):
+            return
+        self._watcher = asyncio.create_task(self._watch(), name="statewright-sqlite-watch")
+
+    async def _watch(self) -> None:
+        """Wake this process's waiters when another process commits.
+
+        SQLite has no notifications across processes. ``PRAGMA data_version`` on our own
+        connection changes exactly when another connection committed, and costs one short
+        read on the connection's thread: checked every :data:`WATCH_INTERVAL` while anyone
+        waits, it brings another process's input, cancel request or due work to a waiting
+        worker within that interval instead of a whole poll interval.
+        """
+        last: int | None = None
+        while self._wakeups:
+            try:
+                version = await self.conn.read(_data_version)
+            except StoreError:
+                return  # closed or broken: waiters fall back to their timeouts
+            if last is not None and version != last:
+                self._wake()
+            last = version
+            await asyncio.sleep(WATCH_INTERVAL)
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
@@ -222,6 +257,11 @@ class SQLiteStore:
         await self.conn.read(self._migrate)
 
     async def close(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, RuntimeError):
+                await self._watcher
+            self._watcher = None
         self.conn.stop()
 
     @staticmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import subprocess
 import sys
@@ -105,3 +106,29 @@ def test_processes_opening_a_fresh_database_at_once_all_succeed(tmp_path: Path) 
         ]
         errors = [p.communicate(timeout=30)[1].decode() for p in procs]
         assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+
+
+async def test_another_process_commit_wakes_a_waiter_at_once(tmp_path: Path) -> None:
+    """SQLite cannot notify across processes; the store notices another connection's commit
+    (``PRAGMA data_version``) while someone waits, well within a poll interval."""
+    path = tmp_path / "db.sqlite"
+    async with Engine(SQLiteStore(path), [MACHINE]) as engine:
+        await engine.start("pingpong", workflow_id="w")
+        loop = asyncio.get_running_loop()
+        waiter = asyncio.create_task(engine.store.wait_for_work(10.0))
+        await asyncio.sleep(0.2)  # the waiter has seen the current data_version
+        started = loop.time()
+        other = subprocess.run(  # another process posts an input
+            [
+                sys.executable,
+                "-c",
+                "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
+                "c.execute(\"INSERT INTO inbox (workflow_id, name, payload, posted_at)"
+                " VALUES ('w', 'doc', '{}', 0)\"); c.commit()",
+                str(path),
+            ],
+            timeout=20,
+        )
+        assert other.returncode == 0
+        await asyncio.wait_for(waiter, 2.0)
+        assert loop.time() - started < 1.0
