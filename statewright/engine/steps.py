@@ -169,6 +169,7 @@ class Run:
         self.stopped: BaseException | None = None
         """Set when the worker gave up on this run (deadline, lost lease): its calls raise."""
         self._cancel: CancelRequest | None = None
+        self._cancel_raw: CancelRequest | None = None
         self._cancel_seen = False
         self._call_user: UserCall = self._invoke
 
@@ -230,12 +231,12 @@ class Run:
 
     async def note_cancel(self, request: CancelRequest | None) -> None:
         """Record the store's pending request for this workflow (worker use)."""
-        if self._cancel_seen and request == self._cancel:
+        if self._cancel_seen and request == self._cancel_raw:
             return
         wf = self.workflow
         found = await pending(self.engine, self.type, wf.id, wf.state, request)
         # Marked as seen only once resolved: a concurrent caller must not skip it meanwhile.
-        self._cancel, self._cancel_seen = found, True
+        self._cancel, self._cancel_raw, self._cancel_seen = found, request, True
 
     def save_partial(self, **context: Any) -> None:
         """Stash partial results: if the run ends cancelled, they are merged into the context
@@ -330,7 +331,10 @@ class Run:
             hook = reconcile or self.type.reconcilers.get(name)
             label = f"reconcile {self.type.name}/{name} {self.id}"
             if hook is not None:
-                verdict = await self._call_user(hook, (key,), None, label)
+                # The asking claim's fencing token goes along: a service that records it as
+                # the highest seen refuses the late call of the claim whose outcome is asked.
+                asking = StepKey(self.workflow.id, name, self.fencing_token, record.attempts)
+                verdict = await self._call_user(hook, (asking,), None, label)
             log.warning(
                 "step outcome unknown: reconciled",
                 extra={

@@ -51,7 +51,12 @@ class NotApplied:
 Reconciled = Applied | NotApplied | None
 """``None`` means the external system could not tell."""
 Reconciler = Callable[[str], Awaitable[Reconciled] | Reconciled]
-"""``reconcile(idempotency_key) -> Applied(result) | NotApplied() | None``."""
+"""``reconcile(key) -> Applied(result) | NotApplied() | None``.
+
+``key`` is the step's :class:`~statewright.engine.steps.StepKey` (a ``str``,
+``workflow_id:step``) carrying the *asking* claim's fencing token: a service that records it as
+the highest token seen for the key refuses the late call of the claim whose outcome is asked,
+which may still be in flight."""
 
 RecoveryAction = Literal["rerun", "retry", "fail", "leave"]
 """What recovery does with a workflow whose worker died mid-state.

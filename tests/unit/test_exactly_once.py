@@ -126,6 +126,25 @@ async def test_a_call_that_raised_after_the_effect_is_reconciled_not_repeated(
         assert (row.attempts, row.total_attempts) == (0, 1)
 
 
+async def test_the_reconcile_hook_gets_the_key_with_the_asking_claims_token(
+    clock: ManualClock,
+) -> None:
+    asked: list[tuple[str, int, int]] = []
+    gw = Gateway(fail_after_charge=1)
+
+    def lookup(key: StepKey) -> Reconciled:
+        asked.append((str(key), key.fencing_token, key.attempt))
+        return gw.lookup(key)
+
+    async with memory_engine(
+        [pay_type(gw, reconcilers={"charge": lookup}, reconcile=False)], clock
+    ) as engine:
+        await engine.start("pay", workflow_id="p")
+        await drain(engine, clock)
+        row = await engine.get("p")
+        assert row.state == "paid" and asked == [("p:charge", row.fence, 1)]
+
+
 async def test_without_a_verdict_an_unknown_step_parks_the_workflow_visibly(
     clock: ManualClock,
 ) -> None:
