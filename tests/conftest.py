@@ -156,3 +156,13 @@ def pg_database(pg_server: str, pg_template: str) -> Iterator[Callable[..., str]
 def pg_dsn(pg_database: Callable[..., str]) -> str:
     """URL of a fresh, migrated PostgreSQL database of this test's own."""
     return pg_database()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--torture",
+        action="store_true",
+        default=False,
+        help="run the long SIGKILL torture of tests/acceptance (hundreds of kills per run); "
+        "also enabled by STATEWRIGHT_TORTURE=1",
+    )

@@ -1,25 +1,60 @@
-"""Three worker processes share one PostgreSQL: one is SIGKILLed, one SIGTERMed mid-run.
+"""Worker processes share one PostgreSQL and get killed.
 
-Every workflow still finishes, each idempotency key's effect happens once, no transition is
-lost or doubled, and the dead worker's work is taken over within the lease time.
+- Three workers: one is SIGKILLed, one SIGTERMed mid-run. Every workflow still finishes, each
+  idempotency key's effect happens once, no transition is lost or doubled, and the dead
+  worker's work is taken over within the lease time.
+- Three workers against a service that does **not** deduplicate, killed again and again (at
+  random moments aimed at service calls in flight, and at planned points from inside) and
+  replaced at once, dozens of times by default, hundreds with ``--torture``: every step's
+  effect still exists exactly once, nothing is parked, every workflow ends ``done``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import random
 import signal
+import statistics
 import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from statewright import Engine, WorkflowFilter, store_from_url
-from tests.acceptance.crash.app import PATH, STAGES, STEPS, TYPE, Service, make_type
+from tests.acceptance.crash.app import (
+    PATH,
+    POINTS,
+    STAGES,
+    STEPS,
+    TYPE,
+    InFlight,
+    Service,
+    make_type,
+)
+from tests.acceptance.crash.harness import (
+    KILLED,
+    Child,
+    Files,
+    PlanMaker,
+    Tally,
+    crash_seed,
+    kill_from_outside,
+    read_kills,
+    read_verdicts,
+    report,
+    settle,
+    torture_enabled,
+    verify,
+    worker_argv,
+)
+from tests.acceptance.crash.zygote import Zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = 300
@@ -143,3 +178,223 @@ async def test_three_workers_one_killed_one_terminated(pg_dsn: str, tmp_path: Pa
         assert not [k for k, n in keys.items() if n > 1], "an effect was applied twice"
         assert set(keys) == {f"wf-{i:03d}:{s}" for i in range(WORKFLOWS) for s in STEPS}
     service.close()
+
+
+# -- three workers, killed again and again, against a service that does not deduplicate ------
+
+SLOTS = 3
+TORTURE_LEASE = 2.0
+"""Short, so that the orphans of a worker posing as remote are taken over soon."""
+KILLS = 80
+TORTURE_KILLS = 220
+KILL_GAP = (0.05, 0.35)
+"""Seconds between kills from outside (each aimed at a call in flight)."""
+SELF_KILL_SHARE = 0.35
+"""Share of the replacement workers that get a plan to kill themselves at a point."""
+FOREIGN_SHARE = 0.2
+"""Share of the workers whose id names another host: their death is seen only when their
+leases expire, not from their pid."""
+LOW_WATER, TOP_UP = 40, 40
+BUDGET, TORTURE_BUDGET = 150.0, 1200.0
+
+
+@dataclass
+class Orphans:
+    """The workflows a dead worker held leases on, not yet taken over."""
+
+    foreign: bool
+    since: float
+    owner: str
+    pending: set[str]
+
+
+def _spread(seconds: list[float]) -> str:
+    if not seconds:
+        return "-"
+    return f"{statistics.median(seconds):.2f}s/{max(seconds):.2f}s of {len(seconds)}"
+
+
+@pytest.mark.acceptance
+async def test_three_workers_killed_again_and_again_exactly_once(
+    pg_dsn: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    torture = torture_enabled(request.config)
+    target = TORTURE_KILLS if torture else KILLS
+    seed = crash_seed()
+    print(f"\ncrash test [postgres, count, 3 workers] seed={seed} target={target}", flush=True)
+    rng = random.Random(seed)
+    files = Files(tmp_path)
+    started = time.monotonic()
+    deadline = started + (TORTURE_BUDGET if torture else BUDGET)
+    service = Service(files.service, mode="count")
+    inflight = [InFlight(files.inflight(slot), create=True) for slot in range(SLOTS)]
+    plans = PlanMaker(rng, max_n=15)
+    tally = Tally()
+    children: list[Child] = []
+    ids: list[str] = []
+    orphans: list[Orphans] = []
+    takeover: dict[bool, list[float]] = {False: [], True: []}  # by foreign: seconds
+
+    def fail(message: str, child: Child | None = None) -> None:
+        tail = child.stderr_tail() if child is not None else ""
+        pytest.fail(f"[seed {seed}] {message}{tail}", pytrace=False)
+
+    engine = Engine(store_from_url(pg_dsn), [make_type(service)])
+
+    async def orphaned(child: Child) -> None:
+        """Note the leases a dead worker left, to time their takeover."""
+        if child.code != KILLED:
+            return
+        for owner in await engine.store.lease_owners():
+            if f":{child.pid}:" in owner:
+                held = {r.id for r in await engine.store.leased_by(owner)}
+                orphans.append(Orphans(child.foreign, time.monotonic(), owner, held))
+
+    async def taken_over() -> None:
+        for o in list(orphans):
+            for wid in list(o.pending):
+                row = await engine.store.get_workflow(wid)
+                if row is None or row.lease_owner != o.owner:
+                    o.pending.discard(wid)
+                    takeover[o.foreign].append(time.monotonic() - o.since)
+            if not o.pending:
+                orphans.remove(o)
+
+    async with engine, contextlib.AsyncExitStack() as stack:
+        zygote = stack.enter_context(Zygote(tmp_path / "zygote.err"))
+
+        async def top_up(n: int) -> None:
+            for i in range(len(ids), len(ids) + n):
+                wid = f"wf-{i:05d}"
+                await engine.start(TYPE, {"n": i}, workflow_id=wid)
+                ids.append(wid)
+
+        def fork(slot: int, plan: str, *, final: bool = False) -> Child:
+            n = len(children)
+            ready, err = tmp_path / f"ready-{n}", tmp_path / f"worker-{n}.err"
+            foreign = not final and rng.random() < FOREIGN_SHARE
+            argv = worker_argv(
+                files,
+                pg_dsn,
+                mode="count",
+                ready=ready,
+                plan=plan,
+                seed=seed * 10_000 + n,
+                concurrency=rng.choice([2, 4, 8]),
+                slot=slot,
+                lease_seconds=TORTURE_LEASE,
+                stall_seconds=30.0,
+                watch_interval=0.1,
+                until=True,
+                foreign=foreign,
+            )
+            pid = zygote.spawn(argv, tmp_path / f"worker-{n}.out", err)
+            children.append(Child(n, slot, pid, plan, ready, err, foreign=foreign))
+            return children[-1]
+
+        def replacement_plan() -> str:
+            return plans() if rng.random() < SELF_KILL_SHARE else ""
+
+        await top_up(2 * TOP_UP)
+        live = {slot: fork(slot, replacement_plan()) for slot in range(SLOTS)}
+        next_kill = time.monotonic() + rng.uniform(*KILL_GAP)
+        next_top_up = 0.0
+
+        # -- kill, replace, kill again ----------------------------------------------------------
+        while tally.total < target:
+            now = time.monotonic()
+            if now > deadline:
+                fail(f"only {tally.total} kills within the time budget")
+            codes = zygote.status([c.pid for c in live.values()])
+            for slot, child in list(live.items()):
+                if codes[child.pid] is not None:
+                    child.code = codes[child.pid]
+                    if child.code == 0:
+                        fail("a worker exited although the test had not finished", child)
+                    settle(child, files.kill_log, tally, seed)
+                    await orphaned(child)
+                    live[slot] = fork(slot, replacement_plan())
+            if now >= next_kill:
+                slot = rng.randrange(SLOTS)
+                victim = live[slot]
+                kill_from_outside(zygote, victim, inflight[slot], rng, spread=0.02, aim_for=0.3)
+                if victim.code is None:
+                    victim.code = zygote.wait(victim.pid, 5.0)
+                settle(victim, files.kill_log, tally, seed)
+                await orphaned(victim)
+                live[slot] = fork(slot, replacement_plan())
+                next_kill = time.monotonic() + rng.uniform(*KILL_GAP)
+            await taken_over()
+            if now >= next_top_up:
+                left = await engine.store.list_workflows(
+                    WorkflowFilter(terminal=False, limit=LOW_WATER)
+                )
+                if len(left) < LOW_WATER:
+                    await top_up(TOP_UP)
+                next_top_up = now + 0.25
+            await asyncio.sleep(0.01)
+
+        # -- then let the workers finish: replace the killed ones by workers without a plan ----
+        files.until.touch()
+        finished: set[int] = set()
+        final_deadline = time.monotonic() + 120
+        while len(finished) < SLOTS:
+            if time.monotonic() > final_deadline:
+                stuck = [
+                    (r.id, r.state, r.lease_owner, r.parked)
+                    for r in await engine.store.list_workflows(
+                        WorkflowFilter(terminal=False, limit=20)
+                    )
+                ]
+                fail(f"the workers did not finish; non-terminal: {stuck}")
+            codes = zygote.status([c.pid for s, c in live.items() if s not in finished])
+            for slot, child in live.items():
+                if slot in finished or codes[child.pid] is None:
+                    continue
+                child.code = codes[child.pid]
+                settle(child, files.kill_log, tally, seed)
+                await orphaned(child)
+                if child.code == 0:
+                    finished.add(slot)
+                else:
+                    live[slot] = fork(slot, "", final=True)
+            await taken_over()
+            await asyncio.sleep(0.02)
+        forks = zygote.spawned
+        elapsed = time.monotonic() - started
+
+        kills = read_kills(files.kill_log)
+        assert len(kills) == sum(tally.self_kills.values()), f"[seed {seed}] kill log vs exits"
+        assert tally.external_in_flight >= 1, f"[seed {seed}] no kill landed while calls ran"
+        assert sum(1 for c in children if c.code == KILLED) == tally.total
+        verified = await verify(
+            engine,
+            service,
+            ids,
+            mode="count",
+            kills=kills,
+            verdicts=read_verdicts(files.journal),
+            seed=seed,
+        )
+        points = [p for p in POINTS if tally.self_kills[p]]
+    service.close()
+    for counter in inflight:
+        counter.close()
+    assert verified.verdicts["Applied"] >= 1 and verified.verdicts["NotApplied"] >= 1
+    # A dead worker on this host is seen from its pid at once, not when its leases expire.
+    assert takeover[False] and max(takeover[False]) < TORTURE_LEASE, (
+        f"[seed {seed}] orphans of local workers taken over after {_spread(takeover[False])}"
+    )
+    assert takeover[True], f"[seed {seed}] no orphans of workers posing as remote"
+    print(
+        report(
+            "crash test [postgres, count, 3 workers]",
+            seed,
+            tally,
+            verified,
+            elapsed,
+            f"{forks} workers forked, self-kill points reached {points}; orphans taken over "
+            f"after (median/max) {_spread(takeover[False])} from workers seen dead by pid, "
+            f"{_spread(takeover[True])} from workers posing as remote (lease {TORTURE_LEASE}s)",
+        )
+    )
