@@ -27,13 +27,16 @@ from typing import Any
 import yaml
 
 from statewright.definition.machine import Event, Machine
-from statewright.engine.core import Engine, Stuck, decision_payload
+from statewright.engine.core import Engine, Stuck
 from statewright.engine.transitions import Dispatched
+from statewright.engine.workflow_type import Applied, NotApplied
 from statewright.errors import Forbidden, InvalidInput, Unauthorized, WorkflowNotFound
 from statewright.types import InboxItem, StepRecord, TransitionRecord, WorkflowFilter, WorkflowRow
 
 ADMIN = "admin"
 APPROVER = "approver"
+OPERATOR = "operator"
+"""May resolve steps whose outcome is unknown and resume parked workflows (admin may too)."""
 VIEWER = "viewer"
 ALL_TENANTS = "*"
 """A token whose tenant is ``*`` sees every tenant (operators, the local open mode)."""
@@ -342,17 +345,42 @@ class Access:
     async def cancel(
         self, workflow_id: str, reason: str, *, idempotency_key: str | None = None
     ) -> WorkflowRow:
+        cancelled = await self.cancel_ex(workflow_id, reason, idempotency_key=idempotency_key)
+        return cancelled.row
+
+    async def cancel_ex(
+        self, workflow_id: str, reason: str, *, idempotency_key: str | None = None
+    ) -> Dispatched:
+        """:meth:`cancel`, telling also whether it was an idempotent retry."""
         row = await self.get(workflow_id)
         event = self.engine.type_of(row.type, row.machine_version).cancel_event
         if event is None:
             raise InvalidInput(f"workflows of type {row.type!r} cannot be cancelled")
         self._check_event(row, event)
-        return await self.engine.cancel(
+        return await self.engine.cancel_ex(
             workflow_id,
             reason=reason,
             actor=self.principal.actor,
             idempotency_key=idempotency_key,
         )
+
+    # -- operator actions --------------------------------------------------------------------
+
+    async def resolve_step(
+        self, workflow_id: str, step: str, verdict: Applied | NotApplied, *, reason: str
+    ) -> StepRecord:
+        """An operator's answer for a step whose outcome is unknown (roles operator/admin)."""
+        await self.get(workflow_id)  # another tenant's workflow does not exist for this caller
+        self._operator("resolve steps")
+        return await self.engine.resolve_step(
+            workflow_id, step, verdict, actor=self.principal.actor, reason=reason
+        )
+
+    async def resume(self, workflow_id: str, *, reason: str) -> WorkflowRow:
+        """Make a parked workflow run its state's handler again (roles operator/admin)."""
+        await self.get(workflow_id)
+        self._operator("resume workflows")
+        return await self.engine.resume(workflow_id, actor=self.principal.actor, reason=reason)
 
     async def post_input(
         self,
@@ -402,6 +430,12 @@ class Access:
                 state=row.state,
                 workflow_id=row.id,
                 allowed=self.allowed_for(row),
+            )
+
+    def _operator(self, what: str) -> None:
+        if not self.principal.roles & {OPERATOR, ADMIN}:
+            raise Forbidden(
+                f"{self.principal.actor!r} may not {what} (needs the operator or admin role)"
             )
 
     def _writer(self, what: str) -> None:

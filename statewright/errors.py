@@ -317,3 +317,21 @@ class DeadlineExceeded(TransientError):
     unfinished are reconciled before anything runs again."""
 
     code = "deadline_exceeded"
+
+
+class StepNotFound(StatewrightError):
+    """The workflow's step ledger has no such step."""
+
+    code = "step_not_found"
+
+
+class StepDone(StatewrightError):
+    """The step is done: its result stands and cannot be resolved again."""
+
+    code = "step_done"
+
+
+class WorkflowBusy(StatewrightError):
+    """A worker holds the workflow now: try again once it lets go."""
+
+    code = "workflow_busy"

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from statewright.engine.transitions import Defer, Fire, canonical
+from statewright.engine.transitions import Defer, Dispatched, Fire, canonical
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import (
     IdempotencyKeyReused,
@@ -75,7 +75,7 @@ async def pending(
 
 async def cancel(
     engine: Engine, workflow_id: str, reason: str, actor: str, key: str | None
-) -> WorkflowRow:
+) -> Dispatched:
     """See :meth:`statewright.engine.core.Engine.cancel`."""
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidInput("a cancel needs a reason")
@@ -117,7 +117,7 @@ async def cancel(
                 },
             )
             if requested.lease_owner is not None or attempt == 7:
-                return requested
+                return Dispatched(requested, False, requested.version)
             # The worker let go between our read and the request: nobody may see it (its
             # next state may have no handler), so fire it ourselves.
             continue
@@ -132,7 +132,8 @@ async def cancel(
             idempotency_key=key,
         )
         try:
-            return await transitions.fire(row, fire)
+            after = await transitions.fire(row, fire)
+            return Dispatched(after, False, after.version)
         except (VersionConflict, IdempotencyKeyReused):
             continue  # a worker claimed it, or a concurrent writer won: look again
     raise VersionConflict(workflow_id, 0, None)
@@ -140,18 +141,18 @@ async def cancel(
 
 async def _replayed(
     engine: Engine, row: WorkflowRow, key: str, event: str | None, payload: dict[str, Any]
-) -> WorkflowRow | None:
+) -> Dispatched | None:
     """The workflow if a cancel with this key was applied or is pending; None if the key is
     new; IdempotencyKeyReused if it was used for something else."""
     prior = await engine.store.transition_by_key(row.id, key)
     if prior is not None:
         if prior.event != event or canonical(prior.payload) != canonical(payload):
             raise IdempotencyKeyReused(row.id, key, f"event {prior.event!r}")
-        return row
+        return Dispatched(row, True, prior.version)
     if row.cancel is not None and row.cancel.idempotency_key == key:
         if row.cancel.reason != payload["reason"]:
             raise IdempotencyKeyReused(row.id, key, "a cancel with another reason")
-        return row
+        return Dispatched(row, True, row.version)  # still pending with the worker
     return None
 
 

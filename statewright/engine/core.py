@@ -37,7 +37,9 @@ from statewright.errors import (
     ReplayMismatch,
     StatewrightError,
     UnknownWorkflowType,
+    WorkflowBusy,
     WorkflowExists,
+    WorkflowFinished,
     WorkflowNotFound,
 )
 from statewright.store.protocol import Store
@@ -430,6 +432,21 @@ class Engine:
             WorkflowNotFound, IllegalTransition, InvalidPayload, InvalidInput,
             IdempotencyKeyReused, StoreError.
         """
+        cancelled = await self.cancel_ex(
+            workflow_id, reason=reason, actor=actor, idempotency_key=idempotency_key
+        )
+        return cancelled.row
+
+    async def cancel_ex(
+        self,
+        workflow_id: str,
+        *,
+        reason: str,
+        actor: str = "system",
+        idempotency_key: str | None = None,
+    ) -> Dispatched:
+        """:meth:`cancel`, telling also whether it was an idempotent retry (``replayed``:
+        the key's cancel fired already, or is pending with the worker)."""
         return await cancel_workflow(
             self, workflow_id, reason, actor, check_idempotency_key(idempotency_key)
         )
@@ -509,7 +526,8 @@ class Engine:
         holds, or :class:`NotApplied` (safe to run). Then resume the workflow: a parked one
         becomes due and its handler runs again (the step returns the result, or runs).
 
-        Refused (InvalidInput) on a step that is done, or while a worker holds the workflow.
+        Raises WorkflowNotFound, StepNotFound, StepDone (its result stands), WorkflowBusy (a
+        worker holds the workflow), InvalidInput (no reason, not a verdict).
         """
         if not isinstance(reason, str) or not reason.strip():
             raise InvalidInput("resolving a step needs a reason")
@@ -535,17 +553,23 @@ class Engine:
             },
         )
         if row.parked is not None and not row.terminal:
-            await self.resume(workflow_id, actor=actor)
+            await self.resume(workflow_id, actor=actor, reason=f"step {step!r} resolved")
         return rec
 
-    async def resume(self, workflow_id: str, *, actor: str) -> WorkflowRow:
-        """Make a parked workflow due again: its state's handler runs once more (its
-        finished steps return their results; the counters of failures are kept)."""
+    async def resume(self, workflow_id: str, *, actor: str, reason: str) -> WorkflowRow:
+        """Make a workflow due again, typically a parked one: its state's handler runs once
+        more (its finished steps return their results; the failure counters are kept).
+
+        Raises WorkflowNotFound, WorkflowFinished, WorkflowBusy (a worker holds it),
+        InvalidInput (no reason).
+        """
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidInput("resuming a workflow needs a reason")
         row = await self.get(workflow_id)
         if row.terminal:
-            raise InvalidInput(f"workflow {workflow_id!r} has finished")
+            raise WorkflowFinished(workflow_id, row.state)
         if row.lease_owner is not None:
-            raise InvalidInput(f"a worker holds workflow {workflow_id!r}: nothing to resume")
+            raise WorkflowBusy(f"a worker holds workflow {workflow_id!r}: nothing to resume")
         after = await self.transitions.defer(
             row,
             Defer(
@@ -556,7 +580,13 @@ class Engine:
         )
         log.warning(
             "workflow resumed",
-            extra={"action": "workflow_resumed", "workflow_id": workflow_id, "actor": actor},
+            extra={
+                "action": "workflow_resumed",
+                "workflow_id": workflow_id,
+                "actor": actor,
+                "reason": reason,
+                "parked": row.parked,
+            },
         )
         return after
 

@@ -30,8 +30,11 @@ from statewright.errors import (
     LeaseLost,
     OutcomeUnknown,
     StatewrightError,
+    StepDone,
+    StepNotFound,
     StoreError,
     VersionConflict,
+    WorkflowBusy,
     WorkflowFinished,
     WorkflowNotFound,
 )
@@ -715,10 +718,10 @@ class PostgresStore:
                 return step_record(row)
             current = await (await conn.execute(Q["get_step"], {"key": key})).fetchone()
         if current is None:
-            raise InvalidInput(f"no step {key!r} in the ledger")
+            raise StepNotFound(f"no step {key!r} in the ledger", key=key)
         if current["status"] == "done":
-            raise InvalidInput(f"step {key!r} is done already: its result stands")
-        raise InvalidInput(f"a worker holds the workflow of step {key!r}: try again later")
+            raise StepDone(f"step {key!r} is done already: its result stands", key=key)
+        raise WorkflowBusy(f"a worker holds the workflow of step {key!r}: try again later")
 
     async def get_step(self, key: str) -> StepRecord | None:
         row = await self._fetchone(Q["get_step"], {"key": key})

@@ -262,8 +262,8 @@ class Store(Protocol):
         at: float,
     ) -> StepRecord:
         """An operator's verdict on a step whose outcome is unknown: ``done`` with the
-        result it had, or ``failed`` with outcome ``not_applied``. Refused (InvalidInput) on
-        a ``done`` step or while a worker holds the workflow; WorkflowNotFound for no step.
+        result it had, or ``failed`` with outcome ``not_applied``. Refused with StepDone on a
+        ``done`` step, WorkflowBusy while a worker holds the workflow, StepNotFound.
         """
 
     async def get_step(self, key: str) -> StepRecord | None: ...

@@ -21,8 +21,11 @@ from statewright.errors import (
     InvalidInput,
     LeaseLost,
     StatewrightError,
+    StepDone,
+    StepNotFound,
     StoreError,
     VersionConflict,
+    WorkflowBusy,
     WorkflowFinished,
     WorkflowNotFound,
 )
@@ -837,10 +840,10 @@ class SQLiteStore:
                 return _step(row)
             current = conn.execute(Q["get_step"], {"key": key}).fetchone()
             if current is None:
-                raise InvalidInput(f"no step {key!r} in the ledger")
+                raise StepNotFound(f"no step {key!r} in the ledger", key=key)
             if current["status"] == "done":
-                raise InvalidInput(f"step {key!r} is done already: its result stands")
-            raise InvalidInput(f"a worker holds the workflow of step {key!r}: try again later")
+                raise StepDone(f"step {key!r} is done already: its result stands", key=key)
+            raise WorkflowBusy(f"a worker holds the workflow of step {key!r}: try again later")
 
         return await self.conn.write(fn)
 

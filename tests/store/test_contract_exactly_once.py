@@ -8,9 +8,11 @@ import pytest
 
 from statewright.errors import (
     IdempotencyKeyReused,
-    InvalidInput,
     LeaseLost,
+    StepDone,
+    StepNotFound,
     VersionConflict,
+    WorkflowBusy,
     WorkflowFinished,
     WorkflowNotFound,
 )
@@ -122,14 +124,14 @@ async def test_an_operator_resolves_a_step_only_when_no_worker_holds_it(store: S
     await store.create_workflow(new(run_at=T0))
     lease = await _claimed(store)
     await store.step_begin("w1:pay", "w1", "pay", T0, lease)
-    with pytest.raises(InvalidInput):  # a worker holds the workflow
+    with pytest.raises(WorkflowBusy):  # a worker holds the workflow
         await store.resolve_step("w1:pay", "done", {"id": 1}, None, "checked", T0)
     await store.break_leases("w-1")
     rec = await store.resolve_step("w1:pay", "done", {"id": 1}, None, "checked", T0)
     assert (rec.status, rec.result, rec.error) == ("done", {"id": 1}, "checked")
-    with pytest.raises(InvalidInput):  # done stays done
+    with pytest.raises(StepDone):  # done stays done
         await store.resolve_step("w1:pay", "failed", None, "not_applied", "oops", T0)
-    with pytest.raises(InvalidInput):
+    with pytest.raises(StepNotFound):
         await store.resolve_step("w1:nope", "done", None, None, "x", T0)
 
 
