@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import typer
 
-from statewright.cli import alerts, definitions, demo, mcp, ops, serve, workflows
+from statewright.cli import alerts, definitions, demo, mcp, operator, ops, serve, workflows
 from statewright.cli.options import (
     AppOption,
     DbOption,
@@ -21,9 +21,11 @@ HELP = """Durable, explicit state machines for AI-agent and backend workflows.
 
 Exit codes: 0 success; 2 the input was refused and nothing was written (malformed JSON or
 argument, a payload that breaks the event's schema, an event not allowed in the current
-state); 1 any other failure (unknown workflow or type, version conflict, store error, a
-failed check). Errors print one line `error[<code>]: <message>` on stderr (with --json, the
-error as a JSON object).
+state, a finished workflow, an --idempotency-key used for another request); 1 any other
+failure (unknown workflow or type, version conflict, store error, a failed check;
+outcome_unknown: it may have been applied, run it again with the same --idempotency-key).
+Errors print one line `error[<code>]: <message>` on stderr (with --json, the error as a JSON
+object).
 """
 
 app = typer.Typer(
@@ -57,6 +59,8 @@ _COMMANDS: list[tuple[str, Callable[..., None], str]] = [
     ("deny", workflows.deny, "error"),
     ("cancel", workflows.cancel, "error"),
     ("input", workflows.input_, "error"),
+    ("resolve-step", operator.resolve_step, "error"),
+    ("resume", operator.resume, "error"),
     ("list", workflows.list_, "error"),
     ("stuck", ops.stuck, "error"),
     ("alerts", alerts.alerts, "error"),

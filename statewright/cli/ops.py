@@ -136,6 +136,16 @@ def worker(
             "task is cancelled.",
         ),
     ] = 5.0,
+    threads: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            envvar="STATEWRIGHT_THREADS",
+            show_envvar=True,
+            help="Threads that run synchronous handlers, step actions and reconcile hooks "
+            "(default: the concurrency, at least 4). Async handlers run on the event loop.",
+        ),
+    ] = None,
     once: Annotated[bool, typer.Option("--once", help="Run one round of due work.")] = False,
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Run until nothing is due, then exit.")
@@ -160,6 +170,7 @@ def worker(
             lease_seconds=lease_seconds,
             poll_interval=poll_interval,
             cancel_grace=cancel_grace,
+            threads=threads,
         )
         if log_format is LogFormat.json:
             log.info(
@@ -168,7 +179,7 @@ def worker(
             )
         elif not s.json:
             err.print(f"worker {w.id} on {escape(db_path(engine))}: {escape(', '.join(w.types))}")
-        recovered = await recover(engine)
+        recovered = await recover(engine, worker_id=w.id, lease_seconds=lease_seconds)
         if once:
             processed = await w.run_once()
         elif until_idle:

@@ -1,8 +1,9 @@
 """Formatting for the CLI: Rich for people, JSON for programs, and the error report.
 
 Exit codes: 0 success; 2 the input was refused (malformed JSON or argument, a payload that
-breaks the event's schema, an event not allowed in the current state) and nothing was
-written; 1 any other failure (not found, conflict, store error, a failed check).
+breaks the event's schema, an event not allowed in the current state, a finished workflow, an
+idempotency key used for another request) and nothing was written; 1 any other failure (not
+found, conflict, store error, a failed check, an outcome the store could not tell).
 """
 
 from __future__ import annotations
@@ -23,18 +24,35 @@ from rich.markup import escape
 from rich.table import Table
 
 from statewright.errors import (
+    IdempotencyKeyReused,
     IllegalTransition,
     InvalidInput,
     InvalidPayload,
+    OutcomeUnknown,
     StatewrightError,
+    StepDone,
+    WorkflowBusy,
+    WorkflowFinished,
 )
 from statewright.observability.logs import STANDARD_ATTRS, JsonFormatter
 
 out = Console(highlight=False, soft_wrap=True)  # lines stay whole: greppable, copyable
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-REFUSED = (InvalidInput, InvalidPayload, IllegalTransition)
+REFUSED = (
+    InvalidInput,
+    InvalidPayload,
+    IllegalTransition,
+    WorkflowFinished,
+    IdempotencyKeyReused,
+    StepDone,
+    WorkflowBusy,
+)
 """Errors that mean "bad input, nothing changed": exit code 2."""
+RETRY_ADVICE = (
+    "run the same command again with the same --idempotency-key (if it was applied, nothing "
+    "is done twice); without a key, check with `statewright show` before running it again"
+)
 
 
 def exit_code(exc: BaseException) -> int:
@@ -50,6 +68,10 @@ def fail(exc: BaseException, *, as_json: bool) -> int:
     """
     if isinstance(exc, StatewrightError):
         data = exc.to_dict()
+        if isinstance(exc, OutcomeUnknown):
+            # Exit code 1 like any store error, but the one after which something may have
+            # changed: say what to do.
+            data["message"] = f"{' '.join(exc.message.split()).rstrip('.')}: {RETRY_ADVICE}"
     else:
         data = {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}
     causes = list(_causes(exc))

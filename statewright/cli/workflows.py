@@ -1,4 +1,9 @@
-"""Commands on workflows: start, send, show, history, approve, deny, cancel, input, list."""
+"""Commands on workflows: start, send, show, history, approve, deny, cancel, input, list.
+
+Every command that writes takes ``--idempotency-key``: run again with the same key (after a
+crash, a timeout, or ``error[outcome_unknown]``), it applies nothing twice and says so
+(``already applied``; ``"replayed": true`` with ``--json``).
+"""
 
 from __future__ import annotations
 
@@ -27,6 +32,15 @@ from statewright.errors import UnknownWorkflowType
 from statewright.types import CancelRequest, WorkflowFilter, WorkflowRow
 
 IdArg = Annotated[str, typer.Argument(help="Workflow id.", show_default=False)]
+KeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--idempotency-key",
+        help="Makes the command safe to run again: with the same key (after a crash, a "
+        "timeout or error[outcome_unknown]) it applies nothing twice. 1-255 printable ASCII "
+        "characters, no spaces; a new key for each new request.",
+    ),
+]
 
 
 def _row_line(row: WorkflowRow, verb: str) -> None:
@@ -34,6 +48,20 @@ def _row_line(row: WorkflowRow, verb: str) -> None:
         f"{verb} [bold]{escape(row.id)}[/] ({escape(row.type)} v{row.machine_version}): "
         f"[bold cyan]{escape(row.state)}[/] at version {row.version}"
     )
+
+
+def _emit(s: Settings, row: WorkflowRow, verb: str, key: str | None, replayed: bool) -> None:
+    """The row (with ``replayed`` when a key was given), or one line for people."""
+    if s.json:
+        emit_json(row if key is None else {**plain(row), "replayed": replayed})
+    elif replayed:
+        out.print(
+            f"already applied with idempotency key {escape(repr(key))}: nothing was done "
+            f"again; [bold]{escape(row.id)}[/] is [bold cyan]{escape(row.state)}[/] at "
+            f"version {row.version}"
+        )
+    else:
+        _row_line(row, verb)
 
 
 def start(
@@ -46,11 +74,21 @@ def start(
         str | None, typer.Option("--id", help="Choose the id (then start is idempotent).")
     ] = None,
     actor: Annotated[str, typer.Option(help="Who starts it (recorded in the log).")] = "cli",
+    key: KeyOption = None,
 ) -> None:
-    """Start a workflow in its machine's initial state."""
+    """Start a workflow in its machine's initial state.
+
+    With --idempotency-key and no --id, the key names the workflow: running it again starts
+    nothing new.
+    """
     context = parse_json_object(input_, "--input")
-    row = with_engine(s, lambda e: e.start(type_, context, workflow_id=workflow_id, actor=actor))
-    emit_json(row) if s.json else _row_line(row, "started")
+    row, created = with_engine(
+        s,
+        lambda e: e.create(
+            type_, context, workflow_id=workflow_id, actor=actor, idempotency_key=key
+        ),
+    )
+    _emit(s, row, "started", key, key is not None and not created)
 
 
 def send(
@@ -63,14 +101,39 @@ def send(
         int | None,
         typer.Option(help="Refuse (version_conflict) unless the workflow is at this version."),
     ] = None,
+    key: KeyOption = None,
 ) -> None:
     """Fire an event; refused with exit code 2 if it is not allowed now."""
     data = parse_json_object(payload, "--payload")
-    row = with_engine(
+    sent = with_engine(
         s,
-        lambda e: e.send(workflow_id, event, data, actor=actor, expected_version=expected_version),
+        lambda e: e.dispatch(
+            workflow_id,
+            event,
+            data,
+            actor=actor,
+            expected_version=expected_version,
+            idempotency_key=key,
+        ),
     )
-    emit_json(row) if s.json else _row_line(row, "moved")
+    _emit(s, sent.row, "moved", key, sent.replayed)
+
+
+def _decide(
+    s: Settings,
+    workflow_id: str,
+    approve: bool,
+    approver: str,
+    comment: str | None,
+    key: str | None,
+) -> None:
+    decided = with_engine(
+        s,
+        lambda e: e.decide_ex(
+            workflow_id, approve, approver=approver, comment=comment, idempotency_key=key
+        ),
+    )
+    _emit(s, decided.row, "approved" if approve else "denied", key, decided.replayed)
 
 
 def approve(
@@ -78,10 +141,10 @@ def approve(
     workflow_id: IdArg,
     approver: Annotated[str, typer.Option(help="Who approves (recorded as the actor).")],
     comment: Annotated[str | None, typer.Option(help="Why.")] = None,
+    key: KeyOption = None,
 ) -> None:
     """Approve a workflow waiting for a decision (fires its type's approval event)."""
-    row = with_engine(s, lambda e: e.approve(workflow_id, approver, comment))
-    emit_json(row) if s.json else _row_line(row, "approved")
+    _decide(s, workflow_id, True, approver, comment, key)
 
 
 def deny(
@@ -89,10 +152,10 @@ def deny(
     workflow_id: IdArg,
     approver: Annotated[str, typer.Option(help="Who denies (recorded as the actor).")],
     comment: Annotated[str | None, typer.Option(help="Why.")] = None,
+    key: KeyOption = None,
 ) -> None:
     """Deny a workflow waiting for a decision (fires its type's denial event)."""
-    row = with_engine(s, lambda e: e.deny(workflow_id, approver, comment))
-    emit_json(row) if s.json else _row_line(row, "denied")
+    _decide(s, workflow_id, False, approver, comment, key)
 
 
 def cancel(
@@ -100,14 +163,19 @@ def cancel(
     workflow_id: IdArg,
     reason: Annotated[str, typer.Option(help="Why (recorded in the cancel event's payload).")],
     actor: Annotated[str, typer.Option(help="Who cancels (recorded in the log).")] = "cli",
+    key: KeyOption = None,
 ) -> None:
     """Cancel a workflow: at once if no worker runs it, else through its running handler.
 
     Refused (exit code 2) if its current state has no edge for the type's cancel event.
     """
-    row = with_engine(s, lambda e: e.cancel(workflow_id, reason=reason, actor=actor))
-    if s.json:
-        emit_json(row)
+
+    cancelled = with_engine(
+        s, lambda e: e.cancel_ex(workflow_id, reason=reason, actor=actor, idempotency_key=key)
+    )
+    row, replayed = cancelled.row, cancelled.replayed
+    if s.json or replayed:
+        _emit(s, row, "cancelled", key, replayed)
     elif row.cancel_requested is not None:
         out.print(
             f"cancel requested for [bold]{escape(row.id)}[/]: its worker ends the handler "
@@ -122,14 +190,26 @@ def input_(
     workflow_id: IdArg,
     name: Annotated[str, typer.Argument(help="Input name.", show_default=False)],
     payload: Annotated[str | None, typer.Option(help="Input payload, a JSON object.")] = None,
+    key: KeyOption = None,
 ) -> None:
-    """Post an input into a workflow's inbox (a running handler may be waiting for it)."""
+    """Post an input into a workflow's inbox (a running handler may be waiting for it).
+
+    Refused (exit code 2) once the workflow has finished.
+    """
     data = parse_json_object(payload, "--payload")
-    input_id = with_engine(s, lambda e: e.post_input(workflow_id, name, data))
+    item, created = with_engine(
+        s, lambda e: e.put_input(workflow_id, name, data, idempotency_key=key)
+    )
     if s.json:
-        emit_json({"workflow_id": workflow_id, "name": name, "input_id": input_id})
+        posted = {"workflow_id": workflow_id, "name": name, "input_id": item.id}
+        emit_json(posted if key is None else {**posted, "replayed": not created})
+    elif not created:
+        out.print(
+            f"already posted with idempotency key {escape(repr(key))}: input "
+            f"{escape(name)!r} #{item.id} to [bold]{escape(workflow_id)}[/], nothing posted again"
+        )
     else:
-        out.print(f"posted input {escape(name)!r} #{input_id} to [bold]{escape(workflow_id)}[/]")
+        out.print(f"posted input {escape(name)!r} #{item.id} to [bold]{escape(workflow_id)}[/]")
 
 
 async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
@@ -167,8 +247,8 @@ def show(s: Settings, workflow_id: IdArg) -> None:
         f"allowed   {escape(allowed_text)}",
         f"context   {escape(compact(row.context, 200))}",
     ]
-    if row.attempts:
-        lines.append(f"attempts  {row.attempts}")
+    if row.attempts or row.total_attempts:
+        lines.append(f"attempts  {row.attempts} ({row.total_attempts} over its life)")
     if row.next_due_at is not None:
         lines.append(f"next due  {when(row.next_due_at)}")
     if row.lease_owner:
@@ -179,6 +259,11 @@ def show(s: Settings, workflow_id: IdArg) -> None:
     if request is not None:
         by = f" by {request.actor}" if request.actor else ""
         lines.append(f"[yellow]cancel    requested{escape(by)}: {escape(request.reason)}[/]")
+    if row.parked is not None:
+        lines.append(
+            f"[bold red]parked    {escape(row.parked)}[/]: waits for an operator "
+            "(statewright resolve-step / resume)"
+        )
     if row.last_error:
         lines.append(f"[red]error     {escape(row.last_error)}[/]")
     parts: list[Any] = ["\n".join(lines)]
@@ -190,9 +275,15 @@ def show(s: Settings, workflow_id: IdArg) -> None:
         parts.append(
             table(
                 "steps",
-                ["step", "status", "attempts", "result / error"],
+                ["step", "status", "outcome", "attempts", "result / error"],
                 [
-                    (st.step, st.status, st.attempts, st.error or compact(st.result, 60))
+                    (
+                        st.step,
+                        st.status,
+                        st.outcome or "",
+                        st.attempts,
+                        st.error or compact(st.result, 60),
+                    )
                     for st in d["steps"]
                 ],
             )
@@ -263,7 +354,9 @@ def list_(
                 (
                     r.id,
                     r.type,
-                    r.state + (" (end)" if r.terminal else ""),
+                    r.state
+                    + (" (end)" if r.terminal else "")
+                    + (f" (parked: {r.parked})" if r.parked else ""),
                     r.version,
                     duration(now - r.state_entered_at),
                     r.last_error or "",

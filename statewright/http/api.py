@@ -1,21 +1,31 @@
 """The REST API under ``/v1``: thin translations of HTTP into :class:`~statewright.access.Access`
 calls. Validation beyond the request shape (payload schemas, legal transitions, versions)
-is the engine's; its typed errors become JSON errors in :mod:`statewright.http.errors`."""
+is the engine's; its typed errors become JSON errors in :mod:`statewright.http.errors`.
+
+Every POST that changes a workflow takes an ``Idempotency-Key`` header. A retry with the same
+key (after a timeout, a dropped connection, a 503 ``outcome_unknown``) applies nothing twice:
+it answers ``200`` with the workflow as it is now and ``Idempotent-Replayed: true``. The same
+key with another request is refused (409 ``idempotency_key_reused``).
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Body, Header, Path, Query, Response
 from fastapi.responses import PlainTextResponse
 
 from statewright.access import Access
 from statewright.definition.machine import Machine
 from statewright.definition.render.mermaid import to_mermaid
+from statewright.engine.workflow_type import Applied, NotApplied
 from statewright.errors import StatewrightError
 from statewright.http.deps import AccessDep, KnownQuery
+from statewright.http.errors import IDEMPOTENCY_KEY, REPLAYED
 from statewright.http.schemas import (
     ID_PATTERN,
+    IDEMPOTENCY_KEY_PATTERN,
     ApprovalIn,
     CancelIn,
     ErrorOut,
@@ -23,6 +33,9 @@ from statewright.http.schemas import (
     EventInfo,
     InputIn,
     InputPosted,
+    ResolveAppliedIn,
+    ResolveNotAppliedIn,
+    ResumeIn,
     StartIn,
     StateInfo,
     StepOut,
@@ -35,18 +48,26 @@ from statewright.http.schemas import (
     not_null,
 )
 from statewright.types import WorkflowFilter, WorkflowRow
-from statewright.views import transition_view, workflow_view
+from statewright.views import step_view, transition_view, workflow_view
+
+log = logging.getLogger("statewright.http")
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": text}
     for status, text in {
         401: "No or unknown API token (code unauthorized).",
         403: "The caller's roles do not allow it (code forbidden).",
-        404: "Unknown workflow, type or state (workflow_not_found, unknown_workflow_type, "
-        "unknown_state).",
-        409: "Illegal transition, version conflict, or id taken by another type.",
+        404: "Unknown workflow, type, state or step (workflow_not_found, "
+        "unknown_workflow_type, unknown_state, step_not_found).",
+        409: "Illegal transition, version conflict, id taken by another type, finished "
+        "workflow, an Idempotency-Key used for another request, or an operator action that "
+        "does not fit the workflow now (illegal_transition, version_conflict, "
+        "workflow_exists, workflow_finished, idempotency_key_reused, lease_lost, "
+        "workflow_busy, step_done).",
         422: "Malformed request or payload (invalid_input, invalid_payload).",
-        503: "The store is unavailable; nothing was changed (store_error).",
+        503: "The store is unavailable and nothing was changed (store_error), or the "
+        "connection broke after the write was sent and it may have been applied "
+        "(outcome_unknown: retry with the same Idempotency-Key).",
     }.items()
 }
 
@@ -71,6 +92,40 @@ router = APIRouter(prefix="/v1", responses=_ERRORS, dependencies=[KnownQuery])
 WorkflowId = Annotated[str, Path(pattern=ID_PATTERN, description="The workflow's id.")]
 TypeName = Annotated[str, Path(max_length=200, description="The workflow type (machine).")]
 TypeVersion = Annotated[int | None, Query(ge=1, le=2**31 - 1, json_schema_extra=not_null)]
+StepName = Annotated[
+    str, Path(min_length=1, max_length=200, description="The step's name (``run.step``).")
+]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias=IDEMPOTENCY_KEY,
+        pattern=IDEMPOTENCY_KEY_PATTERN,
+        description="Makes the request safe to retry: a retry with the same key applies "
+        f"nothing twice and answers 200 with `{REPLAYED}: true`; the same key with another "
+        "request is refused (409 idempotency_key_reused). 1-255 printable ASCII characters, "
+        "no spaces; unique per workflow (per tenant for a start without an id).",
+        json_schema_extra=not_null,
+    ),
+]
+ResolveIn = Annotated[ResolveAppliedIn | ResolveNotAppliedIn, Body(discriminator="verdict")]
+
+_REPLAYED_HEADER = {
+    REPLAYED: {
+        "description": "`true` when this answers a retry of a request already applied under "
+        "the same Idempotency-Key (nothing was applied now).",
+        "schema": {"type": "string", "enum": ["true"]},
+    }
+}
+
+
+def _replay_doc(text: str, model: type[Any] = WorkflowOut) -> dict[int | str, dict[str, Any]]:
+    """``responses`` documenting a 200 that may be a replay."""
+    return {200: {"model": model, "description": text, "headers": _REPLAYED_HEADER}}
+
+
+def _replayed(response: Response) -> None:
+    response.status_code = 200
+    response.headers[REPLAYED] = "true"
 
 
 def _out(access: Access, row: WorkflowRow) -> WorkflowOut:
@@ -142,15 +197,22 @@ async def type_diagram(
 @router.post(
     "/workflows",
     status_code=201,
-    summary="Start a workflow (idempotent with a caller-chosen id)",
-    responses={200: {"model": WorkflowOut, "description": "It existed already."}},
+    summary="Start a workflow (idempotent with a caller-chosen id or an Idempotency-Key)",
+    responses=_replay_doc(
+        "It existed already (the same id), or this retries a start made with the same "
+        "Idempotency-Key (then without an id the key names the workflow)."
+    ),
 )
-async def start_workflow(body: StartIn, access: AccessDep, response: Response) -> WorkflowOut:
+async def start_workflow(
+    body: StartIn, access: AccessDep, response: Response, key: IdempotencyKey = None
+) -> WorkflowOut:
     row, created = await access.start(
-        body.type, body.input, workflow_id=body.id, tenant=body.tenant
+        body.type, body.input, workflow_id=body.id, tenant=body.tenant, idempotency_key=key
     )
     if not created:
         response.status_code = 200
+        if key is not None:
+            _replayed(response)
     return _out(access, row)
 
 
@@ -198,12 +260,28 @@ async def get_context(workflow_id: WorkflowId, access: AccessDep) -> dict[str, A
     return (await access.get(workflow_id)).context
 
 
-@router.post("/workflows/{workflow_id}/events", summary="Fire an event")
-async def send_event(workflow_id: WorkflowId, body: EventIn, access: AccessDep) -> WorkflowOut:
-    row = await access.send(
-        workflow_id, body.event, body.payload, expected_version=body.expected_version
+@router.post(
+    "/workflows/{workflow_id}/events",
+    summary="Fire an event",
+    responses=_replay_doc("The workflow after the event (or as it is now, for a retry)."),
+)
+async def send_event(
+    workflow_id: WorkflowId,
+    body: EventIn,
+    access: AccessDep,
+    response: Response,
+    key: IdempotencyKey = None,
+) -> WorkflowOut:
+    sent = await access.dispatch(
+        workflow_id,
+        body.event,
+        body.payload,
+        expected_version=body.expected_version,
+        idempotency_key=key,
     )
-    return _out(access, row)
+    if sent.replayed:
+        _replayed(response)
+    return _out(access, sent.row)
 
 
 @router.get("/workflows/{workflow_id}/history", summary="The workflow's transition log")
@@ -213,45 +291,100 @@ async def history(workflow_id: WorkflowId, access: AccessDep) -> list[Transition
 
 @router.get("/workflows/{workflow_id}/steps", summary="The workflow's step ledger")
 async def steps(workflow_id: WorkflowId, access: AccessDep) -> list[StepOut]:
-    return [
-        StepOut(
-            key=s.key,
-            step=s.step,
-            status=s.status,
-            result=s.result,
-            error=s.error,
-            attempts=s.attempts,
-            started_at=s.started_at,
-            finished_at=s.finished_at,
-        )
-        for s in await access.steps(workflow_id)
-    ]
+    return [StepOut(**step_view(s)) for s in await access.steps(workflow_id)]
 
 
-@router.post("/workflows/{workflow_id}/cancel", summary="Cancel (reaches a running step)")
-async def cancel(workflow_id: WorkflowId, body: CancelIn, access: AccessDep) -> WorkflowOut:
-    return _out(access, await access.cancel(workflow_id, body.reason))
+@router.post(
+    "/workflows/{workflow_id}/cancel",
+    summary="Cancel (reaches a running step)",
+    responses=_replay_doc(
+        "Cancelled, or the cancel was handed to the worker running the workflow "
+        "(cancel_requested); or, for a retry, the workflow as it is now."
+    ),
+)
+async def cancel(
+    workflow_id: WorkflowId,
+    body: CancelIn,
+    access: AccessDep,
+    response: Response,
+    key: IdempotencyKey = None,
+) -> WorkflowOut:
+    cancelled = await access.cancel_ex(workflow_id, body.reason, idempotency_key=key)
+    if cancelled.replayed:
+        _replayed(response)
+    return _out(access, cancelled.row)
 
 
 @router.post(
     "/workflows/{workflow_id}/inputs",
     status_code=201,
     summary="Post an input to the workflow's inbox",
+    responses=_replay_doc(
+        "A retry of an input already posted with the same Idempotency-Key: that input.",
+        InputPosted,
+    ),
 )
-async def post_input(workflow_id: WorkflowId, body: InputIn, access: AccessDep) -> InputPosted:
-    return InputPosted(id=await access.post_input(workflow_id, body.name, body.payload))
+async def post_input(
+    workflow_id: WorkflowId,
+    body: InputIn,
+    access: AccessDep,
+    response: Response,
+    key: IdempotencyKey = None,
+) -> InputPosted:
+    item, created = await access.put_input(
+        workflow_id, body.name, body.payload, idempotency_key=key
+    )
+    if not created:
+        _replayed(response)
+    return InputPosted(id=item.id)
 
 
-@router.post("/approvals", summary="Approval callback: approve or deny a paused workflow")
-async def approval(body: ApprovalIn, access: AccessDep) -> WorkflowOut:
-    row = await access.decide(
+@router.post(
+    "/approvals",
+    summary="Approval callback: approve or deny a paused workflow",
+    responses=_replay_doc("The workflow after the decision (or as it is now, for a retry)."),
+)
+async def approval(
+    body: ApprovalIn, access: AccessDep, response: Response, key: IdempotencyKey = None
+) -> WorkflowOut:
+    decided = await access.decide_ex(
         body.workflow_id,
         body.decision == "approve",
         approver=body.approver,
         comment=body.comment,
         expected_version=body.expected_version,
+        idempotency_key=key,
     )
-    return _out(access, row)
+    if decided.replayed:
+        _replayed(response)
+    return _out(access, decided.row)
+
+
+@router.post(
+    "/workflows/{workflow_id}/steps/{step}/resolve",
+    summary="Operators: answer for a step whose outcome is unknown, then resume the workflow",
+    description="`applied` with the result the external system holds (the step returns it "
+    "from now on), or `not_applied` (the step is safe to run again). A parked workflow is "
+    "made due at once. Needs the operator or admin role; refused (409) for a step that is "
+    "done, or while a worker holds the workflow.",
+)
+async def resolve_step(
+    workflow_id: WorkflowId, step: StepName, body: ResolveIn, access: AccessDep
+) -> StepOut:
+    verdict = Applied(body.result) if isinstance(body, ResolveAppliedIn) else NotApplied()
+    record = await access.resolve_step(workflow_id, step, verdict, reason=body.reason)
+    return StepOut(**step_view(record))
+
+
+@router.post(
+    "/workflows/{workflow_id}/resume",
+    summary="Operators: make a parked workflow run its state's handler again",
+    description="Its finished steps return their results; the failure counters are kept. "
+    "Needs the operator or admin role; refused (409) for a finished workflow, or while a "
+    "worker holds it.",
+)
+async def resume(workflow_id: WorkflowId, body: ResumeIn, access: AccessDep) -> WorkflowOut:
+    return _out(access, await access.resume(workflow_id, reason=body.reason))
 
 
 @router.get("/stuck", summary="Workflows past their state's stuck threshold, oldest first")

@@ -12,7 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
-from statewright.errors import StatewrightError
+from statewright.errors import OutcomeUnknown, StatewrightError
 
 log = logging.getLogger("statewright.http")
 
@@ -25,11 +25,23 @@ STATUS = {
     "illegal_transition": 409,
     "version_conflict": 409,
     "workflow_exists": 409,
+    "workflow_finished": 409,
+    "idempotency_key_reused": 409,
+    # A worker's write lost its lease: internal to workers, but never a 500 if one surfaces.
+    "lease_lost": 409,
+    "workflow_busy": 409,
+    "step_done": 409,
     "invalid_payload": 422,
     "invalid_input": 422,
     "definition_invalid": 422,
+    "step_not_found": 404,
     "store_error": 503,
+    "outcome_unknown": 503,
 }
+IDEMPOTENCY_KEY = "Idempotency-Key"
+"""The request header that makes a POST safe to retry."""
+REPLAYED = "Idempotent-Replayed"
+"""The response header (``true``) of a retry answered from the first application."""
 _HTTP_CODES = {
     401: "unauthorized",
     403: "forbidden",
@@ -62,7 +74,10 @@ def install(app: FastAPI) -> None:
         status = STATUS.get(exc.code, 500)
         if status >= 500:
             log.error("request failed", extra={"code": exc.code, "error": exc.message})
-        return error_response(exc.code, exc.message, status, details=_jsonable(exc.details))
+        message = exc.message
+        if isinstance(exc, OutcomeUnknown):
+            message = _outcome_unknown(request, exc)
+        return error_response(exc.code, message, status, details=_jsonable(exc.details))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -98,6 +113,21 @@ def install(app: FastAPI) -> None:
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error", extra={"path": request.url.path})
         return error_response("internal_error", "internal error; see the server log", 500)
+
+
+def _outcome_unknown(request: Request, exc: OutcomeUnknown) -> str:
+    """The error's own message (whitespace folded: the default is a docstring) and what the
+    client must do now, since the request may have been applied."""
+    what = " ".join(exc.message.split()).rstrip(".")
+    if request.headers.get(IDEMPOTENCY_KEY):
+        return (
+            f"{what}. Retry the request with the same {IDEMPOTENCY_KEY} header: if it was "
+            f"applied, the retry changes nothing and answers with {REPLAYED}: true."
+        )
+    return (
+        f"{what}. Read the workflow before retrying; send an {IDEMPOTENCY_KEY} header to make "
+        "retries safe."
+    )
 
 
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")

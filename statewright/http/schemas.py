@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$"
 EVENT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,99}$"
+IDEMPOTENCY_KEY_PATTERN = r"^[!-~]{1,255}$"
+"""An idempotency key: 1-255 printable ASCII characters, no spaces (the engine's rule)."""
 
 
 def not_null(schema: dict[str, Any]) -> None:
@@ -132,6 +134,45 @@ class InputIn(_In):
     payload: dict[str, Any] = Field(default_factory=dict)
 
 
+class ResolveAppliedIn(_In):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"verdict": "applied", "result": {"charge_id": "ch_1"}, "reason": "in the PSP"}
+            ]
+        }
+    )
+
+    verdict: Literal["applied"] = Field(
+        description="The external system did apply the step: it returns ``result`` from now on."
+    )
+    result: Any = Field(
+        default=None, description="The step's result as the external system holds it."
+    )
+    reason: str = Field(min_length=1, max_length=10_000, description="Why (for the audit).")
+
+
+class ResolveNotAppliedIn(_In):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"verdict": "not_applied", "reason": "no such charge in the PSP"}]
+        }
+    )
+
+    verdict: Literal["not_applied"] = Field(
+        description="The external system never applied the step: it is safe to run again."
+    )
+    reason: str = Field(min_length=1, max_length=10_000, description="Why (for the audit).")
+
+
+class ResumeIn(_In):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"reason": "the gateway is back up"}]}
+    )
+
+    reason: str = Field(min_length=1, max_length=10_000, description="Why (for the audit).")
+
+
 class ErrorBody(BaseModel):
     code: str = Field(description="Stable, machine-readable error code.")
     message: str
@@ -151,6 +192,7 @@ class WorkflowOut(BaseModel):
     terminal: bool
     version: int
     attempts: int
+    total_attempts: int = Field(description="Failures over the workflow's whole life.")
     created_at: float
     updated_at: float
     state_entered_at: float
@@ -158,6 +200,10 @@ class WorkflowOut(BaseModel):
     leased_by: str | None
     last_error: str | None
     cancel_requested: bool
+    parked: str | None = Field(
+        description="Why it waits for an operator (step_outcome_unknown, fatal_error, "
+        "error_event_refused, cancel_refused), or null."
+    )
     progress: dict[str, Any] | None
     summary: Any = Field(description="The context, shaped: long values cut, deep ones elided.")
     allowed_events: list[str] | None = Field(
@@ -194,6 +240,10 @@ class StepOut(BaseModel):
     key: str
     step: str
     status: str
+    outcome: Literal["not_applied", "unknown"] | None = Field(
+        description="Of a failed step: not_applied (safe to run again) or unknown (it may "
+        "have taken effect: reconcile it, or resolve it by hand)."
+    )
     result: Any
     error: str | None
     attempts: int

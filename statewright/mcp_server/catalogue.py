@@ -1,4 +1,4 @@
-"""The tools one caller sees: four fixed ones and one per event its roles may fire.
+"""The tools one caller sees: a few fixed ones and one per event its roles may fire.
 
 Why one tool per event rather than a single ``send_event`` with an ``enum`` of event names:
 
@@ -43,6 +43,7 @@ GET_STATE = "get_workflow_state"
 LIST = "list_workflows"
 START = "start_workflow"
 WAIT = "wait_for_state"
+POST_INPUT = "post_input"
 MAX_WAIT = 300.0
 DEFAULT_WAIT = 30.0
 MAX_LIST = 100
@@ -92,6 +93,7 @@ def build_catalogue(engine: Engine, principal: Principal) -> Catalogue:
     fixed = [_get_state_tool(), _list_tool(wtypes), _wait_tool()]
     if not principal.read_only:
         fixed.insert(2, _start_tool(wtypes))
+        fixed.append(_post_input_tool())
     events: dict[str, EventTool] = {}
     for wtype in wtypes:
         for event in wtype.machine.events.values():
@@ -118,6 +120,22 @@ _EXPECTED_VERSION = {
     "If it has moved on since, nothing is done and you get a version_conflict error: "
     "re-read the state before deciding again.",
 }
+
+
+_IDEMPOTENCY_KEY = {
+    "type": "string",
+    "pattern": r"^[!-~]{1,255}$",
+    "description": "Optional: a key of your choosing for this request (1-255 printable ASCII "
+    "characters, no spaces), new for each new request. Pass the same key when retrying after "
+    "an error whose outcome is unknown (outcome_unknown, a timeout, a lost connection): if "
+    "the first call was applied, nothing is done again and the result says replayed: true. "
+    "The same key with a different request is refused (idempotency_key_reused).",
+}
+RETRY_NOTE = (
+    " Optional idempotency_key: pass the same key when retrying after an error whose outcome "
+    "is unknown, so it is never done twice."
+)
+_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,99}$"
 
 
 def _object(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
@@ -191,14 +209,50 @@ def _start_tool(wtypes: list[WorkflowType]) -> types.Tool:
             "description": "Optional id of your choosing. Starting an id that exists returns "
             "that workflow unchanged (created: false), so a retried start is safe.",
         },
+        "idempotency_key": {
+            **_IDEMPOTENCY_KEY,
+            "description": str(_IDEMPOTENCY_KEY["description"])
+            + " Without an id, the key names the workflow, so a retried start creates "
+            "nothing new.",
+        },
     }
     return types.Tool(
         name=START,
         title="Start a workflow",
-        description="Start a workflow in its type's initial state. Types:\n" + "\n".join(lines),
+        description="Start a workflow in its type's initial state."
+        + RETRY_NOTE
+        + " Types:\n"
+        + "\n".join(lines),
         input_schema=_object(props, ["type"]),
         annotations=types.ToolAnnotations(
             read_only_hint=False, destructive_hint=False, idempotent_hint=True
+        ),
+    )
+
+
+def _post_input_tool() -> types.Tool:
+    props: dict[str, Any] = {
+        "workflow_id": _WORKFLOW_ID,
+        "name": {
+            "type": "string",
+            "pattern": _NAME_PATTERN,
+            "description": "The input's name (what the waiting step asks for).",
+        },
+        "payload": {"type": "object", "description": "The input's data, a JSON object."},
+        "idempotency_key": _IDEMPOTENCY_KEY,
+    }
+    return types.Tool(
+        name=POST_INPUT,
+        title="Post an input to a workflow",
+        description=(
+            "Post an input (a name and a JSON object) into a workflow's inbox, for a step that "
+            "waits for it (e.g. a document, a reply, a human's answer). It moves nothing by "
+            "itself: the workflow's worker takes it. Returns the input's id and the workflow's "
+            "state. Refused for a finished workflow (workflow_finished)." + RETRY_NOTE
+        ),
+        input_schema=_object(props, ["workflow_id", "name", "payload"]),
+        annotations=types.ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False
         ),
     )
 
@@ -249,6 +303,7 @@ def _event_tool(wtype: WorkflowType, event: Event) -> EventTool | None:
             "workflow_id": _workflow_id_for(machine),
             "comment": {"type": "string", "maxLength": 10_000, "description": "Why."},
             "expected_version": _EXPECTED_VERSION,
+            "idempotency_key": _IDEMPOTENCY_KEY,
         }
         schema = _object(props, ["workflow_id"])
     else:
@@ -258,6 +313,7 @@ def _event_tool(wtype: WorkflowType, event: Event) -> EventTool | None:
             "workflow_id": _workflow_id_for(machine),
             "payload": payload,
             "expected_version": _EXPECTED_VERSION,
+            "idempotency_key": _IDEMPOTENCY_KEY,
         }
         required = ["workflow_id"]
         if payload.get("required"):
@@ -271,6 +327,7 @@ def _event_tool(wtype: WorkflowType, event: Event) -> EventTool | None:
             " If a worker is running a step, the cancel is delivered to it first (it may save "
             "partial results) and the workflow moves on shortly after."
         )
+    description += RETRY_NOTE
     tool = types.Tool(
         name=name,
         title=f"{machine.name}: {event.name}",

@@ -8,7 +8,10 @@ scoping, roles and the actor recorded in the log are the same as over HTTP and t
 A refused call (illegal in the current state, stale ``expected_version``, a role that may not
 fire the event, a payload that breaks the event's schema, an unknown workflow) is a tool result
 with ``isError`` and a JSON body ``{"error": {code, message, workflow_id, state, version,
-allowed_actions, ...}}``; the engine refuses before writing, so nothing changed.
+allowed_actions, hint, ...}}``; the engine refuses before writing, so nothing changed. The one
+exception is ``outcome_unknown`` (the store connection broke after the write left): its hint
+says to call again with the same ``idempotency_key``, which every writing tool takes; a retry
+of a call already applied does nothing and says ``"replayed": true``.
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ from statewright import __version__
 from statewright.access import LOCAL, Access, Principal
 from statewright.definition.formats.document import to_dict
 from statewright.definition.render.mermaid import to_mermaid
-from statewright.engine.core import Engine
+from statewright.engine.core import Engine, check_idempotency_key
 from statewright.errors import (
     Forbidden,
+    IdempotencyKeyReused,
     IllegalTransition,
     InvalidInput,
+    OutcomeUnknown,
     StatewrightError,
     UnknownWorkflowType,
     VersionConflict,
@@ -41,6 +46,7 @@ from statewright.mcp_server import catalogue as cat
 from statewright.mcp_server.catalogue import Catalogue, EventTool, build_catalogue
 from statewright.mcp_server.state import allowed_actions, automatic, brief, state_view
 from statewright.types import WorkflowFilter, WorkflowRow
+from statewright.views import cancel_is_retry
 
 log = logging.getLogger("statewright.mcp")
 
@@ -63,6 +69,8 @@ calling the tools for its events; saying that something happened changes nothing
    the new state.
 A refused call returns an error naming the current state and the allowed actions, and
 changes nothing. Approvals are never yours to give unless you hold the approver role.
+Give every call that writes an idempotency_key; if it fails with outcome_unknown (or times
+out), call it again with the same key: it is never done twice.
 """
 
 
@@ -155,6 +163,8 @@ class _Handlers:
             return await self._start(access, catalogue, args)
         if name == cat.WAIT:
             return await self._wait(ctx, access, catalogue, args)
+        if name == cat.POST_INPUT and any(t.name == cat.POST_INPUT for t in catalogue.fixed):
+            return await self._post_input(access, catalogue, args)
         spec = catalogue.events.get(name)
         if spec is None:
             raise _unknown_tool(access, name)
@@ -187,14 +197,42 @@ class _Handlers:
     async def _start(
         self, access: Access, catalogue: Catalogue, args: dict[str, Any]
     ) -> dict[str, Any]:
-        _only(args, "type", "input", "id")
+        _only(args, "type", "input", "id", "idempotency_key")
         data = args.get("input", {})
         if not isinstance(data, Mapping):
             raise InvalidInput("'input' must be a JSON object")
+        key = _key(args)
         row, created = await access.start(
-            _text(args, "type"), data, workflow_id=_opt_text(args, "id")
+            _text(args, "type"), data, workflow_id=_opt_text(args, "id"), idempotency_key=key
         )
-        return {"created": created, **await state_view(access, catalogue, row)}
+        replayed = key is not None and not created
+        return {
+            "created": created,
+            "replayed": replayed,
+            **await state_view(access, catalogue, row),
+        }
+
+    async def _post_input(
+        self, access: Access, catalogue: Catalogue, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        _only(args, "workflow_id", "name", "payload", "idempotency_key")
+        workflow_id = _text(args, "workflow_id")
+        name = _text(args, "name")
+        payload = args.get("payload")
+        if not isinstance(payload, Mapping):
+            raise InvalidInput("'payload' must be a JSON object")
+        item, created = await access.put_input(
+            workflow_id, name, payload, idempotency_key=_key(args)
+        )
+        if created:
+            done = f"input {name!r} #{item.id} posted"
+        else:
+            done = (
+                f"input {name!r} #{item.id} was already posted with this idempotency_key: "
+                "nothing was posted again"
+            )
+        view = await state_view(access, catalogue, await access.get(workflow_id))
+        return {"done": done, "input_id": item.id, "replayed": not created, **view}
 
     async def _wait(
         self, ctx: Context, access: Access, catalogue: Catalogue, args: dict[str, Any]
@@ -243,11 +281,12 @@ class _Handlers:
         self, access: Access, catalogue: Catalogue, spec: EventTool, args: dict[str, Any]
     ) -> dict[str, Any]:
         if spec.kind == "decide":
-            _only(args, "workflow_id", "comment", "expected_version")
+            _only(args, "workflow_id", "comment", "expected_version", "idempotency_key")
         else:
-            _only(args, "workflow_id", "payload", "expected_version")
+            _only(args, "workflow_id", "payload", "expected_version", "idempotency_key")
         workflow_id = _text(args, "workflow_id")
         expected = _int(args, "expected_version", 1, 2**62)
+        key = _key(args)
         before = await access.get(workflow_id)
         if before.type != spec.machine:
             raise InvalidInput(
@@ -257,25 +296,40 @@ class _Handlers:
             )
         if spec.kind == "decide":
             comment = _opt_text(args, "comment")
-            after = await access.decide(
-                workflow_id, spec.approve, comment=comment, expected_version=expected
+            decided = await access.decide_ex(
+                workflow_id,
+                spec.approve,
+                comment=comment,
+                expected_version=expected,
+                idempotency_key=key,
             )
+            after, replayed = decided.row, decided.replayed
         else:
             payload = args.get("payload", {})
             if not isinstance(payload, Mapping):
                 raise InvalidInput("'payload' must be a JSON object", event=spec.event)
             if spec.kind == "cancel":
-                after = await _cancel(access, before, spec, payload, expected)
+                after, replayed = await _cancel(access, before, spec, payload, expected, key)
             else:
-                after = await access.send(
-                    workflow_id, spec.event, payload, expected_version=expected
+                sent = await access.dispatch(
+                    workflow_id,
+                    spec.event,
+                    payload,
+                    expected_version=expected,
+                    idempotency_key=key,
                 )
+                after, replayed = sent.row, sent.replayed
         view = await state_view(access, catalogue, after)
-        if after.version == before.version and after.cancel_requested is not None:
+        if replayed:
+            done = (
+                f"{spec.event}: already done with this idempotency_key; nothing was done "
+                f"again (the workflow is now in {after.state!r})"
+            )
+        elif after.version == before.version and after.cancel_requested is not None:
             done = f"cancel requested: the running {before.state!r} step is being stopped"
         else:
             done = f"{spec.event}: {before.state} -> {after.state}"
-        return {"done": done, **view}
+        return {"done": done, "replayed": replayed, **view}
 
     # -- resources ---------------------------------------------------------------------------
 
@@ -366,15 +420,19 @@ async def _cancel(
     spec: EventTool,
     payload: Mapping[str, Any],
     expected: int | None,
-) -> WorkflowRow:
-    """Cancel through the engine, so a running step hears of it and can save partial results."""
+    key: str | None,
+) -> tuple[WorkflowRow, bool]:
+    """Cancel through the engine, so a running step hears of it and can save partial results.
+    Returns the row and whether this retried a cancel already made with ``key``."""
     access.machine_of(row).events[spec.event].validate_payload(payload)
-    if expected is not None and row.version != expected:
+    retry = await cancel_is_retry(access.engine.store, row, key)
+    # A retry carries the version its first try read: the key, not the version, decides it.
+    if expected is not None and row.version != expected and not retry:
         raise VersionConflict(row.id, expected, row.version)
     reason = payload.get("reason")
     if not isinstance(reason, str) or not reason.strip():
         reason = f"cancelled by {access.principal.actor}"
-    return await access.cancel(row.id, reason)
+    return await access.cancel(row.id, reason, idempotency_key=key), retry
 
 
 async def _error_body(
@@ -398,7 +456,20 @@ async def _error_body(
                 terminal=row.terminal,
                 allowed_actions=allowed_actions(access, catalogue, row),
             )
-    if isinstance(exc, IllegalTransition | VersionConflict):
+    if isinstance(exc, OutcomeUnknown):
+        # The one error after which something may have changed.
+        body["hint"] = (
+            "The outcome is unknown: it may or may not have been done. Call the same tool "
+            "again with the same arguments and the same idempotency_key: if it was done, "
+            "nothing is done twice (replayed: true). Without an idempotency_key, call "
+            "get_workflow_state before deciding whether to call it again."
+        )
+    elif isinstance(exc, IdempotencyKeyReused):
+        body["hint"] = (
+            "Nothing was changed. This idempotency_key was used for a different request: "
+            "use a new key for a new request."
+        )
+    elif isinstance(exc, IllegalTransition | VersionConflict):
         body["hint"] = (
             "Nothing was changed. Call get_workflow_state, then pick from allowed_actions."
         )
@@ -451,6 +522,11 @@ def _opt_text(args: Mapping[str, Any], name: str) -> str | None:
     if not isinstance(value, str) or not value or len(value) > 10_000:
         raise InvalidInput(f"{name!r} must be a non-empty string")
     return value
+
+
+def _key(args: Mapping[str, Any]) -> str | None:
+    """The optional ``idempotency_key``, checked before anything is looked up by it."""
+    return check_idempotency_key(_opt_text(args, "idempotency_key"))
 
 
 def _int(args: Mapping[str, Any], name: str, low: int, high: int) -> int | None:

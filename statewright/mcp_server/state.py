@@ -83,6 +83,8 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
         view["others_may_fire"] = others
     if row.progress is not None:
         view["progress"] = row.progress
+    if row.parked is not None:
+        view["parked"] = row.parked
     if row.last_error:
         view["last_error"] = row.last_error
     if row.cancel_requested is not None:
@@ -108,7 +110,7 @@ def brief(access: Access, catalogue: Catalogue, row: WorkflowRow) -> dict[str, A
         "version": row.version,
         "allowed_actions": allowed_actions(access, catalogue, row),
         "in_state_since": iso(row.state_entered_at),
-    }
+    } | ({"parked": row.parked} if row.parked is not None else {})
 
 
 def transition(rec: TransitionRecord) -> dict[str, Any]:
@@ -139,6 +141,9 @@ def _step(s: StepRecord) -> dict[str, Any]:
     out: dict[str, Any] = {"step": s.step, "status": s.status}
     if s.status == "done":
         out["result"] = summarize(s.result)
+    if s.outcome is not None:
+        # unknown: it may have taken effect; not_applied: safe to run again.
+        out["outcome"] = s.outcome
     if s.error:
         out["error"] = s.error
     if s.attempts > 1:
@@ -179,6 +184,11 @@ def _waiting_for(
         return "nothing: the workflow is finished"
     if row.cancel_requested is not None:
         return "the running step to stop: a cancel was requested"
+    if row.parked is not None:
+        return (
+            f"an operator: the workflow is parked ({row.parked}); nothing runs until they "
+            "resolve it (see last_error)"
+        )
     if working:
         text = f"a worker: the {row.state!r} step runs automatically"
         now = access.engine.clock.now()
@@ -205,6 +215,11 @@ def _next(row: WorkflowRow, actions: list[str], working: bool) -> str:
         return "Nothing left to do: the workflow is finished."
     if working or row.cancel_requested is not None:
         return f"Call {WAIT} to wait for the worker (progress is reported), then decide."
+    if row.parked is not None:
+        return (
+            "It waits for an operator (see parked and last_error): tell the user, or call one "
+            f"of allowed_actions if one fits; {WAIT} returns once it moves."
+        )
     if actions:
         return "Call one of allowed_actions, or wait if none fits yet."
     return (

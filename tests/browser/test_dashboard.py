@@ -2,13 +2,15 @@
 
 One refund over the auto-approve limit pauses in ``awaiting_approval`` by itself (the worker in
 the service runs it there). An agent's token sees it without approve/deny buttons (and the
-API refuses its approval with 403); the approver's token sees the stuck ticket highlighted,
-opens the refund, sees the diagram with the current state marked, approves it, and watches
-it move on with the approval in the history under the approver's name.
+API refuses its approval with 403); the approver's token sees the stuck ticket highlighted
+(and parked for an operator), opens the refund, sees the diagram with the current state
+marked, approves it, and watches it move on with the approval in the history under the
+approver's name.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shutil
 import time
@@ -21,6 +23,8 @@ from typing import Any
 import httpx
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, sync_playwright
 
+from statewright import SQLiteStore
+from statewright.types import DeferWrite
 from tests.browser.conftest import AGENT, APPROVER, ROOT, Caller, Server
 
 REFUND = "refund-big-1"
@@ -103,6 +107,23 @@ def dashboard(browser: Browser, server: Server, who: Caller | None) -> Iterator[
         context.close()
 
 
+def _park(server: Server, wid: str, why: str) -> None:
+    """Park a workflow for an operator, as a worker would, in the service's own database."""
+
+    async def go() -> None:
+        store = SQLiteStore(server.log.with_name("dashboard.db"))
+        await store.open()
+        try:
+            row = await store.get_workflow(wid)
+            assert row is not None
+            write = DeferWrite(wid, row.version, time.time(), 0, last_error="boom", parked=why)
+            await store.defer(write)
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
 def _start(
     api: httpx.Client, wid: str, type_: str, input: dict[str, Any], who: Caller | None = AGENT
 ) -> None:
@@ -123,6 +144,8 @@ def test_approver_approves_a_paused_refund_in_the_dashboard(
             lambda: _workflow(api, REFUND)["state"] == "awaiting_approval",
         )
         _until("the ticket is stuck", lambda: _workflow(api, TICKET)["stuck"] is True)
+        _park(server, TICKET, "fatal_error")
+        assert _workflow(api, TICKET)["parked"] == "fatal_error"
         assert _workflow(api, REFUND)["stuck"] is False
 
         with chromium_browser(chromium) as browser:
@@ -182,6 +205,7 @@ def _approver_decides(browser: Browser, server: Server, api: httpx.Client, tmp_p
         ticket_row = page.locator(f'tr.wf-row[data-id="{TICKET}"]')
         expect(ticket_row).to_have_class(re.compile(r"\bstuck\b"))
         expect(ticket_row.locator(".badge-stuck")).to_be_visible()
+        expect(ticket_row.locator(".badge-parked")).to_have_text("parked: fatal_error")
         refund_row = page.locator(f'tr.wf-row[data-id="{REFUND}"]')
         expect(refund_row).to_have_class(re.compile(r"\bpaused\b"))
         expect(refund_row).not_to_have_class(re.compile(r"\bstuck\b"))
@@ -189,6 +213,7 @@ def _approver_decides(browser: Browser, server: Server, api: httpx.Client, tmp_p
         # The stuck ticket's context is shown as text, never as HTML.
         ticket_row.locator("a.wf-link").click()
         expect(page.locator("#wf-stuck")).to_be_visible()
+        expect(page.locator("#wf-parked")).to_have_text("parked: fatal_error")
         expect(page.locator('#summary-table tr[data-key="title"] td')).to_have_text(HOSTILE)
         assert page.locator("#summary img").count() == 0
         assert page.evaluate("() => window.__xss") is None

@@ -51,7 +51,15 @@ TOKENS = {
     "viewer": ("viewer-token-1", "auditor", ["viewer"], "acme"),
     "other": ("other-token-1", "mallory", ["agent", "operator"], "globex"),
 }
-FIXED_TOOLS = {"get_workflow_state", "list_workflows", "start_workflow", "wait_for_state"}
+FIXED_TOOLS = {
+    "get_workflow_state",
+    "list_workflows",
+    "start_workflow",
+    "wait_for_state",
+    "post_input",
+}
+WRITING_TOOLS = {"start_workflow", "post_input"}
+"""The fixed tools a read-only caller does not get."""
 APPROVAL_EVENTS = ("approval_granted", "approval_denied")
 ORDER = {"sku": "BOOK-42", "quantity": 1, "amount_cents": 2_599}
 

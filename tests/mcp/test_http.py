@@ -11,6 +11,7 @@ from tests.mcp.conftest import (
     FIXED_TOOLS,
     ORDER,
     TOKENS,
+    WRITING_TOOLS,
     Progress,
     Served,
     approval_tools,
@@ -58,7 +59,7 @@ async def test_tools_follow_the_callers_roles(served: Served) -> None:
     assert FIXED_TOOLS <= agent and approval_tools(agent) == set()
     assert "order_fulfilment__cancel" in agent and "order_fulfilment__ship" not in agent
     assert {"refund_approval__approval_granted", "refund_approval__approval_denied"} <= boss
-    assert viewer == FIXED_TOOLS - {"start_workflow"}  # read-only: nothing that writes
+    assert viewer == FIXED_TOOLS - WRITING_TOOLS  # read-only: nothing that writes
 
 
 async def test_drive_an_order_from_created_to_delivered(served: Served) -> None:

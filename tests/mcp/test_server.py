@@ -130,6 +130,7 @@ async def test_event_tools_carry_the_events_schema_and_where_they_fire(engine: E
         "workflow_id",
         "comment",
         "expected_version",
+        "idempotency_key",
     }
 
 

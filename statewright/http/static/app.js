@@ -203,12 +203,27 @@
     return h("span", { ...attrs, class: cls.join(" ").trim() }, wf.state);
   }
 
+  // A parked workflow waits for an operator (resolve the step, or resume it): nothing runs.
+  function parkedBadge(wf, attrs = {}) {
+    return h(
+      "span",
+      {
+        ...attrs,
+        class: "badge badge-parked",
+        "data-parked": wf.parked,
+        title: "Waits for an operator: resolve the step or resume the workflow.",
+      },
+      `parked: ${wf.parked}`,
+    );
+  }
+
   function notes(wf) {
     const out = [];
     if (wf.stuck) out.push(h("span", { class: "badge badge-stuck" }, "stuck"));
     if (decisionEvents(wf).length) {
       out.push(h("span", { class: "badge badge-paused" }, "awaiting your decision"));
     }
+    if (wf.parked) out.push(parkedBadge(wf));
     if (wf.cancel_requested) out.push(h("span", { class: "badge" }, "cancel requested"));
     if (wf.leased_by && !wf.terminal) {
       out.push(h("span", { class: "badge badge-running", title: wf.leased_by }, "running"));
@@ -662,6 +677,7 @@
         h("h1", { id: "wf-id" }, wf.id),
         stateBadge(wf, { id: "wf-state", "data-state": wf.state }),
         wf.stuck ? h("span", { class: "badge badge-stuck", id: "wf-stuck" }, "stuck") : null,
+        wf.parked ? parkedBadge(wf, { id: "wf-parked" }) : null,
         wf.terminal ? h("span", { class: "badge" }, "finished") : null,
         info && info.description
           ? h("span", { class: "muted state-desc" }, info.description)
@@ -678,7 +694,7 @@
         ],
         ["Created", timeEl(wf.created_at)],
         ["Updated", timeEl(wf.updated_at)],
-        ["Attempts", wf.attempts],
+        ["Attempts", `${wf.attempts} (${wf.total_attempts} over its life)`],
         ["Next due", wf.next_due_at ? timeEl(wf.next_due_at) : "—"],
         ["Leased by", wf.leased_by || "—"],
         [

@@ -1,0 +1,101 @@
+"""Operator commands: resolve-step and resume, for workflows parked for a person.
+
+A workflow is parked (``statewright show`` prints ``parked <reason>``) when a worker cannot
+go on safely by itself, e.g. a step was interrupted and nothing can tell whether its call
+took effect (``step_outcome_unknown``). The operator checks the external system and answers
+with ``resolve-step`` (which also resumes it), or fixes the cause and runs ``resume``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from statewright.cli.loading import with_engine
+from statewright.cli.options import Settings
+from statewright.cli.output import compact, emit_json, out
+from statewright.engine.workflow_type import Applied, NotApplied
+from statewright.errors import InvalidInput
+
+log = logging.getLogger(__name__)
+
+IdArg = Annotated[str, typer.Argument(help="Workflow id.", show_default=False)]
+ReasonOption = Annotated[str, typer.Option(help="Why (kept with the step / in the log).")]
+ActorOption = Annotated[str, typer.Option(help="Who answers (recorded).")]
+
+
+def resolve_step(
+    s: Settings,
+    workflow_id: IdArg,
+    step: Annotated[str, typer.Argument(help="The step's name (run.step).", show_default=False)],
+    reason: ReasonOption,
+    applied: Annotated[
+        str | None,
+        typer.Option(
+            "--applied",
+            metavar="RESULT_JSON",
+            help="The step did take effect; its result as the external system holds it (any "
+            "JSON value). The step returns it from now on.",
+        ),
+    ] = None,
+    not_applied: Annotated[
+        bool,
+        typer.Option("--not-applied", help="The step never took effect: it may run again."),
+    ] = False,
+    actor: ActorOption = "cli",
+) -> None:
+    """Answer for a step whose outcome is unknown, then resume its parked workflow.
+
+    Give exactly one of --applied RESULT_JSON and --not-applied. Refused (exit code 2) for a
+    step that is done, or while a worker holds the workflow.
+    """
+    if (applied is None) == (not not_applied):
+        raise InvalidInput("give exactly one of --applied RESULT_JSON and --not-applied")
+    verdict = NotApplied() if applied is None else Applied(_json_value(applied, "--applied"))
+    record = with_engine(
+        s,
+        lambda e: e.resolve_step(workflow_id, step, verdict, actor=actor, reason=reason),
+    )
+    if s.json:
+        emit_json(record)
+        return
+    what = "applied" if applied is not None else "not applied"
+    result = f", result {escape(compact(record.result, 60))}" if applied is not None else ""
+    out.print(
+        f"step [bold]{escape(step)}[/] of [bold]{escape(workflow_id)}[/] resolved as {what}"
+        f"{result}: now {escape(record.status)}"
+    )
+
+
+def resume(
+    s: Settings,
+    workflow_id: IdArg,
+    reason: ReasonOption,
+    actor: ActorOption = "cli",
+) -> None:
+    """Make a parked workflow run its state's handler again (finished steps keep their
+    results). Refused (exit code 2) for a finished workflow, or while a worker holds it."""
+    row = with_engine(s, lambda e: e.resume(workflow_id, actor=actor, reason=reason))
+    if s.json:
+        emit_json(row)
+        return
+    out.print(
+        f"resumed [bold]{escape(row.id)}[/]: [bold cyan]{escape(row.state)}[/] runs again "
+        "when a worker picks it up"
+    )
+
+
+def _json_value(text: str, what: str) -> Any:
+    """Any JSON value, strictly (no NaN)."""
+
+    def constant(name: str) -> Any:
+        raise ValueError(f"{name} is not valid JSON")
+
+    try:
+        return json.loads(text, parse_constant=constant)
+    except ValueError as exc:
+        raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
