@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import sqlite3
 import time
@@ -400,7 +399,7 @@ class SQLiteStore:
     def _apply(self, conn: sqlite3.Connection, w: TransitionWrite) -> WorkflowRow:
         context = _dumps(w.context)
         lease = w.lease
-        found = conn.execute(
+        moved = conn.execute(
             Q["cas_update_workflow"],
             {
                 "id": w.workflow_id,
@@ -418,8 +417,8 @@ class SQLiteStore:
                 "owner": None if lease is None else lease.owner,
                 "fence": None if lease is None else lease.fence,
             },
-        ).fetchone()
-        if found is None:
+        )
+        if moved.rowcount != 1:
             raise self._refusal(conn, w.workflow_id, w.expected_version, lease)
         try:
             conn.execute(
@@ -452,15 +451,62 @@ class SQLiteStore:
         if w.add_timers:
             self._add_timers(conn, w.workflow_id, w.add_timers)
             touched_timers = True
-        row = _workflow(found, json.loads(context))
         if touched_timers or not w.clear_timers:
             conn.execute(Q["refresh_next_due"], {"id": w.workflow_id, "run_at": w.run_at})
-            next_due = conn.execute(Q["next_due_of"], {"id": w.workflow_id}).fetchone()[0]
-            if next_due != row.next_due_at:
-                row = dataclasses.replace(row, next_due_at=next_due)
         if w.consume_inbox_ids:
             self._consume(conn, w.workflow_id, w.consume_inbox_ids, w.at)
-        return row
+        return self._after(conn, w, context)
+
+    @staticmethod
+    def _after(conn: sqlite3.Connection, w: TransitionWrite, context: str) -> WorkflowRow:
+        """The row after ``w`` applied: what the write set, and the rest read back (tuples,
+        by position: a named ``sqlite3.Row`` costs as much as the read)."""
+        cur = conn.cursor()
+        cur.row_factory = None
+        (
+            wid,
+            type_,
+            machine_version,
+            created_at,
+            state_entered_at,
+            next_due_at,
+            lease_owner,
+            lease_expires_at,
+            reason,
+            cancel_actor,
+            cancel_at,
+            cancel_version,
+            cancel_key,
+            progress,
+            tenant,
+            fence,
+            total_attempts,
+        ) = cur.execute(Q["after_transition"], {"id": w.workflow_id}).fetchone()
+        return WorkflowRow(
+            id=wid,
+            type=type_,
+            machine_version=machine_version,
+            state=w.to_state,
+            context=json.loads(context),
+            version=w.expected_version + 1,
+            attempts=w.attempts,
+            terminal=w.terminal,
+            created_at=created_at,
+            updated_at=w.at,
+            state_entered_at=state_entered_at,
+            next_due_at=next_due_at,
+            lease_owner=lease_owner,
+            lease_expires_at=lease_expires_at,
+            last_error=w.last_error,
+            cancel=None
+            if reason is None
+            else CancelRequest(reason, cancel_actor, cancel_at, cancel_version, cancel_key),
+            progress=None if progress is None else json.loads(progress),
+            tenant=tenant,
+            fence=fence,
+            total_attempts=total_attempts,
+            parked=None,
+        )
 
     async def history(
         self, workflow_id: str, after_version: int = 0, limit: int | None = None

@@ -19,8 +19,7 @@ VALUES (:workflow_id, :version, :from_state, :to_state, :event, :payload, :actor
 
 -- name: cas_update_workflow
 -- Move the row to its new state if and only if it is still at the expected version and, for
--- a worker's write (:fence not NULL), the worker's lease still holds (fencing). Returns the
--- columns the engine does not know already (the caller has the context it wrote).
+-- a worker's write (:fence not NULL), the worker's lease still holds (fencing).
 UPDATE workflows
    SET state = :to_state, context = :context, version = version + 1, attempts = :attempts,
        total_attempts = coalesce(:total_attempts, total_attempts),
@@ -37,11 +36,16 @@ UPDATE workflows
        lease_expires_at = CASE WHEN :release_lease THEN NULL ELSE lease_expires_at END
  WHERE id = :id AND version = :expected_version
    AND (:fence IS NULL OR (lease_owner = :owner AND fence = :fence))
-   AND (:require_unleased = 0 OR lease_owner IS NULL)
-RETURNING id, type, machine_version, state, version, attempts, terminal, created_at,
-          updated_at, state_entered_at, next_due_at, lease_owner, lease_expires_at,
-          last_error, cancel_requested, cancel_actor, cancel_at, cancel_version, cancel_key,
-          progress, tenant, fence, total_attempts, parked;
+   AND (:require_unleased = 0 OR lease_owner IS NULL);
+
+-- name: after_transition
+-- After cas_update_workflow: the columns the writer does not know already (it has the state,
+-- context, version and counters it wrote). A separate read because in SQLite a RETURNING
+-- clause costs more than this whole primary-key lookup.
+SELECT id, type, machine_version, created_at, state_entered_at, next_due_at, lease_owner,
+       lease_expires_at, cancel_requested, cancel_actor, cancel_at, cancel_version,
+       cancel_key, progress, tenant, fence, total_attempts
+  FROM workflows WHERE id = :id;
 
 -- name: write_refusal
 -- Why a compare-and-swap matched nothing: the row's version and lease.
@@ -65,10 +69,6 @@ UPDATE workflows
                                           SELECT min(due_at) FROM timers
                                            WHERE workflow_id = :id))
  WHERE id = :id;
-
--- name: next_due_of
--- A workflow's next due time (after its timers changed).
-SELECT next_due_at FROM workflows WHERE id = :id;
 
 -- name: version_of
 -- The current version of a workflow (for conflict reports).
