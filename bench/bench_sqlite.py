@@ -240,7 +240,7 @@ def raw_transition(conn: sqlite3.Connection, wid: str, version: int, state: str,
             "fence": None,
         },
     )
-    if cur.fetchone() is None:
+    if cur.rowcount != 1:
         raise RuntimeError(f"raw CAS lost on {wid} v{version}")
     conn.execute(
         Q["append_transition"],
