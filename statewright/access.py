@@ -390,9 +390,7 @@ class Access:
         *,
         idempotency_key: str | None = None,
     ) -> int:
-        item, _ = await self.put_input(
-            workflow_id, name, payload, idempotency_key=idempotency_key
-        )
+        item, _ = await self.put_input(workflow_id, name, payload, idempotency_key=idempotency_key)
         return item.id
 
     async def put_input(

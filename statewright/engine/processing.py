@@ -168,15 +168,7 @@ async def process(w: Worker, slot: Slot) -> None:
     if handler is None or row.next_due_at is None or row.next_due_at > now:
         # Nothing to run (a timer was consumed meanwhile): re-arm from the pending timers.
         try:
-            rearmed = await engine.transitions.defer(
-                row,
-                Defer(
-                    attempts=row.attempts,
-                    last_error=row.last_error,
-                    parked=row.parked,
-                    lease=lease,
-                ),
-            )
+            rearmed = await engine.transitions.let_go(row, lease)
         except VersionConflict:
             await store.release_lease(row.id, lease)
             return

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from statewright.engine.cancel import deliver_pending
 from statewright.engine.failures import handle_failure
-from statewright.engine.transitions import Defer
 from statewright.errors import (
     FatalError,
     LeaseLost,
@@ -123,15 +122,7 @@ async def recover(
                 after = await handle_failure(engine, taken, lost_for_good, lease=lease)
             else:  # leave: release and wait for an external event (or a pending timer)
                 try:
-                    after = await engine.transitions.defer(
-                        taken,
-                        Defer(
-                            attempts=taken.attempts,
-                            last_error=taken.last_error,
-                            parked=taken.parked,
-                            lease=lease,
-                        ),
-                    )
+                    after = await engine.transitions.let_go(taken, lease)
                 except (VersionConflict, LeaseLost):
                     after = None
             await deliver_pending(engine, wtype, after, "engine")

@@ -427,18 +427,7 @@ class Run:
         else:
             ctx = contextvars.copy_context()
             aw = asyncio.get_running_loop().run_in_executor(self.executor, ctx.run, fn, *args)
-        task = asyncio.ensure_future(aw)
-        try:
-            done, _ = await asyncio.wait({task}, timeout=timeout)
-        finally:
-            if not task.done():
-                task.cancel()  # a thread cannot be stopped: its late result is dropped
-        if task not in done:
-            raise DeadlineExceeded(f"{label} ran past its timeout of {timeout:g}s")
-        result = task.result()
-        if inspect.isawaitable(result):  # a plain function that returned a coroutine
-            result = await user_code(label, result)
-        return result
+        return await _bounded(asyncio.ensure_future(aw), timeout, label)
 
     # -- inbox ---------------------------------------------------------------------------------
 
@@ -535,17 +524,24 @@ class _Trampoline:
         """On the loop: run ``fn(*args)`` in the handler's thread."""
         reply: asyncio.Future[Any] = self.loop.create_future()
         self._queue.put(("call", (fn, args, reply)))
-        try:
-            done, _ = await asyncio.wait({reply}, timeout=timeout)
-        finally:
-            if not reply.done():
-                reply.cancel()  # the thread cannot be stopped: its late result is dropped
-        if reply not in done:
-            raise DeadlineExceeded(f"{label} ran past its timeout of {timeout:g}s")
-        result = reply.result()
-        if inspect.isawaitable(result):
-            result = await user_code(label, result)
-        return result
+        return await _bounded(reply, timeout, label)
+
+
+async def _bounded(future: asyncio.Future[Any], timeout: float | None, label: str) -> Any:
+    """The result of user code's ``future``, waited for up to ``timeout`` seconds; past it,
+    :class:`DeadlineExceeded` (a thread cannot be stopped: its late result is dropped). A
+    plain function that returned a coroutine has it awaited, watched like async user code."""
+    try:
+        done, _ = await asyncio.wait({future}, timeout=timeout)
+    finally:
+        if not future.done():
+            future.cancel()
+    if future not in done:
+        raise DeadlineExceeded(f"{label} ran past its timeout of {timeout:g}s")
+    result = future.result()
+    if inspect.isawaitable(result):
+        result = await user_code(label, result)
+    return result
 
 
 def _settle(reply: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:

@@ -365,6 +365,19 @@ class Transitions:
         self.rows.put(after)
         return after
 
+    async def let_go(self, row: WorkflowRow, lease: Lease | None) -> WorkflowRow:
+        """Release ``row`` keeping its counters, error and parked reason; its next due time
+        is re-armed from its pending timers (nothing to run now)."""
+        return await self.defer(
+            row,
+            Defer(
+                attempts=row.attempts,
+                last_error=row.last_error,
+                parked=row.parked,
+                lease=lease,
+            ),
+        )
+
     # -- telling -------------------------------------------------------------------------------
 
     async def rejected(

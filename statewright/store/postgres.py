@@ -314,14 +314,21 @@ class PostgresStore:
                         write.workflow_id, write.idempotency_key, "an earlier transition"
                     ) from exc
                 raise
-            if row is None:
-                raise await self._refusal(
-                    conn,
-                    write.workflow_id,
-                    write.expected_version,
-                    write.lease,
-                    write.consume_inbox_ids,
-                )
+            return await self._written(conn, row, write)
+
+    async def _written(
+        self, conn: Conn, row: DictRow | None, write: TransitionWrite | DeferWrite
+    ) -> WorkflowRow:
+        """The row a compare-and-swap returned, or why it matched nothing; wakes the workers
+        of this process when the workflow is due."""
+        if row is None:
+            raise await self._refusal(
+                conn,
+                write.workflow_id,
+                write.expected_version,
+                write.lease,
+                write.consume_inbox_ids,
+            )
         after = workflow_row(row)
         if after.next_due_at is not None:
             self.listener.wake()
@@ -542,18 +549,7 @@ class PostgresStore:
         }
         async with self._connection(write=True) as conn:
             row = await (await conn.execute(Q["defer_workflow"], params)).fetchone()
-            if row is None:
-                raise await self._refusal(
-                    conn,
-                    write.workflow_id,
-                    write.expected_version,
-                    write.lease,
-                    write.consume_inbox_ids,
-                )
-        after = workflow_row(row)
-        if after.next_due_at is not None:
-            self.listener.wake()
-        return after
+            return await self._written(conn, row, write)
 
     async def take_over(
         self,
