@@ -123,7 +123,7 @@ async def test_another_process_commit_wakes_a_waiter_at_once(tmp_path: Path) -> 
                 sys.executable,
                 "-c",
                 "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
-                "c.execute(\"INSERT INTO inbox (workflow_id, name, payload, posted_at)"
+                'c.execute("INSERT INTO inbox (workflow_id, name, payload, posted_at)'
                 " VALUES ('w', 'doc', '{}', 0)\"); c.commit()",
                 str(path),
             ],
