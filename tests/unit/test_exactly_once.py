@@ -594,3 +594,18 @@ async def test_an_input_is_consumed_only_with_the_transition_of_the_run_that_too
         assert (row.state, row.context["answer"]) == ("paid", {"ok": True})
         assert seen == [("answer", {"ok": True}, posted)] * 2  # redelivered after the failure
         assert await engine.store.next_input("p") is None  # consumed with the transition
+
+
+async def test_a_refused_cancel_is_in_the_rejections_log_like_any_refused_event(
+    clock: ManualClock,
+) -> None:
+    async with memory_engine([WorkflowType(PAY)], clock) as engine:
+        await engine.start("pay", workflow_id="p")  # PAY has no cancel edge
+        with pytest.raises(IllegalTransition):
+            await engine.cancel("p", reason="stop", actor="ops")
+        [rejected] = await engine.store.rejections(clock.now() - 1)
+        assert (rejected.event, rejected.code, rejected.actor) == (
+            "cancel",
+            "illegal_transition",
+            "ops",
+        )
