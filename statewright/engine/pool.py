@@ -40,6 +40,11 @@ class UserCodePool(Executor):
         self._lock = threading.Lock()
         self._shutdown = False
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`shutdown` was called (the pool takes no more work)."""
+        return self._shutdown
+
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
         with self._lock:
             if self._shutdown:

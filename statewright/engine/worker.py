@@ -88,7 +88,8 @@ class Worker:
         self.poll_interval = poll_interval
         self.cancel_grace = cancel_grace
         self.deadline_grace = lease_seconds if deadline_grace is None else deadline_grace
-        self.executor = UserCodePool(threads or max(4, concurrency))
+        self.threads = threads or max(4, concurrency)
+        self.executor = UserCodePool(self.threads)
         """The threads that run synchronous user code."""
         self.loop_lag = LoopLagMonitor(threshold=loop_lag_threshold, on_lag=self._lagged)
         self.types = list(types) if types is not None else [t.name for t in engine.types]
@@ -149,6 +150,8 @@ class Worker:
 
         When it returns this worker holds no leases.
         """
+        if self.executor.closed:  # run again after a stop: a fresh pool
+            self.executor = UserCodePool(self.threads)
         beat = asyncio.create_task(heartbeat(self))
         await self.loop_lag.start()
         try:
