@@ -203,7 +203,9 @@ class Worker:
                 try:
                     claimed = len(await self._claim(free, reap=True)) if free > 0 else 0
                 except StoreError:
-                    # Fail closed and keep trying: nothing was claimed, nothing changed.
+                    # Fail closed and keep trying: nothing was claimed (or, if the answer
+                    # was lost after the claim committed, leases we never saw lapse and
+                    # are recovered like a dead worker's).
                     log.exception("claim failed", extra={"action": "claim_failed"})
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._stopping.wait(), self.poll_interval)

@@ -198,6 +198,43 @@ async def test_a_worker_frozen_mid_step_can_write_nothing_and_the_workflow_finis
 
 
 @pytest.mark.acceptance
+async def test_a_call_that_timed_out_after_charging_is_reconciled_or_parked_never_repeated(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    """The action charges, then raises TimeoutError. With a reconcile hook: charged once, the
+    hook is asked and the workflow finishes with the charge. Without a hook (and not safe to
+    repeat): no second call; the workflow is parked for an operator, visibly."""
+    engine = Engine(store_from_url(pg_dsn), TYPES)
+    service = Service(tmp_path / "service.db")
+    async with engine:
+        hooked = (await engine.start("timeout_pay", workflow_id="hooked")).id
+        unhooked = (await engine.start("timeout_unhooked_pay", workflow_id="unhooked")).id
+
+        async def settled() -> bool:
+            a, b = await engine.get(hooked), await engine.get(unhooked)
+            return a.terminal and b.parked is not None
+
+        with processes() as procs:
+            procs.append(spawn_worker(pg_dsn, tmp_path, "a"))
+            await eventually(settled, 30, "the hooked one done and the other parked")
+            await asyncio.sleep(1.0)  # nothing more happens to the parked one
+        await check_charged_once(engine, service, hooked)
+        [step] = await engine.store.steps(hooked)
+        assert step.attempts == 2  # the failed attempt, then the reconciled one
+        row = await engine.get(unhooked)
+        assert (row.state, row.parked, row.lease_owner, row.next_due_at) == (
+            "charging",
+            "step_outcome_unknown",
+            None,
+            None,
+        )
+        assert len([c for c in service.charges() if c[1] == "unhooked:charge"]) == 1
+        [step] = await engine.store.steps(unhooked)
+        assert (step.status, step.outcome) == ("failed", "unknown")
+    service.close()
+
+
+@pytest.mark.acceptance
 async def test_an_input_taken_by_a_killed_worker_is_delivered_again(tmp_path: Path) -> None:
     db = str(tmp_path / "inbox.db")
     engine = Engine(store_from_url(db), TYPES)

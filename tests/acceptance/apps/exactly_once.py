@@ -12,8 +12,10 @@ fencing token is lower than one it has seen for the key), ``dedupe`` (honours th
   with the claim's fencing token.
 - ``inbox_pay``: waits for an input, writes a marker, and (``EO_KILL_AFTER_TAKE=1``, once)
   SIGKILLs itself before the transition that would consume it.
+- ``timeout_pay`` / ``timeout_unhooked_pay``: the first call charges, then raises
+  ``TimeoutError`` (the answer was lost); the first type has a reconcile hook, the second none.
 
-Every step has a reconcile hook asking the service by key.
+Every step but ``timeout_unhooked_pay``'s has a reconcile hook asking the service by key.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from statewright import (
     MachineBuilder,
     Next,
     NotApplied,
+    RetryPolicy,
     Run,
     WorkflowType,
 )
@@ -191,9 +194,41 @@ async def inbox_charging(run: Run) -> Next:
     return Next("charged", context={"answer": item.payload, "input_id": item.id})
 
 
+async def timeout_charging(run: Run, hooked: bool = True) -> Next:
+    service = _service()
+
+    def charge_then_time_out(key: StepKey) -> dict[str, Any]:
+        result = service.charge(key)
+        if not (MARKERS / f"timed-out-{run.id}").exists():
+            (MARKERS / f"timed-out-{run.id}").write_text(str(os.getpid()))
+            raise TimeoutError("the gateway's answer timed out (the charge went through)")
+        return result
+
+    try:
+        reconcile = service.lookup if hooked else None
+        result = await run.step("charge", charge_then_time_out, reconcile=reconcile)
+    finally:
+        service.close()
+    return Next("charged", context={"charge": result})
+
+
+async def timeout_unhooked_charging(run: Run) -> Next:
+    return await timeout_charging(run, hooked=False)
+
+
 TYPES = [
     WorkflowType(machine("sync_pay"), {"charging": sync_charging}),
     WorkflowType(machine("slow_action_pay"), {"charging": slow_action_charging}),
     WorkflowType(machine("frozen_pay"), {"charging": frozen_charging}),
     WorkflowType(machine("inbox_pay"), {"charging": inbox_charging}),
+    WorkflowType(
+        machine("timeout_pay"),
+        {"charging": timeout_charging},
+        retry=RetryPolicy(base_delay=0.2, jitter=0.0),
+    ),
+    WorkflowType(
+        machine("timeout_unhooked_pay"),
+        {"charging": timeout_unhooked_charging},
+        retry=RetryPolicy(base_delay=0.2, jitter=0.0),
+    ),
 ]
