@@ -349,7 +349,12 @@ class Access:
         return cancelled.row
 
     async def cancel_ex(
-        self, workflow_id: str, reason: str, *, idempotency_key: str | None = None
+        self,
+        workflow_id: str,
+        reason: str,
+        *,
+        idempotency_key: str | None = None,
+        expected_version: int | None = None,
     ) -> Dispatched:
         """:meth:`cancel`, telling also whether it was an idempotent retry."""
         row = await self.get(workflow_id)
@@ -362,6 +367,7 @@ class Access:
             reason=reason,
             actor=self.principal.actor,
             idempotency_key=idempotency_key,
+            expected_version=expected_version,
         )
 
     # -- operator actions --------------------------------------------------------------------

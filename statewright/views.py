@@ -3,16 +3,12 @@
 A context blob can be large (documents, tool outputs); the views carry a *summary* shaped for
 a person or an LLM: every top-level key, long strings cut, long lists shortened, deep nesting
 elided. The full context stays one request away.
-
-Also :func:`cancel_is_retry`, the one read the surfaces share to tell an idempotent retry of a
-cancel from a first one (the engine's cancel returns only the row).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from statewright.store.protocol import Store
 from statewright.types import StepRecord, TransitionRecord, WorkflowRow
 
 MAX_STRING = 200
@@ -99,18 +95,3 @@ def step_view(rec: StepRecord) -> dict[str, Any]:
         "started_at": rec.started_at,
         "finished_at": rec.finished_at,
     }
-
-
-async def cancel_is_retry(store: Store, row: WorkflowRow, key: str | None) -> bool:
-    """Whether a cancel of ``row`` (as just read) under ``key`` retries one already made:
-    the key is in the log (the cancel fired) or on the pending cancel request.
-
-    Read before the cancel is sent: a retry racing its own first attempt may be reported as a
-    first application (the engine still applies it once). If the key was used for something
-    else, the engine's cancel refuses it (IdempotencyKeyReused).
-    """
-    if key is None:
-        return False
-    if row.cancel is not None and row.cancel.idempotency_key == key:
-        return True
-    return await store.transition_by_key(row.id, key) is not None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from statewright.engine.transitions import Defer, Dispatched, Fire, canonical
+from statewright.engine.transitions import Defer, Dispatched, Fire, same_json
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import (
     IdempotencyKeyReused,
@@ -74,7 +74,12 @@ async def pending(
 
 
 async def cancel(
-    engine: Engine, workflow_id: str, reason: str, actor: str, key: str | None
+    engine: Engine,
+    workflow_id: str,
+    reason: str,
+    actor: str,
+    key: str | None,
+    expected_version: int | None = None,
 ) -> Dispatched:
     """See :meth:`statewright.engine.core.Engine.cancel`."""
     if not isinstance(reason, str) or not reason.strip():
@@ -88,7 +93,11 @@ async def cancel(
         if key is not None:
             replayed = await _replayed(engine, row, key, event, payload)
             if replayed is not None:
-                return replayed
+                return replayed  # a retry: the key decides, not the version its first try read
+        if expected_version is not None and row.version != expected_version:
+            conflict = VersionConflict(workflow_id, expected_version, row.version)
+            await transitions.rejected(workflow_id, row, event or "cancel", conflict, actor)
+            raise conflict
         if event is None or not wtype.machine.can(row.state, event):
             try:
                 if event is None:
@@ -146,7 +155,7 @@ async def _replayed(
     new; IdempotencyKeyReused if it was used for something else."""
     prior = await engine.store.transition_by_key(row.id, key)
     if prior is not None:
-        if prior.event != event or canonical(prior.payload) != canonical(payload):
+        if prior.event != event or not same_json(prior.payload, payload):
             raise IdempotencyKeyReused(row.id, key, f"event {prior.event!r}")
         return Dispatched(row, True, prior.version)
     if row.cancel is not None and row.cancel.idempotency_key == key:

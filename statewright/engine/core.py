@@ -8,7 +8,6 @@ the transition on the machine (pure), build one write, and let the store apply i
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import random
 import re
@@ -26,8 +25,8 @@ from statewright.engine.transitions import (
     Dispatched,
     Fire,
     Transitions,
-    canonical,
     run_at_for,
+    same_json,
     state_timers,
 )
 from statewright.engine.workflow_type import Applied, NotApplied, WorkflowType
@@ -245,7 +244,7 @@ class Engine:
             raise WorkflowExists(workflow_id, theirs, wtype.name)
         if not created and idempotency_key is not None:
             [first] = await self.store.history(workflow_id, limit=1)
-            if canonical(first.payload) != canonical(_normal(new.context)):
+            if not same_json(first.payload, dict(new.context)):
                 raise IdempotencyKeyReused(
                     workflow_id, idempotency_key, "a start with another input"
                 )
@@ -444,11 +443,19 @@ class Engine:
         reason: str,
         actor: str = "system",
         idempotency_key: str | None = None,
+        expected_version: int | None = None,
     ) -> Dispatched:
         """:meth:`cancel`, telling also whether it was an idempotent retry (``replayed``:
-        the key's cancel fired already, or is pending with the worker)."""
+        the key's cancel fired already, or is pending with the worker). With
+        ``expected_version``, refused (VersionConflict) unless the workflow is still at it,
+        or the key's cancel was made already."""
         return await cancel_workflow(
-            self, workflow_id, reason, actor, check_idempotency_key(idempotency_key)
+            self,
+            workflow_id,
+            reason,
+            actor,
+            check_idempotency_key(idempotency_key),
+            expected_version,
         )
 
     async def post_input(
@@ -504,9 +511,7 @@ class Engine:
             idempotency_key=idempotency_key,
             wake_in_state=wake,
         )
-        if not created and (
-            item.name != name or canonical(item.payload) != canonical(_normal(payload))
-        ):
+        if not created and (item.name != name or not same_json(item.payload, dict(payload))):
             raise IdempotencyKeyReused(
                 workflow_id, idempotency_key or "", f"input {item.name!r} #{item.id}"
             )
@@ -674,11 +679,6 @@ def id_for_key(tenant: str, key: str) -> str:
     tenant and the key, so every retry of that start names the same workflow."""
     digest = hashlib.sha256(f"{tenant}\x00{key}".encode()).hexdigest()
     return f"idem-{digest[:40]}"
-
-
-def _normal(payload: Mapping[str, Any]) -> Any:
-    """A payload as it reads back from the store (JSON round trip)."""
-    return json.loads(canonical(dict(payload)))
 
 
 def decision_payload(approver: str, comment: str | None) -> dict[str, Any]:

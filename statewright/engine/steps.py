@@ -68,12 +68,6 @@ UserCall = Callable[[Callable[..., Any], tuple[Any, ...], "float | None", str], 
 """How a run calls user code: ``(fn, args, timeout, label) -> result``."""
 
 
-async def maybe_await(value: Awaitable[T] | T) -> T:
-    if inspect.isawaitable(value):
-        return await value
-    return value
-
-
 def is_async(fn: Callable[..., Any]) -> bool:
     """Whether calling ``fn`` gives a coroutine (``async def``, also behind a partial or as
     an object's ``async def __call__``)."""
@@ -620,5 +614,4 @@ __all__ = [
     "SyncRun",
     "describe",
     "is_async",
-    "maybe_await",
 ]

@@ -19,6 +19,7 @@ compare-and-swap makes a stale row cost one refused write and a re-read, never a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections import OrderedDict
@@ -149,6 +150,12 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def same_json(stored: Any, given: Any) -> bool:
+    """Whether a value read back from the store is the one a caller gives again (an
+    idempotent retry must repeat its request exactly)."""
+    return canonical(stored) == canonical(given)
+
+
 class Transitions:
     """Plans and applies every change of a workflow row (see the module docstring)."""
 
@@ -270,13 +277,18 @@ class Transitions:
         if row is None:
             row = self.rows.get(workflow_id)
         for _ in range(MAX_SEND_ROUNDS):
-            if row is None or (key is not None and not fresh):
-                row = await self._read(workflow_id)
-                fresh = True
             if key is not None:
-                prior = await store.transition_by_key(workflow_id, key)
+                # Whether the key was applied, asked together with a fresh read (one trip to
+                # SQLite's connection thread, two concurrent queries on PostgreSQL).
+                read, prior = await asyncio.gather(
+                    self._read(workflow_id) if not fresh or row is None else _given(row),
+                    store.transition_by_key(workflow_id, key),
+                )
+                row, fresh = read, True
                 if prior is not None:
                     return self._replay(row, prior, fire)
+            elif row is None:
+                row, fresh = await self._read(workflow_id), True
             if expected_version is not None and row.version != expected_version:
                 if not fresh:
                     row = None
@@ -313,10 +325,7 @@ class Transitions:
         raise VersionConflict(workflow_id, expected_version or 0, None)
 
     def _replay(self, row: WorkflowRow, prior: TransitionRecord, fire: Fire) -> Dispatched:
-        same = prior.event == fire.event and canonical(prior.payload) == canonical(
-            json.loads(canonical(dict(fire.payload)))
-        )
-        if not same:
+        if prior.event != fire.event or not same_json(prior.payload, dict(fire.payload)):
             raise IdempotencyKeyReused(
                 row.id,
                 prior.idempotency_key or "",
@@ -419,6 +428,10 @@ class Transitions:
                 exc_info=True,
                 extra={"action": "rejection_not_logged", "workflow_id": workflow_id},
             )
+
+
+async def _given(row: WorkflowRow) -> WorkflowRow:
+    return row
 
 
 def run_at_for(wtype: WorkflowType, state: State, now: float) -> float | None:

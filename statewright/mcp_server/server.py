@@ -46,7 +46,6 @@ from statewright.mcp_server import catalogue as cat
 from statewright.mcp_server.catalogue import Catalogue, EventTool, build_catalogue
 from statewright.mcp_server.state import allowed_actions, automatic, brief, state_view
 from statewright.types import WorkflowFilter, WorkflowRow
-from statewright.views import cancel_is_retry
 
 log = logging.getLogger("statewright.mcp")
 
@@ -425,14 +424,13 @@ async def _cancel(
     """Cancel through the engine, so a running step hears of it and can save partial results.
     Returns the row and whether this retried a cancel already made with ``key``."""
     access.machine_of(row).events[spec.event].validate_payload(payload)
-    retry = await cancel_is_retry(access.engine.store, row, key)
-    # A retry carries the version its first try read: the key, not the version, decides it.
-    if expected is not None and row.version != expected and not retry:
-        raise VersionConflict(row.id, expected, row.version)
     reason = payload.get("reason")
     if not isinstance(reason, str) or not reason.strip():
         reason = f"cancelled by {access.principal.actor}"
-    return await access.cancel(row.id, reason, idempotency_key=key), retry
+    cancelled = await access.cancel_ex(
+        row.id, reason, idempotency_key=key, expected_version=expected
+    )
+    return cancelled.row, cancelled.replayed
 
 
 async def _error_body(

@@ -529,6 +529,15 @@ async def test_a_cancel_retried_with_its_key_applies_once(clock: ManualClock) ->
         assert row.state == again.state == "cancelled" and len(await engine.history("j")) == 2
         with pytest.raises(IdempotencyKeyReused):
             await engine.cancel("j", reason="other", actor="ops", idempotency_key="c-1")
+        # A retry carries the version its first try read: the key, not the version, decides.
+        retried = await engine.cancel_ex(
+            "j", reason="stop", actor="ops", idempotency_key="c-1", expected_version=1
+        )
+        assert retried.replayed and retried.applied_version == 2
+        await engine.start("job", workflow_id="k")
+        with pytest.raises(VersionConflict):
+            await engine.cancel_ex("k", reason="stop", expected_version=7)
+        assert (await engine.get("k")).state == "working"
 
 
 async def test_a_stale_cached_row_costs_a_reread_never_a_wrong_write(tmp_path: Path) -> None:
