@@ -37,6 +37,7 @@ from statewright.errors import (
     InvalidInput,
     LeaseLost,
     TransientError,
+    VersionConflict,
     WorkflowFinished,
 )
 from statewright.testing import memory_engine
