@@ -39,12 +39,15 @@ from statewright.errors import (
     StoreError,
     TransientError,
     UnknownWorkflowType,
+    ValueTooDeep,
+    ValueTooLarge,
     VersionConflict,
     WorkflowBusy,
     WorkflowExists,
     WorkflowFinished,
     WorkflowNotFound,
 )
+from statewright.jsonvalue import Limits
 from statewright.store import SQLiteStore, Store, store_from_url
 from statewright.sync import SyncEngine
 from statewright.types import TransitionRecord, WorkflowFilter, WorkflowRow
@@ -72,6 +75,7 @@ __all__ = [
     "InvalidInput",
     "InvalidPayload",
     "LeaseLost",
+    "Limits",
     "Machine",
     "MachineBuilder",
     "ManualClock",
@@ -98,6 +102,8 @@ __all__ = [
     "Transition",
     "TransitionRecord",
     "UnknownWorkflowType",
+    "ValueTooDeep",
+    "ValueTooLarge",
     "VersionConflict",
     "Worker",
     "WorkflowBusy",

@@ -117,6 +117,18 @@ class InvalidInput(StatewrightError):
     code = "invalid_input"
 
 
+class ValueTooDeep(InvalidInput):
+    """A JSON value nests deeper than the engine's ``max_depth``."""
+
+    code = "value_too_deep"
+
+
+class ValueTooLarge(InvalidInput):
+    """A JSON value's encoding is larger than the engine's ``max_bytes``."""
+
+    code = "value_too_large"
+
+
 class Unauthorized(StatewrightError):
     """No valid API token was presented."""
 

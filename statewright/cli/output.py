@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from statewright import jsonvalue
 from statewright.errors import (
     IdempotencyKeyReused,
     IllegalTransition,
@@ -120,19 +121,31 @@ def parse_json_object(text: str | None, what: str) -> dict[str, Any]:
     return value
 
 
-def plain(value: Any) -> Any:
-    """Dataclasses (rows, records) to JSON-ready dicts, recursively."""
+def plain(value: Any, depth: int = 0) -> Any:
+    """Dataclasses (rows, records) to JSON-ready dicts. Only the outer levels are walked:
+    deeper down are stored JSON values (no dataclasses), of any depth."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        fields = dataclasses.fields(value)
+        return {f.name: plain(getattr(value, f.name), depth + 1) for f in fields}
+    if depth > 4:
+        return value
     if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
+        return {str(k): plain(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
+        return [plain(v, depth + 1) for v in value]
     return value
 
 
+def _dumps(value: Any, **options: Any) -> str:
+    """``json.dumps``, or for a stored value too deep for it, the depth-proof compact form."""
+    try:
+        return json.dumps(value, default=str, **options)
+    except RecursionError:
+        return jsonvalue.dumps(value, ensure_ascii=False)
+
+
 def emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(plain(data), indent=2, default=str) + "\n")
+    sys.stdout.write(_dumps(plain(data), indent=2) + "\n")
 
 
 def when(ts: float | None) -> str:
@@ -156,7 +169,7 @@ def duration(seconds: float) -> str:
 
 
 def compact(value: Any, limit: int = 80) -> str:
-    text = json.dumps(plain(value), default=str, separators=(", ", ": "))
+    text = _dumps(plain(value), separators=(", ", ": "))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

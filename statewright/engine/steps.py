@@ -20,7 +20,6 @@ import asyncio
 import contextvars
 import functools
 import inspect
-import json
 import logging
 import queue
 import time
@@ -235,10 +234,7 @@ class Run:
     def save_partial(self, **context: Any) -> None:
         """Stash partial results: if the run ends cancelled, they are merged into the context
         in the same transaction as the cancel event. Values must be JSON-serialisable."""
-        try:
-            json.dumps(context, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"partial results are not JSON-serialisable: {exc}") from None
+        self.engine.limits.check({**self.partial, **context}, "partial results")
         self.partial.update(context)
 
     # -- progress ------------------------------------------------------------------------------
@@ -249,6 +245,7 @@ class Run:
         and dropped; only a lost lease (the workflow was taken over) raises LeaseLost."""
         self._check_live()
         try:
+            self.engine.limits.check(fields, "progress report")
             await self.engine.store.record_progress(
                 self.workflow.id, dict(fields), self.now(), self.lease
             )
@@ -351,6 +348,7 @@ class Run:
             time.perf_counter(),
         )
         if isinstance(verdict, Applied):
+            await self._keepable(begun, name, verdict.result)
             return await self._finish(begun, "done", verdict.result, None, None)
         return begun
 
@@ -390,15 +388,19 @@ class Run:
             },
         )
 
-    async def _done(self, begun: _Begun, name: str, result: Any) -> Any:
+    async def _keepable(self, begun: _Begun, name: str, result: Any) -> None:
         try:
-            json.dumps(result, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            # The call went through, but its result cannot be kept: the outcome stays unknown
-            # to the ledger (reconcile can tell), and the workflow fails this state.
-            error = FatalError(f"the result of step {name!r} is not JSON-serialisable: {exc}")
+            self.engine.limits.check(result, f"result of step {name!r}")
+        except InvalidInput as exc:
+            # The call went through, but its result cannot be kept (not JSON, too deep or
+            # too large): the outcome stays unknown to the ledger (reconcile can tell, or an
+            # operator resolves it), and the workflow fails this state.
+            error = FatalError(f"{exc.message}: it cannot be kept")
             await self._finish(begun, "failed", None, describe(error), "unknown")
             raise error from exc
+
+    async def _done(self, begun: _Begun, name: str, result: Any) -> Any:
+        await self._keepable(begun, name, result)
         await self._finish(begun, "done", result, None, None)
         self.engine.observers.step_finished(
             self.workflow, name, time.perf_counter() - begun.started

@@ -178,6 +178,10 @@ class Transitions:
             raise InvalidPayload(
                 fire.event, f"expected a JSON object, got {type(payload).__name__}"
             )
+        limits = engine.limits
+        limits.check(payload, f"payload of {fire.event!r}")
+        if fire.context_patch:
+            limits.check(fire.context_patch, f"context patch of {fire.event!r}")
         try:
             t = machine.resolve(row.state, fire.event, row.context, payload)
         except IllegalTransition as exc:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
@@ -10,6 +9,7 @@ from typing import Any
 
 from psycopg.rows import DictRow
 
+from statewright import jsonvalue
 from statewright.errors import InvalidInput
 from statewright.types import (
     CancelRequest,
@@ -37,7 +37,7 @@ def _positional(match: re.Match[str]) -> str:
 def dumps(value: Any) -> str:
     """JSON text for a JSONB parameter; InvalidInput for what JSON cannot hold."""
     try:
-        text = json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
+        text = jsonvalue.dumps(value, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"not JSON-serialisable: {exc}") from exc
     # JSONB keeps numbers as exact decimals without their notation: 1e16 would come back as
