@@ -280,6 +280,31 @@ class WorkflowFilter:
     """Only workflows that entered their state at or after this time (e.g. ended recently)."""
     min_attempts: int | None = None
     """Only workflows whose retry counter is at least this."""
+    after: tuple[float, str] | None = None
+    """Keyset paging: only workflows after this ``(state_entered_at, id)`` in the listing's
+    order (pass the last row's of the previous page). Every page then costs what the first
+    does, where ``offset`` reads and drops everything before it."""
+
+
+StuckKey = tuple[str, str, float, str]
+"""A stuck workflow's place in the stuck listing's order: ``(type, state, state_entered_at,
+id)``."""
+
+
+@dataclass(frozen=True)
+class StuckCutoff:
+    """Which workflows of one type in one state are stuck: those that entered the state before
+    ``entered_before`` (None: none are, e.g. the state is terminal in that machine version).
+
+    ``machine_version`` narrows it to the workflows of one version; None applies it to the
+    versions of the type that have no cutoff of their own for the state (each version's
+    definition may give the state another threshold).
+    """
+
+    type: str
+    state: str
+    entered_before: float | None
+    machine_version: int | None = None
 
 
 @dataclass(frozen=True)

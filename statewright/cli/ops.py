@@ -23,6 +23,7 @@ from statewright.cli.output import (
     use_log_format,
 )
 from statewright.engine import Engine, Worker, recover
+from statewright.engine.core import Stuck
 from statewright.errors import InvalidInput
 from statewright.observability.tracing import attach_tracing
 
@@ -43,9 +44,18 @@ def init(s: Settings) -> None:
         out.print(f"workflow types: {escape(', '.join(info['types']))}")
 
 
+STUCK_SHOWN = 1000
+"""Stuck workflows the command lists at most (it counts them all)."""
+
+
 def stuck(s: Settings) -> None:
     """Non-terminal workflows that have sat in their state longer than its threshold."""
-    found = with_engine(s, lambda e: e.stuck())
+
+    async def go(engine: Engine) -> tuple[list[Stuck], int]:
+        total = sum(g.count for g in await engine.stuck_counts())
+        return await engine.stuck(limit=STUCK_SHOWN), total
+
+    found, total = with_engine(s, go)
     if s.json:
         emit_json(
             [{"workflow": x.workflow, "age": x.age, "threshold": x.threshold} for x in found]
@@ -56,7 +66,8 @@ def stuck(s: Settings) -> None:
         return
     out.print(
         table(
-            f"{len(found)} stuck workflow(s)",
+            f"{total} stuck workflow(s)"
+            + (f", the first {len(found)} by type, state and age" if total > len(found) else ""),
             ["id", "type", "state", "in state", "threshold", "error"],
             [
                 (

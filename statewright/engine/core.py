@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from statewright import ids
 from statewright.clock import Clock, SystemClock
 from statewright.definition.machine import Machine, State
 from statewright.engine.cancel import cancel as cancel_workflow
@@ -41,12 +42,15 @@ from statewright.errors import (
     WorkflowFinished,
     WorkflowNotFound,
 )
+from statewright.jsonvalue import Limits
 from statewright.store.protocol import Store
 from statewright.types import (
     JSON,
     InboxItem,
     NewWorkflow,
     StepRecord,
+    StuckCutoff,
+    StuckKey,
     TransitionRecord,
     WorkflowFilter,
     WorkflowRow,
@@ -54,7 +58,6 @@ from statewright.types import (
 
 log = logging.getLogger(__name__)
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 _EVENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,99}$")
 _KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 """An idempotency key: 1-255 printable ASCII characters, no spaces (like an HTTP token)."""
@@ -62,7 +65,7 @@ _KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 def check_idempotency_key(key: str | None) -> str | None:
     """``key`` if it is a valid idempotency key (or None); InvalidInput otherwise."""
-    if key is not None and (not isinstance(key, str) or not _KEY.match(key)):
+    if key is not None and (not isinstance(key, str) or not _KEY.fullmatch(key)):
         raise InvalidInput(
             f"invalid idempotency key {key!r}: 1-255 printable ASCII characters, no spaces"
         )
@@ -86,6 +89,22 @@ class Stuck:
     age: float
     threshold: float
 
+    @property
+    def key(self) -> StuckKey:
+        """Its place in the stuck listing (``Engine.stuck(after=...)`` continues after it)."""
+        w = self.workflow
+        return (w.type, w.state, w.state_entered_at, w.id)
+
+
+@dataclass(frozen=True)
+class StuckTotal:
+    """How many workflows are stuck in one state of one type, and the oldest one's age."""
+
+    type: str
+    state: str
+    count: int
+    oldest_age: float
+
 
 class Engine:
     """Runs workflows of registered types on a store.
@@ -97,6 +116,10 @@ class Engine:
         default_stuck_after: threshold for states that declare no ``stuck_after``.
         row_cache_size: recently seen rows kept to plan external events on without a read
             (a stale one costs a refused write and a re-read; 0 disables it).
+        limits: the input policy: how deep and how large one JSON value (an input, payload,
+            context patch, inbox payload, step result or progress report) may be; checked
+            before anything is stored (:class:`~statewright.jsonvalue.Limits`, default 64
+            levels and 256 KiB).
     """
 
     def __init__(
@@ -108,8 +131,10 @@ class Engine:
         rng: random.Random | None = None,
         default_stuck_after: float = 86400.0,
         row_cache_size: int = 4096,
+        limits: Limits | None = None,
     ) -> None:
         self.store = store
+        self.limits = Limits() if limits is None else limits
         self.clock: Clock = clock or SystemClock()
         self.rng = rng or random.Random()
         self.default_stuck_after = default_stuck_after
@@ -184,6 +209,10 @@ class Engine:
         ``idempotency_key`` and no id, the id is derived from the tenant and the key
         (:func:`id_for_key`), so a retried start creates nothing new; either way the key
         must come with the same type and input as the first time (IdempotencyKeyReused).
+
+        The id is the store's key as given: a trusted caller of the Python API names ids
+        across tenants. ``Access`` (HTTP, MCP) scopes ids per tenant by qualifying them,
+        ``acme:order-1`` (:mod:`statewright.ids`); such an id must name ``tenant``.
         """
         row, _ = await self.create(
             workflow_type,
@@ -209,17 +238,16 @@ class Engine:
         wtype = self.type_of(workflow_type)
         if input is not None and not isinstance(input, Mapping):
             raise InvalidInput(f"input must be a JSON object, got {type(input).__name__}")
+        self.limits.check(dict(input or {}), "input")
         check_idempotency_key(idempotency_key)
+        ids.check_id(tenant, "tenant")
         if workflow_id is None and idempotency_key is not None:
-            workflow_id = id_for_key(tenant if isinstance(tenant, str) else "", idempotency_key)
+            workflow_id = id_for_key(tenant, idempotency_key)
         if workflow_id is None:
             workflow_id = uuid.uuid4().hex
-        elif not isinstance(workflow_id, str) or not _ID.match(workflow_id):
-            raise InvalidInput(
-                f"invalid workflow id {workflow_id!r}: 1-200 letters, digits, '_', '.', '-'"
-            )
-        if not isinstance(tenant, str) or not _ID.match(tenant):
-            raise InvalidInput(f"invalid tenant {tenant!r}: 1-200 letters, digits, '_', '.', '-'")
+        else:
+            # A bare id, or one qualified by this tenant (statewright.ids).
+            ids.check_ref(workflow_id, tenant)
         now = self.clock.now()
         initial = wtype.machine.initial
         new = NewWorkflow(
@@ -309,7 +337,7 @@ class Engine:
 
         ``row``: a fresh read of the workflow the caller already made (saves a read).
         """
-        if not isinstance(event, str) or not _EVENT.match(event):
+        if not isinstance(event, str) or not _EVENT.fullmatch(event):
             raise InvalidInput(f"invalid event name {event!r}")
         if context is not None and not isinstance(context, Mapping):
             raise InvalidInput("context must be a JSON object")
@@ -489,10 +517,11 @@ class Engine:
     ) -> tuple[InboxItem, bool]:
         """:meth:`post_input`, returning ``(item, created)``: ``created`` is False for a retry
         with an idempotency key already used for the same name and payload."""
-        if not isinstance(name, str) or not _EVENT.match(name):
+        if not isinstance(name, str) or not _EVENT.fullmatch(name):
             raise InvalidInput(f"invalid input name {name!r}")
         if not isinstance(payload, Mapping):
             raise InvalidInput("input payload must be a JSON object")
+        self.limits.check(dict(payload), f"payload of input {name!r}")
         check_idempotency_key(idempotency_key)
         if row is None:
             row = await self.get(workflow_id)
@@ -541,6 +570,7 @@ class Engine:
         note = f"resolved by {actor}: {reason}"[:1000]
         now = self.clock.now()
         if isinstance(verdict, Applied):
+            self.limits.check(verdict.result, f"result of step {step!r}")
             rec = await self.store.resolve_step(key, "done", verdict.result, None, note, now)
         elif isinstance(verdict, NotApplied):
             rec = await self.store.resolve_step(key, "failed", None, "not_applied", note, now)
@@ -597,9 +627,12 @@ class Engine:
 
     # -- queries -------------------------------------------------------------------------------
 
-    async def history(self, workflow_id: str) -> list[TransitionRecord]:
+    async def history(
+        self, workflow_id: str, after_version: int = 0, limit: int | None = None
+    ) -> list[TransitionRecord]:
+        """The workflow's log in version order (after ``after_version``, at most ``limit``)."""
         await self.get(workflow_id)
-        return await self.store.history(workflow_id)
+        return await self.store.history(workflow_id, after_version, limit)
 
     async def allowed_events(self, workflow_id: str) -> list[str]:
         row = await self.get(workflow_id)
@@ -620,26 +653,79 @@ class Engine:
         state = self.type_of(row.type, row.machine_version).machine.states[row.state]
         return now - row.state_entered_at > self.stuck_threshold(state)
 
-    async def stuck(self, now: float | None = None, tenant: str | None = None) -> list[Stuck]:
-        """Non-terminal workflows older in their state than its ``stuck_after`` threshold."""
+    def _stuck_rules(self) -> dict[tuple[str, str], tuple[float | None, dict[int, float | None]]]:
+        """Per ``(type, state)``: each registered version's threshold for the state (None: it
+        is terminal there, never stuck), and the threshold of the versions without one of
+        their own (that of the highest registered version that has the state)."""
+        rules: dict[tuple[str, str], tuple[float | None, dict[int, float | None]]] = {}
+        for name, versions in self._types.items():
+            for state_name in {s for t in versions.values() for s in t.machine.states}:
+                per_version: dict[int, float | None] = {}
+                for version, wtype in versions.items():
+                    state = wtype.machine.states.get(state_name)
+                    if state is not None:
+                        per_version[version] = (
+                            None if state.terminal else self.stuck_threshold(state)
+                        )
+                rules[(name, state_name)] = (per_version[max(per_version)], per_version)
+        return rules
+
+    def stuck_cutoffs(self, now: float | None = None) -> list[StuckCutoff]:
+        """What the store needs to find the workflows stuck at ``now``: per type and state,
+        one cutoff, plus one per registered version whose definition gives the state another
+        threshold."""
         now = self.clock.now() if now is None else now
-        found: list[Stuck] = []
-        for wtype in self.types:
-            for state in wtype.machine.states.values():
-                if state.terminal:
-                    continue
-                threshold = self.stuck_threshold(state)
-                rows = await self.store.list_workflows(
-                    WorkflowFilter(
-                        type=wtype.name,
-                        state=state.name,
-                        entered_before=now - threshold,
-                        tenant=tenant,
-                        limit=1000,
-                    )
-                )
-                found += [Stuck(r, now - r.state_entered_at, threshold) for r in rows]
-        return sorted(found, key=lambda s: -s.age)
+        out: list[StuckCutoff] = []
+        for (name, state), (default, per_version) in sorted(self._stuck_rules().items()):
+            own = {v: t for v, t in per_version.items() if t != default}
+            if default is not None or own:
+                out.append(StuckCutoff(name, state, None if default is None else now - default))
+            out += [
+                StuckCutoff(name, state, None if t is None else now - t, v)
+                for v, t in sorted(own.items())
+            ]
+        return out
+
+    async def stuck(
+        self,
+        now: float | None = None,
+        tenant: str | None = None,
+        *,
+        limit: int = 1000,
+        after: StuckKey | None = None,
+    ) -> list[Stuck]:
+        """Up to ``limit`` non-terminal workflows that have sat in their state longer than its
+        threshold (the ``stuck_after`` of the state in the workflow's machine version).
+
+        In ``(type, state, state_entered_at, id)`` order, so within a state the oldest first;
+        pass the last one's :attr:`Stuck.key` as ``after`` for the next page (each page is a
+        range of an index). :meth:`stuck_counts` counts them all.
+        """
+        now = self.clock.now() if now is None else now
+        rules = self._stuck_rules()
+        rows = await self.store.stuck_workflows(
+            self.stuck_cutoffs(now), after=after, limit=limit, tenant=tenant
+        )
+        found = []
+        for r in rows:
+            default, per_version = rules.get((r.type, r.state), (None, {}))
+            threshold = per_version.get(r.machine_version, default)
+            found.append(Stuck(r, now - r.state_entered_at, threshold or 0.0))
+        return found
+
+    async def stuck_counts(
+        self, now: float | None = None, tenant: str | None = None
+    ) -> list[StuckTotal]:
+        """How many workflows are stuck, per type and state, and the oldest one's age: true
+        counts from aggregates over index ranges (no row is read), by type and state."""
+        now = self.clock.now() if now is None else now
+        counted = await self.store.count_stuck(self.stuck_cutoffs(now), tenant)
+        return [StuckTotal(t, s, n, now - oldest) for t, s, n, oldest in counted]
+
+    async def parked_counts(self, tenant: str | None = None) -> list[tuple[str, str, int]]:
+        """``(type, state, count)`` of the workflows parked for an operator, whatever their
+        age (a parked workflow counts as stuck only once past its state's threshold)."""
+        return await self.store.count_parked(tenant)
 
     async def replay(self, workflow_id: str) -> Replayed:
         """Rebuild state, version and context from the log alone, checking every step."""
@@ -702,4 +788,4 @@ def _replay_problem(
     return None
 
 
-__all__ = ["Dispatched", "Engine", "Replayed", "StatewrightError", "Stuck"]
+__all__ = ["Dispatched", "Engine", "Replayed", "StatewrightError", "Stuck", "StuckTotal"]

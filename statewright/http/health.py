@@ -2,13 +2,14 @@
 plus the in-process worker), ``/health/workflows`` (503 while any workflow is stuck).
 
 They need no token: orchestrators and load balancers call them. ``/health/workflows`` shows
-counts by type and state only, never ids or contexts.
+counts by type and state only, never ids or contexts: true counts, from aggregates over index
+ranges (cheap however many workflows there are), plus the parked workflows (waiting for an
+operator) by type and state.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -16,7 +17,7 @@ from fastapi.responses import JSONResponse
 
 from statewright.errors import StatewrightError
 from statewright.http.deps import EngineDep
-from statewright.http.schemas import ErrorOut, Probe, StuckCount, WorkflowHealth
+from statewright.http.schemas import ErrorOut, ParkedCount, Probe, StuckCount, WorkflowHealth
 
 router = APIRouter(tags=["health"])
 READY_TIMEOUT = 5.0
@@ -80,16 +81,19 @@ async def health(request: Request) -> JSONResponse:
     },
 )
 async def workflows_health(engine: EngineDep) -> JSONResponse:
-    found = await engine.stuck()
-    groups: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for s in found:
-        groups[(s.workflow.type, s.workflow.state)].append(s.age)
+    # True counts from two aggregate statements over index ranges: no row is read, however
+    # many workflows are stuck.
+    groups = await engine.stuck_counts()
+    parked = await engine.parked_counts()
+    stuck = sum(g.count for g in groups)
     body = WorkflowHealth(
-        status="stuck" if found else "ok",
-        stuck=len(found),
+        status="stuck" if stuck else "ok",
+        stuck=stuck,
         by_state=[
-            StuckCount(type=t, state=st, count=len(ages), oldest_age=max(ages))
-            for (t, st), ages in sorted(groups.items())
+            StuckCount(type=g.type, state=g.state, count=g.count, oldest_age=g.oldest_age)
+            for g in groups
         ],
+        parked=sum(n for _, _, n in parked),
+        parked_by_state=[ParkedCount(type=t, state=st, count=n) for t, st, n in parked],
     )
-    return JSONResponse(body.model_dump(), status_code=503 if found else 200)
+    return JSONResponse(body.model_dump(), status_code=503 if stuck else 200)

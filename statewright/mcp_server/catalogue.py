@@ -33,6 +33,7 @@ from statewright.definition.data import plain
 from statewright.definition.machine import Event, Machine
 from statewright.engine.core import Engine
 from statewright.engine.workflow_type import WorkflowType
+from statewright.paging import MAX_CURSOR
 
 SEP = "__"
 """Between machine and event in an event tool's name: ``order_fulfilment__ship``."""
@@ -47,6 +48,8 @@ POST_INPUT = "post_input"
 MAX_WAIT = 300.0
 DEFAULT_WAIT = 30.0
 MAX_LIST = 100
+MAX_OFFSET = 10_000
+"""The list tool skips at most this many with ``offset``; deeper pages need the cursor."""
 
 Kind = Literal["send", "decide", "cancel"]
 
@@ -176,14 +179,28 @@ def _list_tool(wtypes: list[WorkflowType]) -> types.Tool:
             "description": "true: only finished workflows; false: only unfinished ones.",
         },
         "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIST, "default": 20},
-        "offset": {"type": "integer", "minimum": 0, "default": 0},
+        "cursor": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": MAX_CURSOR,
+            "description": "For the next page: next_cursor from the previous result (with the "
+            "same filters).",
+        },
+        "offset": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": MAX_OFFSET,
+            "default": 0,
+            "description": "Skip this many (to page further, use cursor).",
+        },
     }
     return types.Tool(
         name=LIST,
         title="List workflows",
         description=(
             "List the workflows you can see, oldest in their state first, each with its state "
-            "and the actions you may take on it now."
+            "and the actions you may take on it now. A page at a time: when next_cursor is "
+            "not null, pass it as cursor for the next page."
         ),
         input_schema=_object(props, []),
         annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),

@@ -22,8 +22,10 @@ from psycopg import AsyncConnection
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
+from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolClosed, PoolTimeout
 
+from statewright import jsonvalue
 from statewright.errors import (
     IdempotencyKeyReused,
     InvalidInput,
@@ -38,6 +40,7 @@ from statewright.errors import (
     WorkflowFinished,
     WorkflowNotFound,
 )
+from statewright.store import sqlbuild
 from statewright.store.postgres_listen import Listener
 from statewright.store.postgres_rows import (
     cancel_request,
@@ -61,6 +64,8 @@ from statewright.types import (
     StepFinish,
     StepOutcome,
     StepRecord,
+    StuckCutoff,
+    StuckKey,
     TimerRecord,
     TransitionRecord,
     TransitionWrite,
@@ -72,6 +77,12 @@ log = logging.getLogger(__name__)
 
 Q = load_queries("postgres")
 Conn = AsyncConnection[DictRow]
+
+
+async def _configure(conn: AsyncConnection[Any]) -> None:
+    # JSONB comes back through a parser that does not depend on the recursion limit: a value
+    # stored before the input limits existed (or under looser ones) stays readable.
+    set_json_loads(jsonvalue.loads, conn)
 
 
 def describe_dsn(dsn: str) -> str:
@@ -156,6 +167,7 @@ class PostgresStore:
             timeout=self.timeout,
             reconnect_timeout=self.reconnect_timeout,
             name=f"statewright {self.where}",
+            configure=_configure,
             open=False,
         )
         try:
@@ -400,18 +412,43 @@ class PostgresStore:
         return [transition_record(r) for r in rows]
 
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
-        params = {
-            "type": where.type,
-            "state": where.state,
-            "terminal": where.terminal,
-            "before": None if where.entered_before is None else float(where.entered_before),
-            "after": None if where.entered_after is None else float(where.entered_after),
-            "min_attempts": where.min_attempts,
-            "limit": where.limit,
-            "offset": where.offset,
-            "tenant": where.tenant,
-        }
-        return [workflow_row(r) for r in await self._fetchall(Q["list_workflows"], params)]
+        sql, params = sqlbuild.list_workflows(where, "postgres")
+        return [workflow_row(r) for r in await self._fetchall(sql, params)]
+
+    async def count_stuck(
+        self, cutoffs: Sequence[StuckCutoff], tenant: str | None = None
+    ) -> list[tuple[str, str, int, float]]:
+        groups = sqlbuild.stuck_groups(cutoffs)
+        out = []
+        async with self._connection() as conn:
+            for sql, params, chunk in sqlbuild.count_stuck(groups, "postgres", tenant):
+                for r in await (await conn.execute(sql, params)).fetchall():
+                    if r["n"]:
+                        g = chunk[r["g"]]
+                        out.append((g.type, g.state, r["n"], r["oldest"]))
+        return out
+
+    async def stuck_workflows(
+        self,
+        cutoffs: Sequence[StuckCutoff],
+        *,
+        after: StuckKey | None = None,
+        limit: int = 100,
+        tenant: str | None = None,
+    ) -> list[WorkflowRow]:
+        found: list[DictRow] = []
+        async with self._connection() as conn:
+            for g in sqlbuild.stuck_groups(cutoffs):
+                if len(found) >= limit:
+                    break
+                page = sqlbuild.stuck_page(g, "postgres", tenant, after, limit - len(found))
+                if page is not None:
+                    found += await (await conn.execute(*page)).fetchall()
+        return [workflow_row(r) for r in found]
+
+    async def count_parked(self, tenant: str | None = None) -> list[tuple[str, str, int]]:
+        sql, params = sqlbuild.count_parked("postgres", tenant)
+        return [(r["type"], r["state"], r["n"]) for r in await self._fetchall(sql, params)]
 
     async def count_by_state(
         self,
@@ -723,8 +760,14 @@ class PostgresStore:
         row = await self._fetchone(Q["get_step"], {"key": key})
         return None if row is None else step_record(row)
 
-    async def steps(self, workflow_id: str) -> list[StepRecord]:
-        return [step_record(r) for r in await self._fetchall(Q["steps"], {"id": workflow_id})]
+    async def steps(
+        self,
+        workflow_id: str,
+        after: tuple[float, str] | None = None,
+        limit: int | None = None,
+    ) -> list[StepRecord]:
+        sql, params = sqlbuild.steps(workflow_id, "postgres", after, limit)
+        return [step_record(r) for r in await self._fetchall(sql, params)]
 
     # -- inbox -------------------------------------------------------------------------------
 

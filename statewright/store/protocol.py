@@ -22,6 +22,8 @@ from statewright.types import (
     StepFinish,
     StepOutcome,
     StepRecord,
+    StuckCutoff,
+    StuckKey,
     TimerRecord,
     TransitionRecord,
     TransitionWrite,
@@ -86,7 +88,33 @@ class Store(Protocol):
         over the global sequence).
         """
 
-    async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]: ...
+    async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
+        """Workflows matching ``where`` in ``(state_entered_at, id)`` order, at most
+        ``where.limit``; ``where.after`` continues after a row (keyset paging: each page is
+        a range of an index, however deep)."""
+
+    async def count_stuck(
+        self, cutoffs: Sequence[StuckCutoff], tenant: str | None = None
+    ) -> list[tuple[str, str, int, float]]:
+        """``(type, state, count, oldest_state_entered_at)`` of the workflows the cutoffs
+        call stuck (of one tenant when given), only groups with some, by type and state.
+
+        True counts, never capped: aggregates over index ranges, no row is read.
+        """
+
+    async def stuck_workflows(
+        self,
+        cutoffs: Sequence[StuckCutoff],
+        *,
+        after: StuckKey | None = None,
+        limit: int = 100,
+        tenant: str | None = None,
+    ) -> list[WorkflowRow]:
+        """Up to ``limit`` workflows the cutoffs call stuck, in ``(type, state,
+        state_entered_at, id)`` order, after ``after`` (keyset paging)."""
+
+    async def count_parked(self, tenant: str | None = None) -> list[tuple[str, str, int]]:
+        """``(type, state, count)`` of the workflows parked for an operator (any age)."""
 
     async def count_by_state(
         self,
@@ -268,7 +296,15 @@ class Store(Protocol):
 
     async def get_step(self, key: str) -> StepRecord | None: ...
 
-    async def steps(self, workflow_id: str) -> list[StepRecord]: ...
+    async def steps(
+        self,
+        workflow_id: str,
+        after: tuple[float, str] | None = None,
+        limit: int | None = None,
+    ) -> list[StepRecord]:
+        """The workflow's step ledger in ``(started_at, key)`` order, after ``after`` (keyset
+        paging). A step run again moves to its new start time: while paging, it may show up
+        twice, never not at all."""
 
     # -- inbox -----------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from statewright import jsonvalue
 from statewright.errors import (
     IdempotencyKeyReused,
     InvalidInput,
@@ -28,6 +29,7 @@ from statewright.errors import (
     WorkflowFinished,
     WorkflowNotFound,
 )
+from statewright.store import sqlbuild
 from statewright.store.queries import load_queries, migrations
 from statewright.store.sqlite_conn import GroupCommitConnection, Synchronous
 from statewright.types import (
@@ -40,6 +42,8 @@ from statewright.types import (
     StepFinish,
     StepOutcome,
     StepRecord,
+    StuckCutoff,
+    StuckKey,
     TimerRecord,
     TransitionRecord,
     TransitionWrite,
@@ -59,9 +63,7 @@ def _data_version(conn: sqlite3.Connection) -> int:
 
 def _dumps(value: Any) -> str:
     try:
-        text = json.dumps(
-            value, separators=(",", ":"), sort_keys=True, allow_nan=False, ensure_ascii=False
-        )
+        text = jsonvalue.dumps(value, sort_keys=True, allow_nan=False, ensure_ascii=False)
         # A lone surrogate ("\ud800") would be stored, then break every read of the row as
         # UTF-8: refuse it here, like PostgreSQL's JSONB does.
         text.encode("utf-8")
@@ -85,7 +87,7 @@ def _workflow(r: sqlite3.Row, context: dict[str, Any] | None = None) -> Workflow
         type=r["type"],
         machine_version=r["machine_version"],
         state=r["state"],
-        context=json.loads(r["context"]) if context is None else context,
+        context=jsonvalue.loads(r["context"]) if context is None else context,
         version=r["version"],
         attempts=r["attempts"],
         terminal=bool(r["terminal"]),
@@ -97,7 +99,7 @@ def _workflow(r: sqlite3.Row, context: dict[str, Any] | None = None) -> Workflow
         lease_expires_at=r["lease_expires_at"],
         last_error=r["last_error"],
         cancel=_cancel(r),
-        progress=None if r["progress"] is None else json.loads(r["progress"]),
+        progress=None if r["progress"] is None else jsonvalue.loads(r["progress"]),
         tenant=r["tenant"],
         fence=r["fence"],
         total_attempts=r["total_attempts"],
@@ -114,9 +116,9 @@ def _transition(r: sqlite3.Row) -> TransitionRecord:
         from_state=r["from_state"],
         to_state=r["to_state"],
         event=r["event"],
-        payload=json.loads(r["payload"]),
+        payload=jsonvalue.loads(r["payload"]),
         actor=r["actor"],
-        context_patch=None if patch is None else json.loads(patch),
+        context_patch=None if patch is None else jsonvalue.loads(patch),
         at=r["at"],
         idempotency_key=r["idempotency_key"],
     )
@@ -129,7 +131,7 @@ def _step(r: sqlite3.Row) -> StepRecord:
         workflow_id=r["workflow_id"],
         step=r["step"],
         status=r["status"],
-        result=None if result is None else json.loads(result),
+        result=None if result is None else jsonvalue.loads(result),
         error=r["error"],
         attempts=r["attempts"],
         started_at=r["started_at"],
@@ -144,7 +146,7 @@ def _inbox(r: sqlite3.Row) -> InboxItem:
         id=r["id"],
         workflow_id=r["workflow_id"],
         name=r["name"],
-        payload=json.loads(r["payload"]),
+        payload=jsonvalue.loads(r["payload"]),
         posted_at=r["posted_at"],
         consumed_at=r["consumed_at"],
         idempotency_key=r["idempotency_key"],
@@ -487,7 +489,7 @@ class SQLiteStore:
             type=type_,
             machine_version=machine_version,
             state=w.to_state,
-            context=json.loads(context),
+            context=jsonvalue.loads(context),
             version=w.expected_version + 1,
             attempts=w.attempts,
             terminal=w.terminal,
@@ -501,7 +503,7 @@ class SQLiteStore:
             cancel=None
             if reason is None
             else CancelRequest(reason, cancel_actor, cancel_at, cancel_version, cancel_key),
-            progress=None if progress is None else json.loads(progress),
+            progress=None if progress is None else jsonvalue.loads(progress),
             tenant=tenant,
             fence=fence,
             total_attempts=total_attempts,
@@ -527,36 +529,52 @@ class SQLiteStore:
         return [_transition(r) for r in rows]
 
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
-        clauses: list[str] = []
-        params: dict[str, Any] = {}
-        if where.type is not None:
-            clauses.append("type = :type")
-            params["type"] = where.type
-        if where.state is not None:
-            clauses.append("state = :state")
-            params["state"] = where.state
-        if where.terminal is not None:
-            clauses.append("terminal = :terminal")
-            params["terminal"] = int(where.terminal)
-        if where.entered_before is not None:
-            clauses.append("state_entered_at < :before")
-            params["before"] = where.entered_before
-        if where.entered_after is not None:
-            clauses.append("state_entered_at >= :after")
-            params["after"] = where.entered_after
-        if where.min_attempts is not None:
-            clauses.append("attempts >= :min_attempts")
-            params["min_attempts"] = where.min_attempts
-        if where.tenant is not None:
-            clauses.append("tenant = :tenant")
-            params["tenant"] = where.tenant
-        sql = "SELECT * FROM workflows"
-        if clauses:
-            sql += " WHERE " + " AND ".join(clauses)
-        sql += " ORDER BY state_entered_at, id LIMIT :limit OFFSET :offset"
-        params.update(limit=where.limit, offset=where.offset)
+        sql, params = sqlbuild.list_workflows(where, "sqlite")
         rows = await self.conn.read(lambda c: c.execute(sql, params).fetchall())
         return [_workflow(r) for r in rows]
+
+    async def count_stuck(
+        self, cutoffs: Sequence[StuckCutoff], tenant: str | None = None
+    ) -> list[tuple[str, str, int, float]]:
+        statements = list(sqlbuild.count_stuck(sqlbuild.stuck_groups(cutoffs), "sqlite", tenant))
+
+        def fn(conn: sqlite3.Connection) -> list[tuple[str, str, int, float]]:
+            out = []
+            for sql, params, groups in statements:
+                for r in conn.execute(sql, params).fetchall():
+                    if r["n"]:
+                        g = groups[r["g"]]
+                        out.append((g.type, g.state, r["n"], r["oldest"]))
+            return out
+
+        return await self.conn.read(fn)
+
+    async def stuck_workflows(
+        self,
+        cutoffs: Sequence[StuckCutoff],
+        *,
+        after: StuckKey | None = None,
+        limit: int = 100,
+        tenant: str | None = None,
+    ) -> list[WorkflowRow]:
+        groups = sqlbuild.stuck_groups(cutoffs)
+
+        def fn(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            found: list[sqlite3.Row] = []
+            for g in groups:
+                if len(found) >= limit:
+                    break
+                page = sqlbuild.stuck_page(g, "sqlite", tenant, after, limit - len(found))
+                if page is not None:
+                    found += conn.execute(*page).fetchall()
+            return found
+
+        return [_workflow(r) for r in await self.conn.read(fn)]
+
+    async def count_parked(self, tenant: str | None = None) -> list[tuple[str, str, int]]:
+        sql, params = sqlbuild.count_parked("sqlite", tenant)
+        rows = await self.conn.read(lambda c: c.execute(sql, params).fetchall())
+        return [(r["type"], r["state"], r["n"]) for r in rows]
 
     async def count_by_state(
         self,
@@ -800,7 +818,7 @@ class SQLiteStore:
         )
         return [
             TimerRecord(
-                r["id"], r["workflow_id"], r["due_at"], r["event"], json.loads(r["payload"])
+                r["id"], r["workflow_id"], r["due_at"], r["event"], jsonvalue.loads(r["payload"])
             )
             for r in rows
         ]
@@ -897,10 +915,14 @@ class SQLiteStore:
         row = await self.conn.read(lambda c: c.execute(Q["get_step"], {"key": key}).fetchone())
         return None if row is None else _step(row)
 
-    async def steps(self, workflow_id: str) -> list[StepRecord]:
-        rows = await self.conn.read(
-            lambda c: c.execute(Q["steps"], {"id": workflow_id}).fetchall()
-        )
+    async def steps(
+        self,
+        workflow_id: str,
+        after: tuple[float, str] | None = None,
+        limit: int | None = None,
+    ) -> list[StepRecord]:
+        sql, params = sqlbuild.steps(workflow_id, "sqlite", after, limit)
+        rows = await self.conn.read(lambda c: c.execute(sql, params).fetchall())
         return [_step(r) for r in rows]
 
     # -- inbox -------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -152,8 +153,9 @@ def test_approver_approves_a_paused_refund_in_the_dashboard(
             _agent_sees_no_decision(browser, server, api)
             _approver_decides(browser, server, api, tmp_path)
 
-        history = api.get(f"/v1/workflows/{REFUND}/history", headers=APPROVER.headers).json()
-        granted = [t for t in history if t["event"] == "approval_granted"]
+        page = api.get(f"/v1/workflows/{REFUND}/history", headers=APPROVER.headers).json()
+        assert page["next_cursor"] is None
+        granted = [t for t in page["items"] if t["event"] == "approval_granted"]
         assert len(granted) == 1
         assert granted[0]["actor"] == "maria"
         assert granted[0]["payload"] == {"approver": "maria", "comment": "damaged in transit"}
@@ -291,3 +293,31 @@ def test_open_mode_needs_no_token_and_denies(open_server: Server, chromium: str)
             expect(denied).to_contain_text("outside the return window")
             expect(page.locator("#decision")).to_have_count(0)
         assert _workflow(api, "refund-open-1", None)["state"] == "rejected"
+
+
+def test_a_long_history_shows_its_latest_transitions(open_server: Server, chromium: str) -> None:
+    """A workflow with 2,500 transitions: its page fetches the latest 1,000 in pages and says
+    how many earlier ones it leaves out."""
+    with httpx.Client(base_url=open_server.url, timeout=10.0) as api:
+        _start(api, "long-1", "support_ticket", {}, who=None)
+        db = sqlite3.connect(open_server.log.with_name("dashboard.db"))
+        with db:
+            at = time.time()
+            db.executemany(
+                "INSERT INTO transitions (workflow_id, version, from_state, to_state, event,"
+                " payload, actor, at) VALUES ('long-1', ?, 'open', 'open', 'noted', '{}', ?, ?)",
+                [(v, f"actor-{v}", at) for v in range(2, 2501)],
+            )
+            db.execute("UPDATE workflows SET version = 2500 WHERE id = 'long-1'")
+        db.close()
+        assert _workflow(api, "long-1", None)["version"] == 2500
+        with chromium_browser(chromium) as browser, dashboard(browser, open_server, None) as w:
+            page = w.page
+            page.locator('tr.wf-row[data-id="long-1"] a.wf-link').click()
+            rows = page.locator("#history tr.history-row")
+            expect(rows).to_have_count(1000)
+            expect(rows.first).to_have_attribute("data-version", "1501")
+            expect(rows.last).to_have_attribute("data-version", "2500")
+            expect(page.locator("#history-note")).to_contain_text("1,500 earlier ones")
+            pages = [u for u in w.urls if "/history?" in u]
+            assert pages and all("limit=1000" in u for u in pages)

@@ -14,6 +14,9 @@
   const LIVE_POLL_MS = 15000; // with it (ages and stuck flags still move with time)
   const ACTIVE_LIMIT = 500;
   const FINISHED_LIMIT = 100;
+  const HISTORY_SHOWN = 1000; // a workflow's page shows its latest transitions, this many
+  const HISTORY_PAGE = 1000; // the API's largest page
+  const HISTORY_PAGES = 5; // pages fetched at most per refresh (the log may grow meanwhile)
 
   // -- DOM helpers ---------------------------------------------------------------------------
 
@@ -93,6 +96,23 @@
   }
 
   const getToken = () => sessionStorage.getItem(TOKEN_KEY) || "";
+
+  // The latest HISTORY_SHOWN entries of a workflow's log, a page at a time: versions run from 1
+  // to the workflow's version, so they start after version - HISTORY_SHOWN.
+  async function latestHistory(id, version) {
+    const skipped = Math.max(0, version - HISTORY_SHOWN);
+    const items = [];
+    let after = skipped;
+    for (let i = 0; i < HISTORY_PAGES; i += 1) {
+      const page = await api(
+        `/v1/workflows/${enc(id)}/history?after=${enc(after)}&limit=${HISTORY_PAGE}`,
+      );
+      items.push(...page.items);
+      if (page.next_cursor === null) break;
+      after = page.next_cursor;
+    }
+    return { items, skipped };
+  }
 
   async function api(path, { method = "GET", body, text = false } = {}) {
     const headers = { Accept: text ? "text/plain" : "application/json" };
@@ -598,6 +618,7 @@
       );
       this.summary = h("div", { id: "summary" });
       this.history = h("tbody");
+      this.historyNote = h("div", { id: "history-note" });
       add(
         this.root,
         h("p", { class: "crumbs" }, h("a", { href: "#/" }, "← All workflows")),
@@ -628,6 +649,7 @@
           "section",
           { class: "panel" },
           h("h2", {}, "History"),
+          this.historyNote,
           h(
             "table",
             { class: "table history", id: "history" },
@@ -651,10 +673,21 @@
       const changed = wf.version !== this.version;
       this.renderHead(wf);
       if (changed) {
-        const history = await api(`/v1/workflows/${enc(this.id)}/history`);
+        const { items: history, skipped } = await latestHistory(this.id, wf.version);
         this.renderDecision(wf);
         this.renderSummary(wf);
         this.renderHistory(wf, history);
+        fill(
+          this.historyNote,
+          skipped
+            ? h(
+                "p",
+                { class: "muted" },
+                `The latest ${HISTORY_SHOWN.toLocaleString()} transitions; ` +
+                  `${skipped.toLocaleString()} earlier ones are not shown.`,
+              )
+            : null,
+        );
         this.version = wf.version;
         if (wf.terminal && this.unfollow) {
           this.unfollow(); // nothing more will happen to it

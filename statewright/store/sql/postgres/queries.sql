@@ -148,18 +148,6 @@ SELECT * FROM transitions
         OR workflow_id IN (SELECT id FROM workflows WHERE tenant = %(tenant)s::text))
  ORDER BY seq LIMIT %(limit)s;
 
--- name: list_workflows
--- Workflows by type, state, terminal flag and age (NULL: no constraint), oldest in state first.
-SELECT * FROM workflows
- WHERE (%(type)s::text IS NULL OR type = %(type)s::text)
-   AND (%(state)s::text IS NULL OR state = %(state)s::text)
-   AND (%(terminal)s::boolean IS NULL OR terminal = %(terminal)s::boolean)
-   AND (%(before)s::float8 IS NULL OR state_entered_at < %(before)s::float8)
-   AND (%(after)s::float8 IS NULL OR state_entered_at >= %(after)s::float8)
-   AND (%(min_attempts)s::integer IS NULL OR attempts >= %(min_attempts)s::integer)
-   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
- ORDER BY state_entered_at, id LIMIT %(limit)s OFFSET %(offset)s;
-
 -- name: count_by_state
 -- Workflows per (type, state), of one tenant and entered in a time range when given.
 SELECT type, state, count(*) AS n FROM workflows
@@ -370,10 +358,6 @@ UPDATE steps
    AND NOT EXISTS (SELECT 1 FROM workflows w
                     WHERE w.id = steps.workflow_id AND w.lease_owner IS NOT NULL)
 RETURNING *;
-
--- name: steps
--- A workflow's step ledger.
-SELECT * FROM steps WHERE workflow_id = %(id)s ORDER BY started_at, key;
 
 -- name: post_input
 -- Append an external input to a live workflow's inbox (or find the one posted under the same

@@ -29,10 +29,17 @@ CREATE TABLE workflows (
     parked           TEXT
 );
 
--- "by state and age" (stuck detection, listings)
-CREATE INDEX workflows_state_age ON workflows (type, state, state_entered_at);
+-- Listings are ordered by (state_entered_at, id): each filter has an index in that order.
+-- "by type, state and age" (stuck detection and counts, listings)
+CREATE INDEX workflows_state_age ON workflows (type, state, state_entered_at, id);
 -- a tenant's listings
-CREATE INDEX workflows_tenant ON workflows (tenant, state_entered_at);
+CREATE INDEX workflows_tenant ON workflows (tenant, state_entered_at, id);
+-- listings by state without a type
+CREATE INDEX workflows_state ON workflows (state, state_entered_at, id);
+-- live or ended workflows (and, the two ranges merged, all of them)
+CREATE INDEX workflows_terminal_age ON workflows (terminal, state_entered_at, id);
+-- parked workflows (waiting for an operator), counted by type and state
+CREATE INDEX workflows_parked ON workflows (type, state) WHERE parked IS NOT NULL;
 -- the workers' claim: due, unleased and live only (the predicate claim_due repeats)
 CREATE INDEX workflows_due ON workflows (next_due_at)
     WHERE next_due_at IS NOT NULL AND lease_owner IS NULL AND NOT terminal;
@@ -85,7 +92,8 @@ CREATE TABLE steps (
     outcome     TEXT,
     fence       BIGINT
 );
-CREATE INDEX steps_workflow ON steps (workflow_id);
+-- a workflow's steps, in (started_at, key) pages
+CREATE INDEX steps_workflow ON steps (workflow_id, started_at, key);
 
 CREATE TABLE timers (
     id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

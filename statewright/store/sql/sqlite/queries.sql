@@ -80,10 +80,12 @@ SELECT * FROM transitions WHERE workflow_id = :id AND version > :after ORDER BY 
 LIMIT :limit;
 
 -- name: transitions_since
--- The global log after a cursor, in commit order (of one tenant's workflows when given).
-SELECT * FROM transitions
+-- The global log after a cursor, in commit order (of one tenant's workflows when given: each
+-- entry's workflow is looked up by its key, rather than listing all of the tenant's first).
+SELECT * FROM transitions t
  WHERE seq > :seq
-   AND (:tenant IS NULL OR workflow_id IN (SELECT id FROM workflows WHERE tenant = :tenant))
+   AND (:tenant IS NULL
+        OR EXISTS (SELECT 1 FROM workflows w WHERE w.id = t.workflow_id AND w.tenant = :tenant))
  ORDER BY seq LIMIT :limit;
 
 -- name: count_by_state
@@ -220,10 +222,6 @@ UPDATE steps SET status = :status, result = :result, outcome = :outcome, error =
    AND NOT EXISTS (SELECT 1 FROM workflows w
                     WHERE w.id = steps.workflow_id AND w.lease_owner IS NOT NULL)
 RETURNING *;
-
--- name: steps
--- A workflow's step ledger.
-SELECT * FROM steps WHERE workflow_id = :id ORDER BY started_at, key;
 
 -- name: input_by_key
 -- The input a client's idempotency key posted to a workflow.

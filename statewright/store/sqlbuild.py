@@ -1,0 +1,211 @@
+"""Statements the stores build from what a call asks for (listings, stuck workflows).
+
+Only the filters given appear in the SQL (never ``:x IS NULL OR ...``, which no index can
+serve and which a generic plan cannot drop), so each statement is a range scan of one index,
+in that index's order, and stops after its ``LIMIT``:
+
+=============================  ==============================================================
+listing filtered by            index (all end in ``state_entered_at, id``, the listing order)
+=============================  ==============================================================
+type and state                 ``workflows_state_age (type, state, ...)``
+state                          ``workflows_state (state, ...)``
+tenant                         ``workflows_tenant (tenant, ...)``
+terminal, or nothing           ``workflows_terminal_age (terminal, ...)``: without a terminal
+                               filter, the two ranges (live, ended) merged
+stuck (type, state, cutoff)    ``workflows_state_age``: ``state_entered_at < cutoff``
+parked                         ``workflows_parked (type, state) WHERE parked IS NOT NULL``
+=============================  ==============================================================
+
+A listing by type alone reads that type's range of ``workflows_state_age`` and sorts it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from statewright.types import StuckCutoff, StuckKey, WorkflowFilter
+
+Dialect = Literal["sqlite", "postgres"]
+ORDER = " ORDER BY state_entered_at, id"
+GROUPS_PER_STATEMENT = 100
+"""Stuck groups counted by one statement (SQLite allows 500 terms in a compound SELECT)."""
+
+
+class Params:
+    """Named parameters for one statement, in the dialect's style."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.values: dict[str, Any] = {}
+
+    def __call__(self, value: Any) -> str:
+        name = f"p{len(self.values)}"
+        self.values[name] = value
+        return f":{name}" if self.dialect == "sqlite" else f"%({name})s"
+
+    def flag(self, value: bool) -> str:
+        return self(int(value) if self.dialect == "sqlite" else bool(value))
+
+
+def list_workflows(where: WorkflowFilter, dialect: Dialect) -> tuple[str, dict[str, Any]]:
+    """``SELECT *`` for :meth:`Store.list_workflows`, ordered by ``(state_entered_at, id)``."""
+    p = Params(dialect)
+    clauses: list[str] = []
+    if where.type is not None:
+        clauses.append(f"type = {p(where.type)}")
+    if where.state is not None:
+        clauses.append(f"state = {p(where.state)}")
+    if where.tenant is not None:
+        clauses.append(f"tenant = {p(where.tenant)}")
+    if where.entered_before is not None:
+        clauses.append(f"state_entered_at < {p(float(where.entered_before))}")
+    if where.entered_after is not None:
+        clauses.append(f"state_entered_at >= {p(float(where.entered_after))}")
+    if where.min_attempts is not None:
+        clauses.append(f"attempts >= {p(int(where.min_attempts))}")
+    if where.after is not None:
+        at, wid = where.after
+        clauses.append(f"(state_entered_at, id) > ({p(float(at))}, {p(str(wid))})")
+    limit, offset = int(where.limit), int(where.offset)
+    if any(v is not None for v in (where.terminal, where.type, where.state, where.tenant)):
+        if where.terminal is not None:
+            clauses.append(f"terminal = {p.flag(where.terminal)}")
+        sql = "SELECT * FROM workflows" + _where(clauses) + ORDER
+        sql += f" LIMIT {p(limit)}" + (f" OFFSET {p(offset)}" if offset else "")
+        return sql, p.values
+    # No index has the listing order over both values of `terminal`; one has it for each.
+    n = p(limit + offset)
+    branches = [
+        f"SELECT * FROM (SELECT * FROM workflows"
+        f"{_where([f'terminal = {p.flag(flag)}', *clauses])}{ORDER} LIMIT {n}) AS {alias}"
+        for flag, alias in ((False, "live"), (True, "ended"))
+    ]
+    sql = " UNION ALL ".join(branches) + ORDER + f" LIMIT {p(limit)}"
+    return sql + (f" OFFSET {p(offset)}" if offset else ""), p.values
+
+
+def _where(clauses: Sequence[str]) -> str:
+    return " WHERE " + " AND ".join(clauses) if clauses else ""
+
+
+@dataclass
+class StuckGroup:
+    """The cutoffs of one ``(type, state)``: one range of ``workflows_state_age``."""
+
+    type: str
+    state: str
+    default: float | None = None
+    """The cutoff of versions without their own (None: they are never stuck here)."""
+    versions: dict[int, float | None] = field(default_factory=dict)
+
+    @property
+    def upper(self) -> float | None:
+        """The latest cutoff of any version: the end of the range to read (None: nothing)."""
+        cuts = [c for c in (self.default, *self.versions.values()) if c is not None]
+        return max(cuts) if cuts else None
+
+    def clause(self, p: Params, tenant: str | None) -> str | None:
+        """The WHERE clause of this group's stuck workflows (None: it has none)."""
+        upper = self.upper
+        if upper is None:
+            return None
+        parts = [
+            f"type = {p(self.type)}",
+            f"state = {p(self.state)}",
+            f"state_entered_at < {p(upper)}",
+        ]
+        if tenant is not None:
+            parts.append(f"tenant = {p(tenant)}")
+        own = {v: c for v, c in self.versions.items() if c != self.default}
+        if own:
+            # Versions with thresholds of their own: checked on the rows of the range.
+            cases = " ".join(f"WHEN {p(v)} THEN {_before(p, c)}" for v, c in sorted(own.items()))
+            parts.append(f"(CASE machine_version {cases} ELSE {_before(p, self.default)} END)")
+        return " AND ".join(parts)
+
+
+def _before(p: Params, cutoff: float | None) -> str:
+    return "FALSE" if cutoff is None else f"state_entered_at < {p(cutoff)}"
+
+
+def stuck_groups(cutoffs: Sequence[StuckCutoff]) -> list[StuckGroup]:
+    """The cutoffs by ``(type, state)``, in the stuck listing's order."""
+    groups: dict[tuple[str, str], StuckGroup] = {}
+    for c in cutoffs:
+        if c.entered_before is not None and not math.isfinite(c.entered_before):
+            raise ValueError(f"stuck cutoff {c!r} is not a finite time")
+        g = groups.setdefault((c.type, c.state), StuckGroup(c.type, c.state))
+        cut = None if c.entered_before is None else float(c.entered_before)
+        if c.machine_version is None:
+            g.default = cut
+        else:
+            g.versions[int(c.machine_version)] = cut
+    return [groups[k] for k in sorted(groups)]
+
+
+def count_stuck(
+    groups: Sequence[StuckGroup], dialect: Dialect, tenant: str | None
+) -> Iterator[tuple[str, dict[str, Any], list[StuckGroup]]]:
+    """Statements counting the stuck workflows of the groups, ``GROUPS_PER_STATEMENT`` at a
+    time: rows ``(g, n, oldest)``, ``g`` the group's index in the yielded list."""
+    live = [g for g in groups if g.upper is not None]
+    for start in range(0, len(live), GROUPS_PER_STATEMENT):
+        chunk = live[start : start + GROUPS_PER_STATEMENT]
+        p = Params(dialect)
+        selects = []
+        for i, g in enumerate(chunk):
+            clause = g.clause(p, tenant)
+            selects.append(
+                f"SELECT {i} AS g, count(*) AS n, min(state_entered_at) AS oldest"
+                f" FROM workflows WHERE {clause}"
+            )
+        yield " UNION ALL ".join(selects), p.values, chunk
+
+
+def stuck_page(
+    group: StuckGroup, dialect: Dialect, tenant: str | None, after: StuckKey | None, limit: int
+) -> tuple[str, dict[str, Any]] | None:
+    """One group's share of a stuck page: its stuck workflows after ``after`` in the order
+    ``(type, state, state_entered_at, id)`` (None: the group has nothing after it)."""
+    if after is not None and (group.type, group.state) < (after[0], after[1]):
+        return None
+    p = Params(dialect)
+    clause = group.clause(p, tenant)
+    if clause is None:
+        return None
+    if after is not None and (group.type, group.state) == (after[0], after[1]):
+        clause += f" AND (state_entered_at, id) > ({p(float(after[2]))}, {p(str(after[3]))})"
+    return f"SELECT * FROM workflows WHERE {clause}{ORDER} LIMIT {p(int(limit))}", p.values
+
+
+def count_parked(dialect: Dialect, tenant: str | None) -> tuple[str, dict[str, Any]]:
+    """Parked workflows by ``(type, state)`` (from the partial index ``workflows_parked``)."""
+    p = Params(dialect)
+    clauses = ["parked IS NOT NULL"]
+    if tenant is not None:
+        clauses.append(f"tenant = {p(tenant)}")
+    # SQLite, without statistics, would rather read a tenant's whole range of its index.
+    table = "workflows INDEXED BY workflows_parked" if dialect == "sqlite" else "workflows"
+    sql = (
+        f"SELECT type, state, count(*) AS n FROM {table}"
+        + _where(clauses)
+        + " GROUP BY type, state ORDER BY type, state"
+    )
+    return sql, p.values
+
+
+def steps(
+    workflow_id: str, dialect: Dialect, after: tuple[float, str] | None, limit: int | None
+) -> tuple[str, dict[str, Any]]:
+    """A workflow's step ledger in ``(started_at, key)`` order, after a keyset."""
+    p = Params(dialect)
+    sql = f"SELECT * FROM steps WHERE workflow_id = {p(workflow_id)}"
+    if after is not None:
+        sql += f" AND (started_at, key) > ({p(float(after[0]))}, {p(str(after[1]))})"
+    sql += " ORDER BY started_at, key"
+    if limit is not None:
+        sql += f" LIMIT {p(int(limit))}"
+    return sql, p.values
