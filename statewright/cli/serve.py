@@ -1,4 +1,10 @@
-"""``statewright serve``: the HTTP API, dashboard, probes and metrics (uvicorn)."""
+"""``statewright serve``: the HTTP API, dashboard, probes and metrics (uvicorn).
+
+Uvicorn runs with its h11 HTTP implementation, pinned: uvicorn has a setting for h11's
+request-head buffer (``h11_max_incomplete_event_size``), none for httptools'. That buffer is
+set above the app's header limit, so oversized headers get the app's JSON 431 rather than the
+parser's plain-text 400 (see :mod:`statewright.http.limits`).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from statewright.cli.loading import build_engine
 from statewright.cli.options import Settings
 from statewright.cli.output import LogFormat, LogFormatOption, err, use_log_format
 from statewright.errors import InvalidInput
-from statewright.http import WorkerOptions, create_app
+from statewright.http import WorkerOptions, create_app, limits
 
 log = logging.getLogger("statewright.http")
 
@@ -59,6 +65,36 @@ def serve(
         bool, typer.Option("--worker", help="Also run a worker in this process.")
     ] = False,
     concurrency: Annotated[int, typer.Option(min=1, help="Worker concurrency.")] = 8,
+    max_body_bytes: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            envvar="STATEWRIGHT_MAX_BODY_BYTES",
+            show_envvar=True,
+            help="The largest request body taken; a larger one is refused (413 "
+            "payload_too_large) and never read past the limit.",
+        ),
+    ] = limits.MAX_BODY_BYTES,
+    max_header_bytes: Annotated[
+        int,
+        typer.Option(
+            min=1024,
+            envvar="STATEWRIGHT_MAX_HEADER_BYTES",
+            show_envvar=True,
+            help="The largest total of request headers taken (431 headers_too_large above "
+            f"it; heads over {limits.PARSER_HEADROOM}x this get the HTTP parser's plain 400).",
+        ),
+    ] = limits.MAX_HEADER_BYTES,
+    metrics_auth: Annotated[
+        bool,
+        typer.Option(
+            "--metrics-auth",
+            envvar="STATEWRIGHT_METRICS_AUTH",
+            show_envvar=True,
+            help="/metrics wants a token with the ops or admin role (open by default, for "
+            "scrapers).",
+        ),
+    ] = False,
     log_format: LogFormatOption = LogFormat.text,
 ) -> None:
     """Serve the HTTP API, dashboard (/), probes and /metrics until SIGINT/SIGTERM."""
@@ -73,6 +109,9 @@ def serve(
         engine,
         registry,
         worker=WorkerOptions(concurrency=concurrency) if worker else None,
+        max_body_bytes=max_body_bytes,
+        max_header_bytes=max_header_bytes,
+        metrics_auth=metrics_auth,
     )
     if registry is None:
         _notice(log_format, "open mode: no --tokens, every local caller is an admin", warn=True)
@@ -84,4 +123,6 @@ def serve(
         log_level=(s.log_level or "info").lower(),
         log_config=None,
         lifespan="on",
+        http="h11",
+        h11_max_incomplete_event_size=limits.parser_limit(max_header_bytes),
     )

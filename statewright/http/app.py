@@ -1,6 +1,7 @@
 """The ASGI app behind ``statewright serve``: REST API, SSE stream, probes, metrics, alerts,
-dashboard and the MCP server (``/mcp``), over any store, with an optional worker in the same
-process."""
+dashboard, API docs and the MCP server (``/mcp``), over any store, with an optional worker in
+the same process. Every request passes the size limits of :mod:`statewright.http.limits`
+first."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from statewright import __version__
 from statewright.access import TokenRegistry
 from statewright.engine.core import Engine
 from statewright.engine.worker import Worker
-from statewright.http import api, dashboard, errors, health, stream
+from statewright.http import api, dashboard, docs, errors, health, limits, stream
 from statewright.http import metrics as observability
 from statewright.mcp_server import http as mcp_http
 
@@ -45,6 +46,9 @@ def create_app(
     *,
     worker: WorkerOptions | None = None,
     manage_engine: bool = True,
+    max_body_bytes: int = limits.MAX_BODY_BYTES,
+    max_header_bytes: int = limits.MAX_HEADER_BYTES,
+    metrics_auth: bool = False,
 ) -> FastAPI:
     """Build the app.
 
@@ -55,6 +59,10 @@ def create_app(
         worker: run a worker in the same process while the app runs.
         manage_engine: open the engine on startup and close it on shutdown (False when the
             caller owns it, e.g. tests that share one engine).
+        max_body_bytes: the largest request body taken (413 payload_too_large above it).
+        max_header_bytes: the largest total of request headers taken (431 headers_too_large).
+        metrics_auth: ``/metrics`` wants a token with the ``ops`` or ``admin`` role (it is
+            open by default, for scrapers).
     """
 
     @contextlib.asynccontextmanager
@@ -87,15 +95,23 @@ def create_app(
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # docs.install serves both from vendored files, not from a CDN
+        redoc_url=None,
     )
     app.state.engine = engine
     app.state.tokens = tokens
     app.state.worker_task = None
+    app.state.metrics_auth = metrics_auth
+    app.add_middleware(
+        limits.RequestLimits, max_body_bytes=max_body_bytes, max_header_bytes=max_header_bytes
+    )
+    limits.document(app)
     errors.install(app)
     app.include_router(api.router)
     app.include_router(health.router)
     observability.install(app, engine)  # /metrics, /v1/alerts, transition span events
     dashboard.install(app)  # / and /ui/: the operator dashboard
+    docs.install(app)  # /docs and /redoc, their assets under /ui/vendor/
     app.include_router(stream.router)
     mcp_http.mount(app, engine)  # /mcp: the MCP server over streamable HTTP
     return app

@@ -33,6 +33,10 @@ STATUS = {
     "step_done": 409,
     "invalid_payload": 422,
     "invalid_input": 422,
+    "value_too_deep": 422,
+    "value_too_large": 413,
+    "payload_too_large": 413,
+    "headers_too_large": 431,
     "definition_invalid": 422,
     "step_not_found": 404,
     "store_error": 503,
@@ -50,6 +54,7 @@ _HTTP_CODES = {
     406: "not_acceptable",
     413: "payload_too_large",
     415: "unsupported_media_type",
+    431: "headers_too_large",
 }
 
 
@@ -96,6 +101,12 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400:
+            if isinstance(exc.__cause__, RecursionError):
+                # Nested past what json.loads recurses through (about 1,000 levels): the
+                # engine would refuse it for its depth anyway (value_too_deep, 64 levels).
+                return error_response(
+                    "value_too_deep", "the request body nests too deep to be parsed", 422
+                )
             # FastAPI's "There was an error parsing the body" (e.g. not UTF-8): the same
             # invalid_input as a body that is not JSON at all.
             return error_response("invalid_input", f"invalid request: {exc.detail}", 422)
@@ -112,7 +123,14 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unexpected error", extra={"path": request.url.path})
-        return error_response("internal_error", "internal error; see the server log", 500)
+        # The server closes the connection after an unhandled error (what the request left
+        # unread, or half done, is not worth trusting): say so, so the client does not reuse it.
+        return error_response(
+            "internal_error",
+            "internal error; see the server log",
+            500,
+            headers={"Connection": "close"},
+        )
 
 
 def _outcome_unknown(request: Request, exc: OutcomeUnknown) -> str:

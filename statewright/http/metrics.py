@@ -1,5 +1,11 @@
-"""``GET /metrics`` (Prometheus text exposition, no token: scrapers call it) and
-``GET /v1/alerts`` (the alert rules, for the caller's tenant)."""
+"""``GET /metrics`` (Prometheus text exposition) and ``GET /v1/alerts`` (the alert rules, for
+the caller's tenant).
+
+``/metrics`` takes no token by default: scrapers call it, and its labels are only names the
+machines declare (never ids or contexts). With ``create_app(metrics_auth=True)`` (``serve
+--metrics-auth``) it wants a bearer token whose caller has the :data:`OPS` or ``admin`` role,
+for services whose workflow counts are nobody else's business.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +15,10 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from pydantic import BaseModel, Field
 
+from statewright.access import ADMIN, LOCAL, Principal, TokenRegistry
 from statewright.engine.core import Engine
-from statewright.http.deps import AccessDep
+from statewright.errors import Forbidden
+from statewright.http.deps import AccessDep, bearer
 from statewright.http.schemas import ErrorOut
 from statewright.observability.alerts import Alert, AlertThresholds, evaluate_alerts
 from statewright.observability.metrics import EngineMetrics, attach_metrics
@@ -20,6 +28,9 @@ router = APIRouter(tags=["observability"])
 alerts_router = APIRouter(prefix="/v1", tags=["observability"])
 _TEXT = CONTENT_TYPE_PLAIN_0_0_4
 """What ``generate_latest`` writes (the classic text format every Prometheus reads)."""
+OPS = "ops"
+"""The role that may read ``/metrics`` when it wants a token (``admin`` may too)."""
+_JSON_ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
 
 
 class AlertOut(BaseModel):
@@ -64,12 +75,38 @@ def _alert_out(a: Alert) -> AlertOut:
         200: {
             "content": {"text/plain": {"schema": {"type": "string"}}},
             "description": "The metrics, in the Prometheus text format 0.0.4.",
-        }
+        },
+        401: {
+            "content": _JSON_ERROR,
+            "description": "No or unknown API token, when the service wants one for metrics "
+            "(serve --metrics-auth).",
+        },
+        403: {
+            "content": _JSON_ERROR,
+            "description": "The caller has neither the ops nor the admin role, when the "
+            "service wants a token for metrics (serve --metrics-auth).",
+        },
     },
 )
 async def metrics(request: Request) -> Response:
+    if request.app.state.metrics_auth:
+        await _check_ops(request)
     collected: EngineMetrics = request.app.state.metrics
     return Response(await collected.render(), media_type=_TEXT)
+
+
+async def _check_ops(request: Request) -> None:
+    # Read here, not as a route dependency: the document must not say /metrics always needs
+    # a token, since by default it does not.
+    credentials = await bearer(request)
+    tokens: TokenRegistry | None = request.app.state.tokens
+    caller: Principal = (
+        LOCAL  # open mode: the local admin, as everywhere else
+        if tokens is None
+        else tokens.authenticate(credentials.credentials if credentials else None)
+    )
+    if not caller.roles & {OPS, ADMIN}:
+        raise Forbidden(f"{caller.actor!r} may not read metrics (needs the ops or admin role)")
 
 
 @alerts_router.get(

@@ -4,6 +4,15 @@ registry, so several engines or apps in one process do not collide).
 Counters and histograms are fed by the engine's observers as things happen in this process;
 the per-state workflow gauge is read from the store at scrape time (:meth:`EngineMetrics.render`),
 so it covers every process sharing the store.
+
+Label values are bounded by what the code declares, never by what callers send: a machine label
+is the name of a type registered with the engine, a state or event label one that machine
+declares (or the engine's own ``$start``), and anything else (a refused event name nobody
+declared, a type this process does not know) counts under the one value :data:`UNKNOWN`. So
+hostile input cannot grow the exposition (each new label set is a series a scraper keeps).
+Step names come from handler code, not from the machine: the first :data:`MAX_STEP_NAMES` of
+each machine are kept, later ones count as :data:`UNKNOWN`. The workflow gauge's labels come
+from stored rows, which only an engine that has the type registered writes.
 """
 
 from __future__ import annotations
@@ -11,15 +20,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from statewright.definition.machine import Machine
 from statewright.engine.core import Engine
 from statewright.engine.hooks import Rejection, RetryEvent, TransitionEvent
 from statewright.engine.looplag import LagReport
+from statewright.errors import UnknownWorkflowType
 from statewright.store.protocol import Store
 from statewright.types import WorkflowRow
 
@@ -31,8 +43,60 @@ RECOVERY_TO = frozenset({"running"})
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 86400.0, 7 * 86400.0)
 """Seconds: time in a state and time to recover span seconds to days."""
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-UNKNOWN = "unknown"
-"""The machine label of a refusal whose workflow the engine had not read (a refused cancel)."""
+UNKNOWN = "_unknown"
+"""The label value of every name the code does not declare (see the module docstring), and the
+machine label of a refusal whose workflow the engine had not read (a refused cancel)."""
+ENGINE_EVENTS = frozenset({"$start"})
+"""Event labels the engine itself uses, declared by no machine."""
+MAX_STEP_NAMES = 100
+"""Distinct step labels kept per machine."""
+
+
+class _Names:
+    """The label values the engine's registered types declare (read when a value is needed:
+    types may be registered after the metrics are attached)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = weakref.ref(engine)  # the engine holds the metrics, not the reverse
+        self._steps: defaultdict[str, set[str]] = defaultdict(set)
+
+    def machine_of(self, type_name: str, version: int) -> Machine | None:
+        """The machine of that version, else the type's latest; None for an unknown type."""
+        engine = self._engine()
+        if engine is None:
+            return None
+        for wanted in (version, None):
+            try:
+                return engine.type_of(type_name, wanted).machine
+            except UnknownWorkflowType:
+                pass
+        return None
+
+    def machine(self, row: WorkflowRow | None) -> str:
+        if row is None or self.machine_of(row.type, row.machine_version) is None:
+            return UNKNOWN
+        return row.type
+
+    def state(self, row: WorkflowRow, state: str | None = None) -> str:
+        name = row.state if state is None else state
+        machine = self.machine_of(row.type, row.machine_version)
+        return name if machine is not None and name in machine.states else UNKNOWN
+
+    def event(self, row: WorkflowRow | None, event: str) -> str:
+        if event in ENGINE_EVENTS:
+            return event
+        machine = None if row is None else self.machine_of(row.type, row.machine_version)
+        return event if machine is not None and event in machine.events else UNKNOWN
+
+    def step(self, row: WorkflowRow, step: str) -> str:
+        if self.machine_of(row.type, row.machine_version) is None:
+            return UNKNOWN
+        seen = self._steps[row.type]
+        if step not in seen:
+            if len(seen) >= MAX_STEP_NAMES:
+                return UNKNOWN
+            seen.add(step)
+        return step
 
 
 class _WorkflowCounts(Collector):
@@ -89,6 +153,7 @@ class EngineMetrics:
         # No reference to the engine itself: the engine holds this object through its
         # observers, and attach_metrics keys a weak mapping by the engine.
         self.store: Store = engine.store
+        self.names = _Names(engine)
         self.registry = registry if registry is not None else CollectorRegistry()
         self.recovery_from = frozenset(recovery_from)
         self.recovery_to = frozenset(recovery_to)
@@ -155,25 +220,31 @@ class EngineMetrics:
     # -- observers -----------------------------------------------------------------------------
 
     def on_transition(self, ev: TransitionEvent) -> None:
-        after, before = ev.after, ev.before
-        self.transitions.labels(after.type, ev.event, after.state).inc()
+        after, before, n = ev.after, ev.before, self.names
+        machine = n.machine(after)
+        self.transitions.labels(machine, n.event(after, ev.event), n.state(after)).inc()
         if before is None or before.state == after.state:
             return  # a start, or a self-transition: no state was left
         spent = max(0.0, after.updated_at - before.state_entered_at)
-        self.time_in_state.labels(before.type, before.state).observe(spent)
+        left = n.state(after, before.state)
+        self.time_in_state.labels(machine, left).observe(spent)
         if before.state in self.recovery_from and after.state in self.recovery_to:
-            self.recovery.labels(before.type, before.state).observe(spent)
+            self.recovery.labels(machine, left).observe(spent)
 
     def on_rejection(self, r: Rejection) -> None:
-        machine = r.workflow.type if r.workflow is not None else UNKNOWN
-        self.rejected.labels(machine, r.event, r.error.code).inc()
+        n = self.names
+        self.rejected.labels(
+            n.machine(r.workflow), n.event(r.workflow, r.event), r.error.code
+        ).inc()
 
     def on_retry(self, ev: RetryEvent) -> None:
         mode = "in_place" if ev.in_place else "transition"
-        self.retries.labels(ev.failed.type, ev.failed.state, mode).inc()
+        failed = ev.failed
+        self.retries.labels(self.names.machine(failed), self.names.state(failed), mode).inc()
 
     def on_step(self, workflow: WorkflowRow, step: str, seconds: float) -> None:
-        self.steps.labels(workflow.type, step).observe(seconds)
+        n = self.names
+        self.steps.labels(n.machine(workflow), n.step(workflow, step)).observe(seconds)
 
     def on_lag(self, report: LagReport) -> None:
         self.loop_stalls.observe(report.seconds)

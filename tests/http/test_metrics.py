@@ -1,18 +1,32 @@
 """``GET /metrics``: what went through the API (and a worker) shows up, on SQLite and
-PostgreSQL, parsed with prometheus_client's own parser."""
+PostgreSQL, parsed with prometheus_client's own parser; label values stay bounded by what the
+machines declare whatever callers send; and the token ``/metrics`` may be made to want."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
+
 import httpx
+import pytest
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from statewright import Engine, ManualClock, Next, RetryPolicy, Run, TransientError, Worker
 from statewright.definition.builtin.agent_task import agent_task_machine
+from statewright.engine.hooks import Rejection, RetryEvent
 from statewright.engine.workflow_type import WorkflowType
-from statewright.observability.metrics import EngineMetrics, attach_metrics
+from statewright.errors import IllegalTransition
+from statewright.http import create_app
+from statewright.http.metrics import OPS
+from statewright.observability.metrics import (
+    MAX_STEP_NAMES,
+    UNKNOWN,
+    EngineMetrics,
+    attach_metrics,
+)
 from statewright.testing import memory_engine
-from tests.http.conftest import auth
+from tests.http.conftest import auth, registry
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -102,8 +116,8 @@ async def test_transitions_time_in_state_recovery_rejections_and_workflow_counts
     # The refusals are in the store's rejections log too, with the caller and its tenant.
     logged = await engine.store.rejections(0.0)
     assert [(r.workflow_id, r.event, r.code, r.actor, r.tenant) for r in logged] == [
-        ("t2", "error_transient", "invalid_payload", "agent-7", "acme"),
-        ("t1", "start", "illegal_transition", "agent-7", "acme"),
+        ("t2", "error_transient", "invalid_payload", "agent-7", "default"),
+        ("t1", "start", "illegal_transition", "agent-7", "default"),
     ]
 
     wf = "statewright_workflows"
@@ -207,3 +221,88 @@ async def test_a_failing_store_makes_store_up_0_not_a_failed_scrape() -> None:
     text = (await metrics.render()).decode()  # the store is closed now
     assert "statewright_store_up 0.0" in text
     assert 'statewright_transitions_total{event="$start",machine="agent_task"' in text
+
+
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
+async def test_refused_event_names_nobody_declared_share_one_label(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    """3,000 refusals of distinct made-up event names: one series, not 3,000."""
+    r = await client.post(
+        "/v1/workflows", json={"type": "agent_task", "id": "w"}, headers=auth("agent")
+    )
+    assert r.status_code == 201, r.text
+    assert (await send(client, "w", "start")).status_code == 200
+    assert (await send(client, "w", "start")).status_code == 409  # a declared event, refused
+    before = len((await client.get("/metrics")).content)
+    names = [f"made_up_{i}" for i in range(3000)]
+    for batch in range(0, len(names), 100):
+        sent = await asyncio.gather(*(send(client, "w", n) for n in names[batch : batch + 100]))
+        assert {r.status_code for r in sent} == {409}
+    text = (await client.get("/metrics")).text
+    grown = len(text.encode()) - before
+    assert grown < 10_000, f"/metrics grew by {grown} bytes"
+    assert "made_up_" not in text
+    m = await scrape(client)
+    rej = "statewright_rejected_transitions_total"
+    assert value(m, rej, machine="agent_task", event=UNKNOWN, code="illegal_transition") == 3000
+    assert value(m, rej, machine="agent_task", event="start", code="illegal_transition") == 1
+
+
+async def test_labels_come_only_from_what_the_registered_machines_declare() -> None:
+    async with memory_engine([agent_task_machine()]) as engine:
+        metrics = attach_metrics(engine)
+        row = await engine.start("agent_task", workflow_id="a")
+        ghost = replace(row, type="ghost")  # a type this process has not registered
+        odd = replace(row, state="nowhere")  # a state the machine does not declare
+        refused = IllegalTransition("planned", "start")
+        metrics.on_rejection(Rejection("a", ghost.state, "start", refused, ghost))
+        metrics.on_rejection(Rejection("a", "planned", "cancel", refused, None))
+        metrics.on_retry(RetryEvent(odd, odd, 1.0))  # in place: same version
+        for i in range(MAX_STEP_NAMES + 50):  # step names come from code: the first are kept
+            metrics.on_step(row, f"step-{i}", 0.01)
+        metrics.on_step(ghost, "charge", 0.01)
+        text = (await metrics.render()).decode()
+    m: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            m[(s.name, frozenset(s.labels.items()))] = s.value
+    rej = "statewright_rejected_transitions_total"
+    assert value(m, rej, machine=UNKNOWN, event=UNKNOWN, code="illegal_transition") == 2
+    assert "ghost" not in text and "nowhere" not in text
+    retries = "statewright_retries_total"
+    assert value(m, retries, machine="agent_task", state=UNKNOWN, mode="in_place") == 1
+    steps = "statewright_step_duration_seconds_count"
+    assert value(m, steps, machine="agent_task", step="step-0") == 1
+    assert value(m, steps, machine="agent_task", step=f"step-{MAX_STEP_NAMES - 1}") == 1
+    assert value(m, steps, machine="agent_task", step=UNKNOWN) == 50
+    assert value(m, steps, machine=UNKNOWN, step=UNKNOWN) == 1
+    assert f'step="step-{MAX_STEP_NAMES}"' not in text
+
+
+async def test_metrics_can_want_an_ops_or_admin_token(engine: Engine) -> None:
+    tokens = registry()
+    tokens.add("ops-token-1", "prometheus", [OPS], "acme")
+    app = create_app(engine, tokens, manage_engine=False, metrics_auth=True)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://statewright") as c:
+        r = await c.get("/metrics")
+        assert r.status_code == 401, r.text
+        assert r.json()["error"]["code"] == "unauthorized"
+        assert r.headers["www-authenticate"] == "Bearer"
+        r = await c.get("/metrics", headers={"Authorization": "Bearer not-a-token"})
+        assert r.status_code == 401, r.text
+        for who in ("agent", "boss", "viewer"):
+            r = await c.get("/metrics", headers=auth(who))
+            assert r.status_code == 403, r.text
+            assert r.json()["error"]["code"] == "forbidden"
+            assert "ops or admin" in r.json()["error"]["message"]
+        for headers in (auth("admin"), {"Authorization": "Bearer ops-token-1"}):
+            r = await c.get("/metrics", headers=headers)
+            assert r.status_code == 200, r.text
+            assert "statewright_store_up 1.0" in r.text
+    # Open mode: the local caller is an admin.
+    app = create_app(engine, None, manage_engine=False, metrics_auth=True)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://statewright") as c:
+        assert (await c.get("/metrics")).status_code == 200

@@ -10,6 +10,14 @@ and two tenants), so the happy paths are reached too, not only 404s.
 The stream (``/v1/stream``) never ends by itself: schemathesis cuts it at its request timeout
 and checks the events it got. Bounded: derandomized, ``MAX_EXAMPLES`` per operation.
 
+The app runs with a small body limit (``BODY_LIMIT``). Hostile bodies are added as explicit
+cases, checked the same way: every operation that takes a body, sent one over the limit,
+answers the documented 413; JSON values nested 100, 256 and 10,000 levels deep in the fields
+that take any JSON (``input``, ``payload``, a step's ``result``) get a 4xx JSON error as
+documented, never a 5xx, and the workflow's reads still answer as documented afterwards.
+``positive_data_acceptance`` is left out for those: such bodies are schema-valid (JSON Schema
+cannot say "at most 1 MiB" or "at most 64 levels") and refused on purpose.
+
 ``negative_data_rejection`` is left out: it decides from the case as generated, and here the
 Authorization header the test adds (and hypothesis's shrinking, schemathesis#4332) can turn a
 "negative" case into a valid request; the API's refusals of bad input (unknown query
@@ -18,6 +26,7 @@ parameters and body fields, wrong types, bad ids) are asserted one by one in tes
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 import uuid
@@ -31,14 +40,15 @@ from fastapi import FastAPI
 from hypothesis import settings
 from hypothesis import strategies as st
 from schemathesis.python import asgi
-from schemathesis.specs.openapi.checks import negative_data_rejection
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
-from statewright import Engine, ManualClock, SQLiteStore
+from statewright import Engine, ManualClock, SQLiteStore, paging
 from statewright.engine.builtin import agent_task_type
 from statewright.http import create_app
 from tests.http.conftest import auth, order_type, refund_type, registry
 
 MAX_EXAMPLES = 25
+BODY_LIMIT = 64 * 1024
 STREAM_TIMEOUT = 0.3
 """Seconds a stream is read before it is cut (the stream polls every 0.02 s here)."""
 
@@ -67,7 +77,9 @@ SEEDS: list[tuple[str, str, str, list[tuple[str, dict[str, Any]]]]] = [
     ),
     ("other", "agent_task", "seed-globex", [("start", {})]),
 ]
-SEEDED_IDS = [seed[2] for seed in SEEDS]
+STORE_IDS = {"seed-globex": "globex:seed-globex"}
+"""Ids that callers seeing every tenant (admin) give tenant-qualified (statewright.ids)."""
+SEEDED_IDS = [seed[2] for seed in SEEDS] + list(STORE_IDS.values())
 TYPE_NAMES = ["agent_task", "order_fulfilment", "refund_approval"]
 
 
@@ -80,6 +92,7 @@ APP = create_app(
         clock=ManualClock(1_800_000_000.0),
     ),
     registry(),
+    max_body_bytes=BODY_LIMIT,
 )
 APP.state.stream_poll_interval = 0.02
 
@@ -103,6 +116,19 @@ def _real_ids(context: Any, path_parameters: dict[str, Any] | None) -> Any:
     return st.one_of(st.just(path_parameters), st.fixed_dictionaries(real))
 
 
+def _real_cursor(case: schemathesis.Case) -> None:
+    """A generated ``cursor`` is schema-valid (base64url) yet names no page (refused, 422):
+    make it a cursor of the right shape, as a previous page returns (any such one is a valid
+    place to start a page, forged ones too). Malformed cursors are tested in test_paging.py."""
+    if not case.query or "cursor" not in case.query:
+        return
+    if case.operation.path == "/v1/stuck":
+        key: tuple[Any, ...] = ("agent_task", "running", 1_800_000_000.0, "seed-running")
+    else:
+        key = (1_800_000_000.0, "seed-running")
+    case.query = {**case.query, "cursor": paging.encode(*key)}
+
+
 @pytest.fixture(scope="module")
 def app() -> Iterator[FastAPI]:
     """The app, seeded. Schemathesis's ASGI client runs it in its own event loop thread, and
@@ -115,7 +141,7 @@ def app() -> Iterator[FastAPI]:
                 assert r.status_code == 201, r.text
                 for event, payload in events:
                     r = client.post(
-                        f"/v1/workflows/{wid}/events",
+                        f"/v1/workflows/{STORE_IDS.get(wid, wid)}/events",
                         json={"event": event, "payload": payload},
                         headers=auth("admin"),
                     )
@@ -137,8 +163,109 @@ def app() -> Iterator[FastAPI]:
 def test_openapi_contract(case: schemathesis.Case, app: FastAPI, who: str) -> None:
     """``app`` (seeded) is what ``schema.app`` points the requests at."""
     streaming = case.operation.path == "/v1/stream"
+    _real_cursor(case)
     case.call_and_validate(
         headers=auth(who),
         timeout=STREAM_TIMEOUT if streaming else 10.0,
         excluded_checks=[negative_data_rejection],
     )
+
+
+# -- hostile bodies ------------------------------------------------------------------------
+
+BODY_OPERATIONS = sorted(
+    (path, method.upper())
+    for path, item in APP.openapi()["paths"].items()
+    for method, operation in item.items()
+    if "requestBody" in operation
+)
+PATH_VALUES = {"workflow_id": "seed-running", "step": "charge"}
+# A valid body for each, but for the field that takes any JSON value (``None``: no such field).
+BODIES: dict[tuple[str, str], tuple[dict[str, Any], str | None]] = {
+    ("/v1/workflows", "POST"): ({"type": "agent_task"}, "input"),
+    ("/v1/workflows/{workflow_id}/events", "POST"): ({"event": "block"}, "payload"),
+    ("/v1/workflows/{workflow_id}/inputs", "POST"): ({"name": "note"}, "payload"),
+    ("/v1/workflows/{workflow_id}/steps/{step}/resolve", "POST"): (
+        {"verdict": "applied", "reason": "checked by hand"},
+        "result",
+    ),
+    ("/v1/workflows/{workflow_id}/cancel", "POST"): ({"reason": "no longer needed"}, None),
+    ("/v1/approvals", "POST"): ({"workflow_id": "seed-paused", "decision": "approve"}, None),
+    ("/v1/workflows/{workflow_id}/resume", "POST"): ({"reason": "fixed upstream"}, None),
+}
+ANY_JSON = [op for op in BODY_OPERATIONS if BODIES[op][1] is not None]
+READS = [
+    "/v1/workflows/{workflow_id}",
+    "/v1/workflows/{workflow_id}/context",
+    "/v1/workflows/{workflow_id}/history",
+    "/v1/workflows",
+    "/v1/transitions",
+]
+
+
+def test_every_operation_with_a_body_has_hostile_cases() -> None:
+    assert sorted(BODIES) == BODY_OPERATIONS
+    assert len(ANY_JSON) == 4
+
+
+def hostile_case(operation: tuple[str, str], body: bytes) -> schemathesis.Case:
+    path, method = operation
+    names = {p.name for p in schema[path][method].path_parameters}
+    return schema[path][method].Case(
+        path_parameters={k: v for k, v in PATH_VALUES.items() if k in names},
+        body=body,  # bytes: sent as they are
+        media_type="application/json",
+    )
+
+
+def nested(depth: int, shape: str) -> bytes:
+    """A JSON value ``depth`` levels deep, written out (``json.dumps`` recurses, and stops
+    long before 10,000 levels)."""
+    if shape == "object":
+        return b'{"a":' * depth + b"1" + b"}" * depth
+    return b"[" * depth + b"1" + b"]" * depth
+
+
+@pytest.mark.parametrize("operation", BODY_OPERATIONS, ids="{0[1]} {0[0]}".format)
+def test_a_body_over_the_limit_is_refused_413_as_documented(
+    app: FastAPI, operation: tuple[str, str]
+) -> None:
+    fields, _ = BODIES[operation]
+    body = json.dumps({**fields, "pad": "x" * BODY_LIMIT}).encode()
+    assert len(body) > BODY_LIMIT
+    response = hostile_case(operation, body).call_and_validate(
+        headers=auth("admin"), excluded_checks=[negative_data_rejection, positive_data_acceptance]
+    )
+    assert response.status_code == 413, response.text
+    assert response.json()["error"] == {
+        "code": "payload_too_large",
+        "message": f"the request body is over the limit of {BODY_LIMIT} bytes",
+        "limit": BODY_LIMIT,
+    }
+
+
+@pytest.mark.parametrize("shape", ["object", "array"])
+@pytest.mark.parametrize("depth", [100, 256, 10_000])
+@pytest.mark.parametrize("operation", ANY_JSON, ids="{0[1]} {0[0]}".format)
+def test_deep_json_gets_a_4xx_json_error_never_a_5xx(
+    app: FastAPI, operation: tuple[str, str], depth: int, shape: str
+) -> None:
+    fields, field = BODIES[operation]
+    assert field is not None
+    value = nested(depth, shape)
+    if field != "result":  # input and payload are objects: the deep value goes inside
+        value = b'{"deep":' + value + b"}"
+    body = json.dumps(fields).encode()[:-1] + b', "' + field.encode() + b'": ' + value + b"}"
+    assert len(body) < BODY_LIMIT  # refused for its depth, not its size
+    response = hostile_case(operation, body).call_and_validate(
+        headers=auth("admin"), excluded_checks=[negative_data_rejection, positive_data_acceptance]
+    )
+    # Whatever got stored stays readable: the reads of the workflow answer as documented.
+    wid = response.json()["id"] if response.status_code == 201 else PATH_VALUES["workflow_id"]
+    for path in READS:
+        names = {p.name for p in schema[path]["GET"].path_parameters}
+        read = schema[path]["GET"].Case(path_parameters={"workflow_id": wid} if names else {})
+        read.call_and_validate(headers=auth("admin"), excluded_checks=[negative_data_rejection])
+    # The documented JSON error (call_and_validate checked the status, type and shape).
+    assert 400 <= response.status_code < 500, response.text
+    assert response.json()["error"]["code"], response.text

@@ -32,6 +32,9 @@ CLEAN_ENV: dict[str, str | None] = {
         "STATEWRIGHT_TOKEN",
         "STATEWRIGHT_HOST",
         "STATEWRIGHT_PORT",
+        "STATEWRIGHT_MAX_BODY_BYTES",
+        "STATEWRIGHT_MAX_HEADER_BYTES",
+        "STATEWRIGHT_METRICS_AUTH",
     )
 }
 

@@ -1,0 +1,92 @@
+"""``/docs`` (Swagger UI) and ``/redoc`` in a real Chromium against a real ``statewright
+serve``, with every request to anything but the service aborted: both render every operation
+of the OpenAPI document from the vendored files alone, send nothing outside the service and
+log no error, but for the one thing their Content-Security-Policy refuses on purpose (Redoc's
+vendor logo from cdn.redoc.ly)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import httpx
+from playwright.sync_api import Browser, Page, Route, expect
+
+from tests.browser.conftest import Server
+from tests.browser.test_dashboard import TIMEOUT, chromium_browser
+
+
+@dataclass
+class Offline:
+    """A page whose requests outside the service are aborted (and recorded)."""
+
+    page: Page
+    foreign: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    """What the page's Content-Security-Policy refused (before any request was made)."""
+
+    def console_error(self, text: str) -> None:
+        (self.refused if "Content Security Policy" in text else self.errors).append(text)
+
+
+@contextmanager
+def offline_page(browser: Browser, server: Server) -> Iterator[Offline]:
+    context = browser.new_context(viewport={"width": 1440, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT * 1000)
+    watched = Offline(page)
+
+    def only_the_service(route: Route) -> None:
+        url = route.request.url
+        if url.startswith(f"{server.url}/") or url.startswith(("data:", "blob:")):
+            route.continue_()
+        else:
+            watched.foreign.append(url)
+            route.abort()
+
+    context.route("**/*", only_the_service)
+    page.on("console", lambda msg: msg.type == "error" and watched.console_error(msg.text))
+    page.on("pageerror", lambda exc: watched.errors.append(f"uncaught: {exc}"))
+    try:
+        yield watched
+        assert not watched.foreign, f"requests outside the service: {watched.foreign}"
+        assert not watched.errors, f"errors in the page: {watched.errors}"
+    finally:
+        context.close()
+
+
+def operations(server: Server) -> list[str]:
+    """The summaries of the document's operations."""
+    document = httpx.get(f"{server.url}/openapi.json", timeout=10.0).json()
+    return [
+        op["summary"]
+        for item in document["paths"].values()
+        for method, op in item.items()
+        if method in ("get", "post", "put", "patch", "delete")
+    ]
+
+
+def test_swagger_ui_and_redoc_render_every_operation_offline(
+    open_server: Server, chromium: str
+) -> None:
+    summaries = operations(open_server)
+    assert len(summaries) > 10
+    with chromium_browser(chromium) as browser:
+        with offline_page(browser, open_server) as w:
+            w.page.goto(f"{open_server.url}/docs")
+            expect(w.page.locator(".swagger-ui .info .title")).to_contain_text("statewright")
+            expect(w.page.locator(".opblock")).to_have_count(len(summaries))
+            for summary in summaries:
+                expect(
+                    w.page.locator(".opblock-summary-description", has_text=summary).first
+                ).to_be_attached()
+            assert not w.refused, w.refused
+        with offline_page(browser, open_server) as w:
+            w.page.goto(f"{open_server.url}/redoc")
+            expect(w.page.locator("h1").first).to_contain_text("statewright")
+            for summary in summaries:
+                expect(w.page.locator("h2", has_text=summary).first).to_be_attached()
+            expect(w.page.get_by_alt_text("redocly logo")).to_have_count(0)  # hidden, refused
+            assert all("https://cdn.redoc.ly/" in r for r in w.refused), w.refused
