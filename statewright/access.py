@@ -8,17 +8,24 @@ engine only through :class:`Access`, which
   approval events need the ``approver`` role or a role the event names), and
 - records the caller as the actor of every transition it causes.
 
-Roles are the machine's own strings (``agent``, ``system``, ``operator``...) plus three with a
+Roles are the machine's own strings (``agent``, ``system``, ``operator``...) plus some with a
 fixed meaning: ``admin`` may fire every event that is not an approval, ``approver`` may fire
-approval events, and ``viewer`` alone may only read.
+approval events, ``viewer`` alone may only read, ``operator`` may resolve steps and resume
+parked workflows, and ``ops`` may read ``/metrics`` when the service runs with
+``--metrics-auth``.
+
+Workflow ids are scoped per tenant (:mod:`statewright.ids`): a caller bound to a tenant names
+its workflows by their ids in that tenant, and sees them so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import json
 import os
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,12 +33,27 @@ from typing import Any
 
 import yaml
 
+from statewright import ids
 from statewright.definition.machine import Event, Machine
-from statewright.engine.core import Engine, Stuck
+from statewright.engine.core import Engine, Stuck, id_for_key
 from statewright.engine.transitions import Dispatched
 from statewright.engine.workflow_type import Applied, NotApplied
-from statewright.errors import Forbidden, InvalidInput, Unauthorized, WorkflowNotFound
-from statewright.types import InboxItem, StepRecord, TransitionRecord, WorkflowFilter, WorkflowRow
+from statewright.errors import (
+    Forbidden,
+    IllegalTransition,
+    InvalidInput,
+    Unauthorized,
+    WorkflowNotFound,
+)
+from statewright.types import (
+    InboxItem,
+    StepRecord,
+    StuckKey,
+    TransitionRecord,
+    WorkflowFilter,
+    WorkflowRow,
+)
+from statewright.views import transition_view, workflow_view
 
 ADMIN = "admin"
 APPROVER = "approver"
@@ -40,7 +62,7 @@ OPERATOR = "operator"
 VIEWER = "viewer"
 ALL_TENANTS = "*"
 """A token whose tenant is ``*`` sees every tenant (operators, the local open mode)."""
-DEFAULT_TENANT = "default"
+DEFAULT_TENANT = ids.DEFAULT_TENANT
 
 
 @dataclass(frozen=True)
@@ -168,8 +190,8 @@ def _entry(item: Any, where: str) -> TokenEntry:
         raise InvalidInput(f"{where}: 'actor' must be a non-empty string")
     if not isinstance(roles, list) or not all(isinstance(r, str) and r for r in roles):
         raise InvalidInput(f"{where}: 'roles' must be a list of role names")
-    if not isinstance(tenant, str) or not tenant:
-        raise InvalidInput(f"{where}: 'tenant' must be a non-empty string")
+    if tenant != ALL_TENANTS and not ids.valid_id(tenant):
+        raise InvalidInput(f"{where}: 'tenant' must be '*' or a tenant name ({ids.RULE})")
     principal = Principal(actor, frozenset(roles), tenant)
     return TokenEntry(digest(token) if token is not None else str(sha).lower(), principal)
 
@@ -184,10 +206,38 @@ class Access:
     # -- reads -------------------------------------------------------------------------------
 
     async def get(self, workflow_id: str) -> WorkflowRow:
-        row = await self.engine.get(workflow_id)
-        if not self.principal.sees(row):
+        """The workflow the caller knows as ``workflow_id`` (its id within the caller's tenant
+        when the caller is bound to one: see :mod:`statewright.ids`)."""
+        scope = self.principal.scope
+        if scope is None:
+            return await self.engine.get(workflow_id)
+        if not ids.valid_id(workflow_id):
             raise WorkflowNotFound(workflow_id)
+        store = self.engine.store
+        store_id = ids.qualify(scope, workflow_id)
+        row = await store.get_workflow(store_id)
+        if row is None and store_id != workflow_id:
+            # One of this tenant's started before ids were scoped: kept under its bare id.
+            row = await store.get_workflow(workflow_id)
+        if row is None or not self.principal.sees(row):
+            raise WorkflowNotFound(workflow_id)
+        self.engine.transitions.rows.put(row)
         return row
+
+    def public_id(self, store_id: str) -> str:
+        """The id this caller knows a workflow by."""
+        return ids.local(store_id, self.principal.scope)
+
+    def view(self, row: WorkflowRow) -> dict[str, Any]:
+        """The workflow as this caller sees it: its id, the events it may fire now."""
+        view = workflow_view(row, self.allowed_for(row))
+        view["id"] = self.public_id(row.id)
+        return view
+
+    def transition_view(self, rec: TransitionRecord) -> dict[str, Any]:
+        view = transition_view(rec)
+        view["workflow_id"] = self.public_id(rec.workflow_id)
+        return view
 
     def machine_of(self, row: WorkflowRow) -> Machine:
         return self.engine.type_of(row.type, row.machine_version).machine
@@ -201,28 +251,31 @@ class Access:
             if self.principal.may_fire(machine.events[e])
         ]
 
-    async def history(self, workflow_id: str) -> list[TransitionRecord]:
-        await self.get(workflow_id)
-        return await self.engine.store.history(workflow_id)
+    async def history(
+        self, workflow_id: str, after_version: int = 0, limit: int | None = None
+    ) -> list[TransitionRecord]:
+        """The workflow's log in version order: after ``after_version``, at most ``limit``."""
+        row = await self.get(workflow_id)
+        return await self.engine.store.history(row.id, after_version, limit)
 
-    async def steps(self, workflow_id: str) -> list[StepRecord]:
-        await self.get(workflow_id)
-        return await self.engine.store.steps(workflow_id)
+    async def steps(
+        self,
+        workflow_id: str,
+        after: tuple[float, str] | None = None,
+        limit: int | None = None,
+    ) -> list[StepRecord]:
+        """The workflow's steps in ``(started_at, key)`` order, after ``after`` (a keyset)."""
+        row = await self.get(workflow_id)
+        return await self.engine.store.steps(row.id, after, limit)
 
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
-        scoped = WorkflowFilter(
-            type=where.type,
-            state=where.state,
-            terminal=where.terminal,
-            tenant=self._tenant_filter(where.tenant),
-            entered_before=where.entered_before,
-            limit=where.limit,
-            offset=where.offset,
-        )
+        """The caller's tenant's workflows (or the asked one's, for a caller seeing all)."""
+        scoped = dataclasses.replace(where, tenant=self._tenant_filter(where.tenant))
         return await self.engine.list_workflows(scoped)
 
-    async def stuck(self) -> list[Stuck]:
-        return await self.engine.stuck(tenant=self.principal.scope)
+    async def stuck(self, *, after: StuckKey | None = None, limit: int = 100) -> list[Stuck]:
+        """A page of the caller's tenant's stuck workflows (see :meth:`Engine.stuck`)."""
+        return await self.engine.stuck(tenant=self.principal.scope, after=after, limit=limit)
 
     async def transitions_since(self, seq: int, limit: int = 500) -> list[TransitionRecord]:
         return await self.engine.store.transitions_since(seq, limit, tenant=self.principal.scope)
@@ -240,14 +293,29 @@ class Access:
     ) -> tuple[WorkflowRow, bool]:
         """Start a workflow in the caller's tenant; returns ``(row, created)``."""
         self._writer("start workflows")
+        tenant = self._tenant_for_new(tenant)
+        if tenant != DEFAULT_TENANT:
+            workflow_id = await self._store_id_for_new(tenant, workflow_id, idempotency_key)
         return await self.engine.create(
             workflow_type,
             input,
             workflow_id=workflow_id,
             actor=self.principal.actor,
-            tenant=self._tenant_for_new(tenant),
+            tenant=tenant,
             idempotency_key=idempotency_key,
         )
+
+    async def _store_id_for_new(self, tenant: str, given: str | None, key: str | None) -> str:
+        """The store id a start in ``tenant`` (not the default) creates, or finds."""
+        if given is None and key is None:
+            return ids.qualify(tenant, uuid.uuid4().hex)
+        bare = ids.check_id(given) if given is not None else id_for_key(tenant, str(key))
+        kept = await self.engine.store.get_workflow(bare)
+        if kept is not None and kept.tenant == tenant:
+            # This tenant's, kept under its bare id (started through the Python API, or
+            # before ids were scoped): the start is a retry of that one.
+            return bare
+        return ids.qualify(tenant, bare)
 
     async def send(
         self,
@@ -279,15 +347,18 @@ class Access:
         """:meth:`send`, telling also whether it was an idempotent retry (``replayed``)."""
         row = await self.get(workflow_id)
         self._check_event(row, event)
-        return await self.engine.dispatch(
-            workflow_id,
-            event,
-            payload,
-            actor=self.principal.actor,
-            expected_version=expected_version,
-            idempotency_key=idempotency_key,
-            row=row,
-        )
+        try:
+            return await self.engine.dispatch(
+                row.id,
+                event,
+                payload,
+                actor=self.principal.actor,
+                expected_version=expected_version,
+                idempotency_key=idempotency_key,
+                row=row,
+            )
+        except IllegalTransition as exc:
+            raise self._refusal(row, exc) from None
 
     async def decide(
         self,
@@ -331,16 +402,19 @@ class Access:
         self._check_event(row, event)
         # The row is read once here (for the tenant and the event); firing plans on it, and
         # the compare-and-swap on its version keeps the decision on what was read.
-        return await self.engine.decide_ex(
-            workflow_id,
-            approve,
-            approver=approver or self.principal.actor,
-            comment=comment,
-            actor=self.principal.actor,
-            expected_version=expected_version,
-            idempotency_key=idempotency_key,
-            row=row,
-        )
+        try:
+            return await self.engine.decide_ex(
+                row.id,
+                approve,
+                approver=approver or self.principal.actor,
+                comment=comment,
+                actor=self.principal.actor,
+                expected_version=expected_version,
+                idempotency_key=idempotency_key,
+                row=row,
+            )
+        except IllegalTransition as exc:
+            raise self._refusal(row, exc) from None
 
     async def cancel(
         self, workflow_id: str, reason: str, *, idempotency_key: str | None = None
@@ -362,13 +436,16 @@ class Access:
         if event is None:
             raise InvalidInput(f"workflows of type {row.type!r} cannot be cancelled")
         self._check_event(row, event)
-        return await self.engine.cancel_ex(
-            workflow_id,
-            reason=reason,
-            actor=self.principal.actor,
-            idempotency_key=idempotency_key,
-            expected_version=expected_version,
-        )
+        try:
+            return await self.engine.cancel_ex(
+                row.id,
+                reason=reason,
+                actor=self.principal.actor,
+                idempotency_key=idempotency_key,
+                expected_version=expected_version,
+            )
+        except IllegalTransition as exc:
+            raise self._refusal(row, exc) from None
 
     # -- operator actions --------------------------------------------------------------------
 
@@ -376,17 +453,17 @@ class Access:
         self, workflow_id: str, step: str, verdict: Applied | NotApplied, *, reason: str
     ) -> StepRecord:
         """An operator's answer for a step whose outcome is unknown (roles operator/admin)."""
-        await self.get(workflow_id)  # another tenant's workflow does not exist for this caller
+        row = await self.get(workflow_id)  # another tenant's does not exist for this caller
         self._operator("resolve steps")
         return await self.engine.resolve_step(
-            workflow_id, step, verdict, actor=self.principal.actor, reason=reason
+            row.id, step, verdict, actor=self.principal.actor, reason=reason
         )
 
     async def resume(self, workflow_id: str, *, reason: str) -> WorkflowRow:
         """Make a parked workflow run its state's handler again (roles operator/admin)."""
-        await self.get(workflow_id)
+        row = await self.get(workflow_id)
         self._operator("resume workflows")
-        return await self.engine.resume(workflow_id, actor=self.principal.actor, reason=reason)
+        return await self.engine.resume(row.id, actor=self.principal.actor, reason=reason)
 
     async def post_input(
         self,
@@ -412,7 +489,7 @@ class Access:
         row = await self.get(workflow_id)
         self._writer("post inputs")
         return await self.engine.put_input(
-            workflow_id, name, payload, idempotency_key=idempotency_key, row=row
+            row.id, name, payload, idempotency_key=idempotency_key, row=row
         )
 
     # -- checks ------------------------------------------------------------------------------
@@ -435,6 +512,14 @@ class Access:
                 workflow_id=row.id,
                 allowed=self.allowed_for(row),
             )
+
+    def _refusal(self, row: WorkflowRow, exc: IllegalTransition) -> IllegalTransition:
+        """The refusal as this caller may see it: only the events it may fire are named as
+        allowed (like the ``allowed_events`` of a read), under the id it knows."""
+        events = self.machine_of(row).events
+        mine = [e for e in exc.allowed if e in events and self.principal.may_fire(events[e])]
+        workflow_id = None if exc.workflow_id is None else self.public_id(exc.workflow_id)
+        return IllegalTransition(exc.state, exc.event, mine, exc.reason, workflow_id)
 
     def _operator(self, what: str) -> None:
         if not self.principal.roles & {OPERATOR, ADMIN}:

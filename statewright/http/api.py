@@ -11,11 +11,13 @@ key with another request is refused (409 ``idempotency_key_reused``).
 from __future__ import annotations
 
 import logging
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Body, Header, Path, Query, Response
 from fastapi.responses import PlainTextResponse
 
+from statewright import jsonvalue, paging
 from statewright.access import Access
 from statewright.definition.machine import Machine
 from statewright.definition.render.mermaid import to_mermaid
@@ -23,14 +25,15 @@ from statewright.engine.workflow_type import Applied, NotApplied
 from statewright.errors import StatewrightError
 from statewright.http.deps import AccessDep, KnownQuery
 from statewright.http.errors import IDEMPOTENCY_KEY, REPLAYED
+from statewright.http.jsonbody import JSONBody
 from statewright.http.schemas import (
-    ID_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
     ApprovalIn,
     CancelIn,
     ErrorOut,
     EventIn,
     EventInfo,
+    HistoryPage,
     InputIn,
     InputPosted,
     ResolveAppliedIn,
@@ -39,18 +42,21 @@ from statewright.http.schemas import (
     StartIn,
     StateInfo,
     StepOut,
-    StuckOut,
-    TransitionOut,
+    StepPage,
+    StuckPage,
     TransitionPage,
     TypeOut,
     WorkflowList,
     WorkflowOut,
     not_null,
 )
-from statewright.types import WorkflowFilter, WorkflowRow
-from statewright.views import step_view, transition_view, workflow_view
+from statewright.ids import ID_PATTERN, REF_PATTERN
+from statewright.types import StepRecord, TransitionRecord, WorkflowFilter, WorkflowRow
+from statewright.views import step_view
 
 log = logging.getLogger("statewright.http")
+C = TypeVar("C")
+R = TypeVar("R")
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": text}
@@ -64,7 +70,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         "does not fit the workflow now (illegal_transition, version_conflict, "
         "workflow_exists, workflow_finished, idempotency_key_reused, lease_lost, "
         "workflow_busy, step_done).",
-        422: "Malformed request or payload (invalid_input, invalid_payload).",
+        422: "Malformed request or payload, or a JSON value nested deeper than the engine "
+        "takes (invalid_input, invalid_payload, value_too_deep).",
         503: "The store is unavailable and nothing was changed (store_error), or the "
         "connection broke after the write was sent and it may have been applied "
         "(outcome_unknown: retry with the same Idempotency-Key).",
@@ -89,7 +96,27 @@ class UnknownState(StatewrightError):
 
 
 router = APIRouter(prefix="/v1", responses=_ERRORS, dependencies=[KnownQuery])
-WorkflowId = Annotated[str, Path(pattern=ID_PATTERN, description="The workflow's id.")]
+MAX_OFFSET = 10_000
+"""Listings skip at most this many with ``offset``: deeper pages need a cursor."""
+PageLimit = Annotated[int, Query(ge=1, le=1000, description="At most this many (1-1000).")]
+Cursor = Annotated[
+    str | None,
+    Query(
+        min_length=1,
+        max_length=paging.MAX_CURSOR,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="`next_cursor` of the previous page, as it was returned.",
+        json_schema_extra=not_null,
+    ),
+]
+WorkflowId = Annotated[
+    str,
+    Path(
+        pattern=REF_PATTERN,
+        description="The workflow's id (a caller that sees every tenant may give a "
+        "tenant-qualified id, `tenant:id`).",
+    ),
+]
 TypeName = Annotated[str, Path(max_length=200, description="The workflow type (machine).")]
 TypeVersion = Annotated[int | None, Query(ge=1, le=2**31 - 1, json_schema_extra=not_null)]
 StepName = Annotated[
@@ -123,14 +150,18 @@ def _replay_doc(text: str, model: type[Any] = WorkflowOut) -> dict[int | str, di
     return {200: {"model": model, "description": text, "headers": _REPLAYED_HEADER}}
 
 
-def _replayed(response: Response) -> None:
-    response.status_code = 200
-    response.headers[REPLAYED] = "true"
+_REPLAY = {REPLAYED: "true"}
 
 
-def _out(access: Access, row: WorkflowRow) -> WorkflowOut:
-    stuck = access.engine.is_stuck(row)
-    return WorkflowOut(**workflow_view(row, access.allowed_for(row)), stuck=stuck)
+def _view(access: Access, row: WorkflowRow) -> dict[str, Any]:
+    return access.view(row) | {"stuck": access.engine.is_stuck(row)}
+
+
+def _body(content: Any, status_code: int = 200, *, replayed: bool = False) -> JSONBody:
+    """A response built from a view (see :mod:`statewright.http.jsonbody`)."""
+    if replayed:
+        return JSONBody(content, 200, headers=_REPLAY)
+    return JSONBody(content, status_code)
 
 
 def _type_out(access: Access, machine: Machine) -> TypeOut:
@@ -196,6 +227,7 @@ async def type_diagram(
 
 @router.post(
     "/workflows",
+    response_model=WorkflowOut,
     status_code=201,
     summary="Start a workflow (idempotent with a caller-chosen id or an Idempotency-Key)",
     responses=_replay_doc(
@@ -203,20 +235,23 @@ async def type_diagram(
         "Idempotency-Key (then without an id the key names the workflow)."
     ),
 )
-async def start_workflow(
-    body: StartIn, access: AccessDep, response: Response, key: IdempotencyKey = None
-) -> WorkflowOut:
+async def start_workflow(body: StartIn, access: AccessDep, key: IdempotencyKey = None) -> Response:
     row, created = await access.start(
         body.type, body.input, workflow_id=body.id, tenant=body.tenant, idempotency_key=key
     )
-    if not created:
-        response.status_code = 200
-        if key is not None:
-            _replayed(response)
-    return _out(access, row)
+    view = _view(access, row)
+    return _body(view, 201 if created else 200, replayed=not created and key is not None)
 
 
-@router.get("/workflows", summary="List workflows by type, state and age, oldest in state first")
+@router.get(
+    "/workflows",
+    response_model=WorkflowList,
+    summary="List workflows by type, state and age, oldest in state first",
+    description="A page at a time, in (time entered the state, id) order: pass `next_cursor` "
+    "as `cursor` for the next page (each page costs what the first does). `offset` still "
+    f"works up to {MAX_OFFSET:,} (counted after `cursor`, when both are given) but reads "
+    "and drops what it skips: page with `cursor`.",
+)
 async def list_workflows(
     access: AccessDep,
     type: Annotated[str | None, Query(max_length=200, json_schema_extra=not_null)] = None,
@@ -232,9 +267,17 @@ async def list_workflows(
         ),
     ] = None,
     tenant: Annotated[str | None, Query(pattern=ID_PATTERN, json_schema_extra=not_null)] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0, le=10**9)] = 0,
-) -> WorkflowList:
+    limit: PageLimit = 100,
+    offset: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=MAX_OFFSET,
+            description=f"Skip this many (at most {MAX_OFFSET:,}); page with `cursor` instead.",
+        ),
+    ] = 0,
+    cursor: Cursor = None,
+) -> Response:
     before = None if older_than is None else access.engine.clock.now() - older_than
     rows = await access.list_workflows(
         WorkflowFilter(
@@ -243,25 +286,43 @@ async def list_workflows(
             terminal=terminal,
             tenant=tenant,
             entered_before=before,
-            limit=limit,
+            limit=limit + 1,  # one more: is there a next page?
             offset=offset,
+            after=None if cursor is None else paging.workflow_after(cursor),
         )
     )
-    return WorkflowList(items=[_out(access, r) for r in rows], limit=limit, offset=offset)
+    page = rows[:limit]
+    return _body(
+        {
+            "items": [_view(access, r) for r in page],
+            "limit": limit,
+            "offset": offset,
+            "next_cursor": paging.workflow_cursor(page[-1]) if len(rows) > limit else None,
+        }
+    )
 
 
-@router.get("/workflows/{workflow_id}", summary="A workflow: state, summary, allowed events")
-async def get_workflow(workflow_id: WorkflowId, access: AccessDep) -> WorkflowOut:
-    return _out(access, await access.get(workflow_id))
+@router.get(
+    "/workflows/{workflow_id}",
+    response_model=WorkflowOut,
+    summary="A workflow: state, summary, allowed events",
+)
+async def get_workflow(workflow_id: WorkflowId, access: AccessDep) -> Response:
+    return _body(_view(access, await access.get(workflow_id)))
 
 
-@router.get("/workflows/{workflow_id}/context", summary="A workflow's full context")
-async def get_context(workflow_id: WorkflowId, access: AccessDep) -> dict[str, Any]:
-    return (await access.get(workflow_id)).context
+@router.get(
+    "/workflows/{workflow_id}/context",
+    response_model=dict[str, Any],
+    summary="A workflow's full context",
+)
+async def get_context(workflow_id: WorkflowId, access: AccessDep) -> Response:
+    return _body((await access.get(workflow_id)).context)
 
 
 @router.post(
     "/workflows/{workflow_id}/events",
+    response_model=WorkflowOut,
     summary="Fire an event",
     responses=_replay_doc("The workflow after the event (or as it is now, for a retry)."),
 )
@@ -269,9 +330,8 @@ async def send_event(
     workflow_id: WorkflowId,
     body: EventIn,
     access: AccessDep,
-    response: Response,
     key: IdempotencyKey = None,
-) -> WorkflowOut:
+) -> Response:
     sent = await access.dispatch(
         workflow_id,
         body.event,
@@ -279,23 +339,62 @@ async def send_event(
         expected_version=body.expected_version,
         idempotency_key=key,
     )
-    if sent.replayed:
-        _replayed(response)
-    return _out(access, sent.row)
+    return _body(_view(access, sent.row), replayed=sent.replayed)
 
 
-@router.get("/workflows/{workflow_id}/history", summary="The workflow's transition log")
-async def history(workflow_id: WorkflowId, access: AccessDep) -> list[TransitionOut]:
-    return [TransitionOut(**transition_view(r)) for r in await access.history(workflow_id)]
+@router.get(
+    "/workflows/{workflow_id}/history",
+    response_model=HistoryPage,
+    summary="The workflow's transition log, a page at a time",
+    description="In version order. For the next page pass `next_cursor` (the last entry's "
+    "version) as `after`.",
+)
+async def history(
+    workflow_id: WorkflowId,
+    access: AccessDep,
+    after: Annotated[
+        int,
+        Query(ge=0, le=2**31 - 1, description="Only entries after this version."),
+    ] = 0,
+    limit: PageLimit = 100,
+) -> Response:
+    row = await access.get(workflow_id)  # (and another tenant's does not exist)
+
+    async def fetch(version: int, n: int) -> list[TransitionRecord]:
+        return await access.engine.store.history(row.id, version, n)
+
+    items, last, more = await _budgeted(
+        fetch, after, lambda r: r.version, access.transition_view, limit
+    )
+    return _page(items, {"next_cursor": str(last) if more else None})
 
 
-@router.get("/workflows/{workflow_id}/steps", summary="The workflow's step ledger")
-async def steps(workflow_id: WorkflowId, access: AccessDep) -> list[StepOut]:
-    return [StepOut(**step_view(s)) for s in await access.steps(workflow_id)]
+@router.get(
+    "/workflows/{workflow_id}/steps",
+    response_model=StepPage,
+    summary="The workflow's step ledger, a page at a time",
+    description="In (started_at, key) order. A step run again while you page moves to its "
+    "new start: it may show up twice, never not at all.",
+)
+async def steps(
+    workflow_id: WorkflowId, access: AccessDep, cursor: Cursor = None, limit: PageLimit = 100
+) -> Response:
+    start = None if cursor is None else paging.step_after(cursor)  # (a bad one: 422 first)
+    row = await access.get(workflow_id)
+
+    async def fetch(after: tuple[float, str] | None, n: int) -> list[StepRecord]:
+        return await access.engine.store.steps(row.id, after, n)
+
+    items, last, more = await _budgeted(
+        fetch, start, lambda s: (s.started_at, s.key), step_view, limit
+    )
+    following = paging.step_cursor(*last) if more and last is not None else None
+    return _page(items, {"next_cursor": following})
 
 
 @router.post(
     "/workflows/{workflow_id}/cancel",
+    response_model=WorkflowOut,
     summary="Cancel (reaches a running step)",
     responses=_replay_doc(
         "Cancelled, or the cancel was handed to the worker running the workflow "
@@ -306,17 +405,15 @@ async def cancel(
     workflow_id: WorkflowId,
     body: CancelIn,
     access: AccessDep,
-    response: Response,
     key: IdempotencyKey = None,
-) -> WorkflowOut:
+) -> Response:
     cancelled = await access.cancel_ex(workflow_id, body.reason, idempotency_key=key)
-    if cancelled.replayed:
-        _replayed(response)
-    return _out(access, cancelled.row)
+    return _body(_view(access, cancelled.row), replayed=cancelled.replayed)
 
 
 @router.post(
     "/workflows/{workflow_id}/inputs",
+    response_model=InputPosted,
     status_code=201,
     summary="Post an input to the workflow's inbox",
     responses=_replay_doc(
@@ -328,25 +425,21 @@ async def post_input(
     workflow_id: WorkflowId,
     body: InputIn,
     access: AccessDep,
-    response: Response,
     key: IdempotencyKey = None,
-) -> InputPosted:
+) -> Response:
     item, created = await access.put_input(
         workflow_id, body.name, body.payload, idempotency_key=key
     )
-    if not created:
-        _replayed(response)
-    return InputPosted(id=item.id)
+    return _body({"id": item.id}, 201, replayed=not created)
 
 
 @router.post(
     "/approvals",
+    response_model=WorkflowOut,
     summary="Approval callback: approve or deny a paused workflow",
     responses=_replay_doc("The workflow after the decision (or as it is now, for a retry)."),
 )
-async def approval(
-    body: ApprovalIn, access: AccessDep, response: Response, key: IdempotencyKey = None
-) -> WorkflowOut:
+async def approval(body: ApprovalIn, access: AccessDep, key: IdempotencyKey = None) -> Response:
     decided = await access.decide_ex(
         body.workflow_id,
         body.decision == "approve",
@@ -355,13 +448,12 @@ async def approval(
         expected_version=body.expected_version,
         idempotency_key=key,
     )
-    if decided.replayed:
-        _replayed(response)
-    return _out(access, decided.row)
+    return _body(_view(access, decided.row), replayed=decided.replayed)
 
 
 @router.post(
     "/workflows/{workflow_id}/steps/{step}/resolve",
+    response_model=StepOut,
     summary="Operators: answer for a step whose outcome is unknown, then resume the workflow",
     description="`applied` with the result the external system holds (the step returns it "
     "from now on), or `not_applied` (the step is safe to run again). A parked workflow is "
@@ -370,39 +462,97 @@ async def approval(
 )
 async def resolve_step(
     workflow_id: WorkflowId, step: StepName, body: ResolveIn, access: AccessDep
-) -> StepOut:
+) -> Response:
     verdict = Applied(body.result) if isinstance(body, ResolveAppliedIn) else NotApplied()
     record = await access.resolve_step(workflow_id, step, verdict, reason=body.reason)
-    return StepOut(**step_view(record))
+    return _body(step_view(record))
 
 
 @router.post(
     "/workflows/{workflow_id}/resume",
+    response_model=WorkflowOut,
     summary="Operators: make a parked workflow run its state's handler again",
     description="Its finished steps return their results; the failure counters are kept. "
     "Needs the operator or admin role; refused (409) for a finished workflow, or while a "
     "worker holds it.",
 )
-async def resume(workflow_id: WorkflowId, body: ResumeIn, access: AccessDep) -> WorkflowOut:
-    return _out(access, await access.resume(workflow_id, reason=body.reason))
+async def resume(workflow_id: WorkflowId, body: ResumeIn, access: AccessDep) -> Response:
+    return _body(_view(access, await access.resume(workflow_id, reason=body.reason)))
 
 
-@router.get("/stuck", summary="Workflows past their state's stuck threshold, oldest first")
-async def stuck(access: AccessDep) -> list[StuckOut]:
-    return [
-        StuckOut(workflow=_out(access, s.workflow), age=s.age, threshold=s.threshold)
-        for s in await access.stuck()
-    ]
+@router.get(
+    "/stuck",
+    response_model=StuckPage,
+    summary="Workflows past their state's stuck threshold, a page at a time",
+    description="Ordered by type, state, time entered the state (so within a state the "
+    "oldest first) and id; each page is one range of an index. Parked workflows are here "
+    "once past their state's threshold. `/health/workflows` has the counts.",
+)
+async def stuck(access: AccessDep, cursor: Cursor = None, limit: PageLimit = 100) -> Response:
+    after = None if cursor is None else paging.stuck_after(cursor)
+    found = await access.stuck(after=after, limit=limit + 1)
+    page = found[:limit]
+    return _body(
+        {
+            "items": [
+                {"workflow": _view(access, s.workflow), "age": s.age, "threshold": s.threshold}
+                for s in page
+            ],
+            "next_cursor": paging.stuck_cursor(page[-1].key) if len(found) > limit else None,
+        }
+    )
 
 
-@router.get("/transitions", summary="The transition log after a cursor, in commit order")
+@router.get(
+    "/transitions",
+    response_model=TransitionPage,
+    summary="The transition log after a cursor, in commit order",
+)
 async def transitions(
     access: AccessDep,
     after: Annotated[int, Query(ge=0, le=2**62)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> TransitionPage:
-    records = await access.transitions_since(after, limit)
-    cursor = records[-1].seq if records else after
-    return TransitionPage(
-        items=[TransitionOut(**transition_view(r)) for r in records], cursor=cursor
+) -> Response:
+    items, cursor, _ = await _budgeted(
+        access.transitions_since, after, lambda r: r.seq, access.transition_view, limit
     )
+    return _page(items, {"cursor": cursor})
+
+
+PAGE_BYTES = 4 * 1024 * 1024
+"""A page of the log or the steps stops once its items pass this many bytes (and it holds at
+least one): with values of up to 256 KiB each, 1,000 of them must not make one response."""
+_CHUNK = 50
+"""Records read from the store at a time while filling a page (bounds the memory held)."""
+
+
+async def _budgeted(
+    fetch: Callable[[C, int], Awaitable[list[R]]],
+    cursor: C,
+    key: Callable[[R], C],
+    view: Callable[[R], dict[str, Any]],
+    limit: int,
+) -> tuple[list[str], C, bool]:
+    """Up to ``limit`` records after ``cursor``, each encoded (depth-proof), until the page
+    passes :data:`PAGE_BYTES`; the cursor after the last one; whether more follow."""
+    items: list[str] = []
+    size = 0
+    while True:
+        want = min(_CHUNK, limit - len(items) + 1)  # one more than fits: are there more?
+        batch = await fetch(cursor, want)
+        for rec in batch:
+            if len(items) == limit or (items and size > PAGE_BYTES):
+                return items, cursor, True
+            text = jsonvalue.dumps(view(rec), ensure_ascii=False)
+            items.append(text)
+            size += len(text)
+            cursor = key(rec)
+        if len(batch) < want:
+            return items, cursor, False
+
+
+def _page(items: list[str], rest: dict[str, Any]) -> Response:
+    """``{"items": [...], **rest}`` from items already encoded."""
+    tail = jsonvalue.dumps(rest, ensure_ascii=False)[1:]
+    body = '{"items":[' + ",".join(items) + "]" + ("," + tail if tail != "}" else "}")
+    return Response(body.encode("utf-8"), media_type="application/json")

@@ -9,7 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$"
+from statewright.ids import ID_PATTERN, REF_PATTERN  # one validator for every surface
+
 EVENT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,99}$"
 IDEMPOTENCY_KEY_PATTERN = r"^[!-~]{1,255}$"
 """An idempotency key: 1-255 printable ASCII characters, no spaces (the engine's rule)."""
@@ -107,7 +108,7 @@ class ApprovalIn(_In):
         }
     )
 
-    workflow_id: str = Field(pattern=ID_PATTERN)
+    workflow_id: str = Field(pattern=REF_PATTERN)
     decision: Literal["approve", "deny"]
     approver: str | None = Field(
         default=None,
@@ -212,10 +213,16 @@ class WorkflowOut(BaseModel):
     stuck: bool | None = None
 
 
+NEXT_CURSOR = (
+    "Pass as ?cursor= for the next page (the same filters); null: this was the last page."
+)
+
+
 class WorkflowList(BaseModel):
     items: list[WorkflowOut]
     limit: int
     offset: int
+    next_cursor: str | None = Field(description=NEXT_CURSOR)
 
 
 class TransitionOut(BaseModel):
@@ -229,6 +236,14 @@ class TransitionOut(BaseModel):
     actor: str
     context_patch: dict[str, Any] | None
     at: float
+
+
+class HistoryPage(BaseModel):
+    items: list[TransitionOut] = Field(description="Log entries in version order.")
+    next_cursor: str | None = Field(
+        description="Pass as ?after= for the next page (it is the last entry's version); "
+        "null: this was the last page."
+    )
 
 
 class TransitionPage(BaseModel):
@@ -257,6 +272,18 @@ class StuckOut(BaseModel):
     threshold: float
 
 
+class StepPage(BaseModel):
+    items: list[StepOut] = Field(description="Steps in (started_at, key) order.")
+    next_cursor: str | None = Field(description=NEXT_CURSOR)
+
+
+class StuckPage(BaseModel):
+    items: list[StuckOut] = Field(
+        description="By type, state, time entered (oldest first) and id."
+    )
+    next_cursor: str | None = Field(description=NEXT_CURSOR)
+
+
 class StuckCount(BaseModel):
     type: str
     state: str
@@ -264,10 +291,21 @@ class StuckCount(BaseModel):
     oldest_age: float
 
 
+class ParkedCount(BaseModel):
+    type: str
+    state: str
+    count: int
+
+
 class WorkflowHealth(BaseModel):
     status: Literal["ok", "stuck"]
-    stuck: int
+    stuck: int = Field(description="Workflows past their state's threshold (a true count).")
     by_state: list[StuckCount]
+    parked: int = Field(
+        description="Workflows waiting for an operator, whatever their age (each counts as "
+        "stuck too once past its state's threshold)."
+    )
+    parked_by_state: list[ParkedCount]
 
 
 class EventInfo(BaseModel):

@@ -27,11 +27,11 @@ import anyio
 from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from statewright import jsonvalue
 from statewright.access import Access
 from statewright.errors import StatewrightError
 from statewright.http.deps import KnownQuery, StreamAccessDep
-from statewright.http.schemas import ErrorOut, TransitionOut, not_null
-from statewright.views import transition_view
+from statewright.http.schemas import ErrorOut, not_null
 
 log = logging.getLogger("statewright.http")
 
@@ -156,7 +156,8 @@ async def _events(
             yield ServerSentEvent(body, event="stream_error")
             return
         for rec in batch:
-            data = TransitionOut(**transition_view(rec)).model_dump_json()
+            # Serialised without pydantic: a stored payload of any depth streams (jsonbody).
+            data = jsonvalue.dumps(access.transition_view(rec), ensure_ascii=False)
             yield ServerSentEvent(data, event="transition", id=str(rec.seq))
             cursor = rec.seq
             sent += 1

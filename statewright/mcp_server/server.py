@@ -26,7 +26,7 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from statewright import __version__
+from statewright import __version__, jsonvalue, paging
 from statewright.access import LOCAL, Access, Principal
 from statewright.definition.formats.document import to_dict
 from statewright.definition.render.mermaid import to_mermaid
@@ -172,25 +172,30 @@ class _Handlers:
     async def _list(
         self, access: Access, catalogue: Catalogue, args: dict[str, Any]
     ) -> dict[str, Any]:
-        _only(args, "type", "state", "terminal", "limit", "offset")
+        _only(args, "type", "state", "terminal", "limit", "offset", "cursor")
         terminal = args.get("terminal")
         if terminal is not None and not isinstance(terminal, bool):
             raise InvalidInput("'terminal' must be true or false")
-        limit = _int(args, "limit", 1, cat.MAX_LIST)
-        offset = _int(args, "offset", 0, 10**9)
-        where = WorkflowFilter(
-            type=_opt_text(args, "type"),
-            state=_opt_text(args, "state"),
-            terminal=terminal,
-            limit=20 if limit is None else limit,
-            offset=offset or 0,
+        limit = _int(args, "limit", 1, cat.MAX_LIST) or 20
+        offset = _int(args, "offset", 0, cat.MAX_OFFSET) or 0
+        cursor = _opt_text(args, "cursor")
+        rows = await access.list_workflows(
+            WorkflowFilter(
+                type=_opt_text(args, "type"),
+                state=_opt_text(args, "state"),
+                terminal=terminal,
+                limit=limit + 1,  # one more: is there a next page?
+                offset=offset,
+                after=None if cursor is None else paging.workflow_after(cursor),
+            )
         )
-        rows = await access.list_workflows(where)
+        page = rows[:limit]
         return {
-            "workflows": [brief(access, catalogue, r) for r in rows],
-            "count": len(rows),
-            "limit": where.limit,
-            "offset": where.offset,
+            "workflows": [brief(access, catalogue, r) for r in page],
+            "count": len(page),
+            "limit": limit,
+            "offset": offset,
+            "next_cursor": paging.workflow_cursor(page[-1]) if len(rows) > limit else None,
         }
 
     async def _start(
@@ -261,7 +266,7 @@ class _Handlers:
         seen: tuple[Any, ...] | None = None
         reports = 0
         while True:
-            key = (row.version, json.dumps(row.progress, sort_keys=True, default=str))
+            key = (row.version, jsonvalue.dumps(row.progress, sort_keys=True))
             if key != seen:
                 seen = key
                 reports += 1
@@ -448,7 +453,7 @@ async def _error_body(
             row = None
         if row is not None:
             body.update(
-                workflow_id=row.id,
+                workflow_id=access.public_id(row.id),
                 state=row.state,
                 version=row.version,
                 terminal=row.terminal,

@@ -17,6 +17,8 @@ from statewright.views import summarize
 
 RECENT = 5
 """How many of the last transitions the view carries."""
+STEPS_SHOWN = 200
+"""How many steps (the first, by start) the view carries at most."""
 
 
 def iso(at: float | None) -> str | None:
@@ -58,14 +60,14 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
     """The LLM-shaped view of one workflow (see the module docstring)."""
     machine = access.machine_of(row)
     store = access.engine.store
-    steps = await store.steps(row.id)
+    steps = await store.steps(row.id, limit=STEPS_SHOWN + 1)
     recent = await store.history(row.id, after_version=max(0, row.version - RECENT))
     actions = allowed_actions(access, catalogue, row)
     timers = [] if row.terminal else await store.timers(row.id)
     working = await automatic(access, row, timers)
     others = _others(access, row)
     view: dict[str, Any] = {
-        "workflow_id": row.id,
+        "workflow_id": access.public_id(row.id),
         "type": row.type,
         "state": row.state,
         "state_description": machine.states[row.state].description,
@@ -82,7 +84,7 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
     if others:
         view["others_may_fire"] = others
     if row.progress is not None:
-        view["progress"] = row.progress
+        view["progress"] = summarize(row.progress)
     if row.parked is not None:
         view["parked"] = row.parked
     if row.last_error:
@@ -90,10 +92,12 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
     if row.cancel_requested is not None:
         view["cancel_requested"] = True
     view["summary"] = summarize(row.context)
-    view["completed_steps"] = [_step(s) for s in steps if s.status == "done"]
-    unfinished = [_step(s) for s in steps if s.status != "done"]
+    view["completed_steps"] = [_step(s) for s in steps[:STEPS_SHOWN] if s.status == "done"]
+    unfinished = [_step(s) for s in steps[:STEPS_SHOWN] if s.status != "done"]
     if unfinished:
         view["unfinished_steps"] = unfinished
+    if len(steps) > STEPS_SHOWN:
+        view["more_steps"] = f"only the first {STEPS_SHOWN} steps are shown"
     view["recent_transitions"] = [transition(r) for r in recent]
     view["updated_at"] = iso(row.updated_at)
     view["in_state_since"] = iso(row.state_entered_at)
@@ -103,7 +107,7 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
 def brief(access: Access, catalogue: Catalogue, row: WorkflowRow) -> dict[str, Any]:
     """One line of a listing."""
     return {
-        "workflow_id": row.id,
+        "workflow_id": access.public_id(row.id),
         "type": row.type,
         "state": row.state,
         "terminal": row.terminal,

@@ -1,6 +1,6 @@
 """One app per test over each store: the HTTP suite runs on SQLite and on PostgreSQL.
 
-Tokens (tenant ``acme`` unless named): ``agent`` (roles agent), ``system`` (system),
+Tokens (tenant ``default`` unless named): ``agent`` (roles agent), ``system`` (system),
 ``boss`` (approver, operator), ``viewer`` (viewer), ``other`` (agent+approver in tenant
 ``globex``), ``admin`` (admin, approver, every tenant).
 """
@@ -28,10 +28,10 @@ from order_fulfilment import order_type  # noqa: E402
 from refund_approval import refund_type  # noqa: E402
 
 TOKENS = {
-    "agent": ("agent-token-1", "agent-7", ["agent"], "acme"),
-    "system": ("system-token-1", "billing-service", ["system"], "acme"),
-    "boss": ("boss-token-1", "alice", ["approver", "operator"], "acme"),
-    "viewer": ("viewer-token-1", "auditor", ["viewer"], "acme"),
+    "agent": ("agent-token-1", "agent-7", ["agent"], "default"),
+    "system": ("system-token-1", "billing-service", ["system"], "default"),
+    "boss": ("boss-token-1", "alice", ["approver", "operator"], "default"),
+    "viewer": ("viewer-token-1", "auditor", ["viewer"], "default"),
     "other": ("other-token-1", "mallory", ["agent", "approver"], "globex"),
     "admin": ("admin-token-1", "root", ["admin", "approver"], "*"),
 }

@@ -29,7 +29,7 @@ async def fired(engine: Engine, rule: str, **kw: object) -> list[Alert]:
     return [a for a in found if a.rule == rule]
 
 
-async def running(engine: Engine, wid: str, tenant: str = "acme") -> None:
+async def running(engine: Engine, wid: str, tenant: str = "default") -> None:
     await engine.start("agent_task", workflow_id=wid, tenant=tenant)
     await engine.send(wid, "start")
 
@@ -257,7 +257,7 @@ async def test_rules_can_be_chosen_and_thresholds_overridden(engine: Engine) -> 
 async def test_http_alerts_are_scoped_to_the_callers_tenant(
     client: httpx.AsyncClient, engine: Engine, clock: ManualClock
 ) -> None:
-    await running(engine, "a1", tenant="acme")
+    await running(engine, "a1", tenant="default")
     await running(engine, "g1", tenant="globex")
     await running(engine, "g2", tenant="globex")
     r = await client.get("/v1/alerts", headers=auth("viewer"))

@@ -111,7 +111,7 @@ async def test_start_creates_then_restart_is_idempotent(
     )
     assert r.status_code == 201, r.text
     body = r.json()
-    assert body["id"] == "t-1" and body["type"] == "agent_task" and body["tenant"] == "acme"
+    assert body["id"] == "t-1" and body["type"] == "agent_task" and body["tenant"] == "default"
     assert (body["state"], body["version"], body["terminal"]) == ("planned", 1, False)
     assert body["summary"] == {"goal": "ship"}
     assert body["allowed_events"] == ["start"]  # cancel needs operator/system
@@ -136,7 +136,7 @@ async def test_admin_starts_in_any_tenant_others_only_in_their_own(
     row = await start(client, "admin", wid="g-1", tenant="globex")
     assert row["tenant"] == "globex"
     assert (await start(client, "admin", wid="d-1"))["tenant"] == "default"
-    assert (await start(client, "agent", wid="a-1", tenant="acme"))["tenant"] == "acme"
+    assert (await start(client, "agent", wid="a-1", tenant="default"))["tenant"] == "default"
     async with unchanged(engine):
         r = await client.post(
             "/v1/workflows",
@@ -223,9 +223,9 @@ async def test_list_filters_by_type_state_terminal_age_and_pages(
     r = await client.get("/v1/workflows", params={"limit": 2, "offset": 2}, headers=auth("agent"))
     assert (r.json()["limit"], r.json()["offset"]) == (2, 2)
     # Tenants: admin sees all, may narrow; others only their own.
-    assert set(await ids("admin")) == acme | {"globex-1"}
-    assert await ids("admin", tenant="globex") == ["globex-1"]
-    assert set(await ids("agent", tenant="acme")) == acme
+    assert set(await ids("admin")) == acme | {"globex:globex-1"}  # store ids
+    assert await ids("admin", tenant="globex") == ["globex:globex-1"]
+    assert set(await ids("agent", tenant="default")) == acme
     async with unchanged(engine):
         r = await client.get("/v1/workflows", params={"tenant": "globex"}, headers=auth("agent"))
         error_of(r, 403, "forbidden")
@@ -235,7 +235,8 @@ async def test_history_steps_and_types(client: httpx.AsyncClient, engine: Engine
     await in_state(engine, client, "t-1", "running")
     r = await client.get("/v1/workflows/t-1/history", headers=auth("viewer"))
     assert r.status_code == 200, r.text
-    rows = r.json()
+    assert r.json()["next_cursor"] is None
+    rows = r.json()["items"]
     assert [(h["version"], h["from_state"], h["to_state"], h["event"]) for h in rows] == [
         (1, None, "planned", "$start"),
         (2, "planned", "running", "start"),
@@ -249,7 +250,8 @@ async def test_history_steps_and_types(client: httpx.AsyncClient, engine: Engine
     await engine.store.step_begin("t-1:parse", "t-1", "parse", at + 2)
     r = await client.get("/v1/workflows/t-1/steps", headers=auth("viewer"))
     assert r.status_code == 200, r.text
-    steps = {s["step"]: s for s in r.json()}
+    assert r.json()["next_cursor"] is None
+    steps = {s["step"]: s for s in r.json()["items"]}
     assert steps["fetch"]["status"] == "done" and steps["fetch"]["result"] == {"pages": 3}
     assert steps["parse"]["status"] == "executing" and steps["parse"]["finished_at"] is None
 
@@ -404,19 +406,19 @@ async def test_stuck_lists_workflows_past_their_threshold(
     await in_state(engine, client, "t-1", "running")  # stuck after 3600 s
     await in_state(engine, client, "t-2", "planned")  # default: a day
     await start(client, "other", wid="g-1")
-    await engine.send("g-1", "start", actor="setup")
+    await engine.send("globex:g-1", "start", actor="setup")  # its store id (ids)
     r = await client.get("/v1/stuck", headers=auth("agent"))
-    assert r.status_code == 200 and r.json() == []
+    assert r.status_code == 200 and r.json() == {"items": [], "next_cursor": None}
     clock.advance(3601)
     r = await client.get("/v1/stuck", headers=auth("agent"))
-    assert [(s["workflow"]["id"], s["age"], s["threshold"]) for s in r.json()] == [
+    assert [(s["workflow"]["id"], s["age"], s["threshold"]) for s in r.json()["items"]] == [
         ("t-1", 3601, 3600)
     ]
-    assert r.json()[0]["workflow"]["stuck"] is True
+    assert r.json()["items"][0]["workflow"]["stuck"] is True
     r = await client.get("/v1/workflows/t-2", headers=auth("agent"))
     assert r.json()["stuck"] is False
     r = await client.get("/v1/stuck", headers=auth("admin"))
-    assert {s["workflow"]["id"] for s in r.json()} == {"t-1", "g-1"}
+    assert {s["workflow"]["id"] for s in r.json()["items"]} == {"t-1", "globex:g-1"}
 
 
 async def test_transitions_page_after_a_cursor(client: httpx.AsyncClient, engine: Engine) -> None:
@@ -486,11 +488,13 @@ async def test_id_taken_by_another_type_or_tenant(
             "/v1/workflows", json={"type": "order_fulfilment", "id": "t-1"}, headers=auth("system")
         )
         assert error_of(r, 409, "workflow_exists")["existing_type"] == "agent_task"
-        r = await client.post(
-            "/v1/workflows", json={"type": "agent_task", "id": "t-1"}, headers=auth("other")
-        )
-        error = error_of(r, 409, "workflow_exists")
-        assert "agent_task" not in str(error["existing_type"])  # nothing leaks
+    # Another tenant's id is, for the caller, a free id: ids are scoped per tenant.
+    r = await client.post(
+        "/v1/workflows", json={"type": "order_fulfilment", "id": "t-1"}, headers=auth("other")
+    )
+    assert r.status_code == 201 and r.json()["id"] == "t-1" and r.json()["tenant"] == "globex"
+    assert (await engine.get("globex:t-1")).type == "order_fulfilment"
+    assert (await engine.get("t-1")).type == "agent_task"
 
 
 async def test_illegal_transition_names_state_and_allowed_events(

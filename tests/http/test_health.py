@@ -19,7 +19,13 @@ async def test_probes_answer_without_a_token(client: httpx.AsyncClient) -> None:
     assert (await client.get("/health")).json() == {"status": "ok", "store": "ok"}  # no worker
     r = await client.get("/health/workflows")
     assert r.status_code == 200
-    assert r.json() == {"status": "ok", "stuck": 0, "by_state": []}
+    assert r.json() == {
+        "status": "ok",
+        "stuck": 0,
+        "by_state": [],
+        "parked": 0,
+        "parked_by_state": [],
+    }
 
 
 async def test_workflows_health_is_503_while_one_is_stuck(
@@ -28,7 +34,7 @@ async def test_workflows_health_is_503_while_one_is_stuck(
     await in_state(engine, client, "t-1", "running")  # running: stuck after an hour
     await in_state(engine, client, "t-2", "planned")  # planned: the default, a day
     await start(client, "other", wid="g-1")
-    await engine.send("g-1", "start", actor="setup")  # another tenant's: counted too
+    await engine.send("globex:g-1", "start", actor="setup")  # another tenant's: counted too
     clock.advance(3000)
     await in_state(engine, client, "t-3", "running")
     r = await client.get("/health/workflows")
@@ -41,6 +47,8 @@ async def test_workflows_health_is_503_while_one_is_stuck(
         "status": "stuck",
         "stuck": 2,
         "by_state": [{"type": "agent_task", "state": "running", "count": 2, "oldest_age": 3601}],
+        "parked": 0,
+        "parked_by_state": [],
     }
     assert "t-1" not in r.text and "g-1" not in r.text  # counts only, no ids
     assert (await client.get("/livez")).status_code == 200  # the process is fine
@@ -50,10 +58,10 @@ async def test_workflows_health_is_503_while_one_is_stuck(
     await engine.send("t-1", "request_approval", actor="setup")
     r = await client.get("/health/workflows")
     assert r.status_code == 503 and r.json()["stuck"] == 1
-    await engine.send("g-1", "complete", actor="setup")
+    await engine.send("globex:g-1", "complete", actor="setup")
     r = await client.get("/health/workflows")
     assert r.status_code == 200, r.text
-    assert r.json() == {"status": "ok", "stuck": 0, "by_state": []}
+    assert r.json()["stuck"] == 0 and r.json()["by_state"] == []
 
 
 async def test_ready_is_503_when_the_store_is_gone(

@@ -327,7 +327,7 @@ async def test_the_views_show_parking_and_step_outcomes(
     await park_with_unknown_step(engine, "t-1")
     wf = (await client.get("/v1/workflows/t-1", headers=auth("agent"))).json()
     assert (wf["parked"], wf["total_attempts"], wf["attempts"]) == ("step_outcome_unknown", 1, 1)
-    [step] = (await client.get("/v1/workflows/t-1/steps", headers=auth("agent"))).json()
+    [step] = (await client.get("/v1/workflows/t-1/steps", headers=auth("agent"))).json()["items"]
     assert (step["step"], step["status"], step["outcome"]) == ("charge", "failed", "unknown")
 
 

@@ -50,7 +50,8 @@ def events_of(text: str) -> list[dict[str, str]]:
 
 async def history_rows(client: httpx.AsyncClient, wid: str) -> list[dict[str, Any]]:
     r = await client.get(f"/v1/workflows/{wid}/history", headers=auth("admin"))
-    rows: list[dict[str, Any]] = r.json()
+    assert r.json()["next_cursor"] is None
+    rows: list[dict[str, Any]] = r.json()["items"]
     return rows
 
 
@@ -158,11 +159,11 @@ async def test_transitions_of_the_callers_tenant_from_a_cursor(
     # The other tenant's stream: its one transition only; admin's: all of them.
     r = await fast.get("/v1/stream?limit=1", headers=auth("other"))
     assert [json.loads(e["data"])["workflow_id"] for e in events_of(r.text)] == ["g-1"]
-    r = await fast.get("/v1/stream?limit=4", headers=auth("admin"))
+    r = await fast.get("/v1/stream?limit=4", headers=auth("admin"))  # store ids (ids)
     assert [json.loads(e["data"])["workflow_id"] for e in events_of(r.text)] == [
         "t-1",
         "t-1",
-        "g-1",
+        "globex:g-1",
         "t-2",
     ]
 
@@ -178,7 +179,7 @@ async def test_live_transitions_arrive_as_they_commit(
     await asyncio.sleep(0.1)  # the stream is now polling an empty tail
     assert not reading.done()
     await start(fast, "other", wid="g-1")  # not for acme's eyes
-    await engine.send("g-1", "start", actor="setup")
+    await engine.send("globex:g-1", "start", actor="setup")
     r = await fast.post("/v1/workflows/t-1/events", json={"event": "start"}, headers=auth("agent"))
     assert r.status_code == 200
     await start(fast, wid="t-2")
@@ -226,7 +227,7 @@ async def test_keepalive_pings_and_client_disconnect(
         return await poll(*args, **kwargs)
 
     monkeypatch.setattr(engine.store, "transitions_since", counted)
-    await engine.start("agent_task", workflow_id="t-1", tenant="acme")
+    await engine.start("agent_task", workflow_id="t-1", tenant="default")
     async with Stream(app, "/v1/stream", auth("agent")) as stream:
         await stream.until(lambda text: "event: transition" in text)
         await stream.until(lambda text: text.count(": ping") >= 2)
@@ -242,7 +243,7 @@ async def test_keepalive_pings_and_client_disconnect(
 
 
 async def test_server_shutdown_ends_open_streams(app: FastAPI, engine: Engine) -> None:
-    await engine.start("agent_task", workflow_id="t-1", tenant="acme")
+    await engine.start("agent_task", workflow_id="t-1", tenant="default")
     async with Stream(app, "/v1/stream", auth("agent")) as stream:
         await stream.until(lambda text: "event: transition" in text)
         assert not stream.ended.is_set()

@@ -29,7 +29,7 @@ import yaml
 from mcp import Client, ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from statewright import SQLiteStore
+from statewright import SQLiteStore, ids
 from statewright.types import TransitionRecord
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,12 +104,14 @@ def approval_tools(names: set[str]) -> set[str]:
     return {n for n in names if n.endswith(tuple(f"__{e}" for e in APPROVAL_EVENTS))}
 
 
-async def history(db: Path, workflow_id: str) -> list[TransitionRecord]:
-    """The workflow's log, read from the SQLite file the server writes."""
+async def history(db: Path, workflow_id: str, tenant: str = "acme") -> list[TransitionRecord]:
+    """The log of ``tenant``'s workflow ``workflow_id`` (the id its callers know it by: the
+    store keys it ``tenant:id``, see statewright.ids), read from the SQLite file the server
+    writes."""
     store = SQLiteStore(db)
     await store.open()
     try:
-        return await store.history(workflow_id)
+        return await store.history(ids.qualify(tenant, workflow_id))
     finally:
         await store.close()
 

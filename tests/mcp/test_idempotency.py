@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from statewright import Engine, SQLiteStore, Worker
+from statewright import Engine, SQLiteStore, Worker, ids
 from statewright.access import Principal
 from statewright.engine.builtin import agent_task_type
 from statewright.errors import OutcomeUnknown
@@ -187,7 +187,8 @@ async def test_start_without_an_id_retried_with_its_key_makes_one_workflow(
         other = {**args, "input": {**ORDER, "quantity": 2}}
         err = tool_error(await c.call_tool("start_workflow", other))
         assert err["code"] == "idempotency_key_reused"
-    assert [r.id for r in await sqlite_engine.list_workflows()] == [once["workflow_id"]]
+    stored = [r.id for r in await sqlite_engine.list_workflows()]
+    assert stored == [ids.qualify("acme", once["workflow_id"])]  # its store id (ids)
 
 
 # -- post_input ---------------------------------------------------------------------------------

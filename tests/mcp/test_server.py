@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from mcp import Client, MCPError
 
-from statewright import Engine, SQLiteStore, Worker
+from statewright import Engine, SQLiteStore, Worker, ids
 from statewright.access import LOCAL, Principal
 from statewright.engine.builtin import agent_task_type
 from statewright.mcp_server import build_catalogue, create_server
@@ -84,7 +84,7 @@ async def test_drive_an_order_to_delivered_over_either_store(any_engine: Engine)
             )
         )
         assert ready["state"] == "fulfillment_triggered" and progress.seen
-        logged = await engine.history(wid)
+        logged = await engine.history(ids.qualify("acme", wid))  # store id (ids)
         err = tool_error(
             await c.call_tool(
                 "order_fulfilment__close", {"workflow_id": wid, "expected_version": 5}
@@ -92,7 +92,7 @@ async def test_drive_an_order_to_delivered_over_either_store(any_engine: Engine)
         )
         assert (err["code"], err["state"]) == ("illegal_transition", "fulfillment_triggered")
         assert err["allowed_actions"] == ["order_fulfilment__ship"]
-        assert await engine.history(wid) == logged
+        assert await engine.history(ids.qualify("acme", wid)) == logged
         ship = {"workflow_id": wid, "payload": {"tracking_number": "T-7"}}
         assert data(await c.call_tool("order_fulfilment__ship", ship))["state"] == "shipped"
         done = data(await c.call_tool("order_fulfilment__deliver", {"workflow_id": wid}))
@@ -103,8 +103,8 @@ async def test_drive_an_order_to_delivered_over_either_store(any_engine: Engine)
             "capture",
             "fulfil",
         ]
-    assert (await engine.get(wid)).state == "delivered"
-    await engine.check(wid)  # the log replays to the row
+    assert (await engine.get(ids.qualify("acme", wid))).state == "delivered"
+    await engine.check(ids.qualify("acme", wid))  # the log replays to the row
 
 
 async def test_event_tools_carry_the_events_schema_and_where_they_fire(engine: Engine) -> None:

@@ -1,0 +1,80 @@
+"""Workflow ids and tenant names: one validator for every surface (Python, CLI, HTTP, MCP),
+and how the surfaces scope ids per tenant.
+
+**Through HTTP and MCP, ids are scoped per tenant.** A workflow a caller starts in tenant
+``acme`` is kept under the *qualified* id ``acme:order-1``; the ``default`` tenant's keep
+their bare ids. A caller bound to one tenant (an API token with a ``tenant``) names
+workflows by their ids *in* that tenant, so two tenants may both have an ``order-1``, and no
+response tells one tenant whether an id exists in another: another tenant's workflow is, for
+the caller, exactly as absent as a free id. ``:`` cannot appear in an id or a tenant name, so
+a qualified id never collides with a bare one. Callers that see every tenant (an API token
+with tenant ``*``, the local open mode) see and give store ids (``acme:order-1``).
+
+The Python API and the CLI are trusted with every tenant and use store ids as given:
+``engine.start(..., workflow_id="order-1", tenant="acme")`` keeps the bare id ``order-1``.
+A tenant's callers still find such a workflow of theirs by that id (as they find those
+started before ids were scoped), and a start of that id in that tenant is a retry of it. A
+bare id given to another tenant this way is the one id a default-tenant caller cannot reuse.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from statewright.errors import InvalidInput
+
+SEPARATOR = ":"
+DEFAULT_TENANT = "default"
+_NAME = r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}"
+ID_PATTERN = rf"^{_NAME}$"
+"""A local workflow id or a tenant name (as a JSON-Schema/OpenAPI pattern)."""
+REF_PATTERN = rf"^(?:{_NAME}{SEPARATOR})?{_NAME}$"
+"""A store id: a local id, optionally qualified by its tenant."""
+_ID = re.compile(_NAME)
+_REF = re.compile(rf"(?:({_NAME}){SEPARATOR})?({_NAME})")
+RULE = "1-200 letters, digits, '_', '.', '-', starting with a letter or digit"
+
+
+def valid_id(value: Any) -> bool:
+    """Whether ``value`` is a valid local id or tenant name. The whole string must match (a
+    trailing newline, which ``re.match(r"...$")`` lets through, is refused)."""
+    return isinstance(value, str) and _ID.fullmatch(value) is not None
+
+
+def check_id(value: Any, what: str = "workflow id") -> str:
+    if not valid_id(value):
+        raise InvalidInput(f"invalid {what} {value!r}: {RULE}", field=what)
+    return str(value)
+
+
+def check_ref(value: Any, tenant: str | None = None) -> str:
+    """A store id (``id`` or ``tenant:id``); with ``tenant``, a qualified id must be that
+    tenant's."""
+    match = _REF.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        raise InvalidInput(
+            f"invalid workflow id {value!r}: {RULE} (optionally after '<tenant>:')",
+            field="workflow id",
+        )
+    prefix = match.group(1)
+    if prefix is not None and tenant is not None and prefix != tenant:
+        raise InvalidInput(
+            f"workflow id {value!r} is qualified by tenant {prefix!r}, not {tenant!r}",
+            field="workflow id",
+        )
+    return str(value)
+
+
+def qualify(tenant: str, local: str) -> str:
+    """The store id of a tenant's workflow ``local`` (bare in the default tenant)."""
+    if tenant == DEFAULT_TENANT or SEPARATOR in local:
+        return local
+    return f"{tenant}{SEPARATOR}{local}"
+
+
+def local(store_id: str, tenant: str | None) -> str:
+    """The id a caller bound to ``tenant`` knows ``store_id`` by (None: sees every tenant)."""
+    if tenant is not None and store_id.startswith(tenant + SEPARATOR):
+        return store_id[len(tenant) + 1 :]
+    return store_id
