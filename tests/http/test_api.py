@@ -652,3 +652,21 @@ async def test_unsupported_methods_are_405_with_allow(client: httpx.AsyncClient)
     assert r.headers["allow"] == "POST"
     r = await client.get("/v1/no-such-path", headers=auth("admin"))
     error_of(r, 404, "not_found")
+
+
+async def test_an_illegal_transition_names_only_the_events_the_caller_may_fire(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    await in_state(engine, client, "t-1", "paused")
+    for who in ("agent", "system", "boss"):
+        shown = (await client.get("/v1/workflows/t-1", headers=auth(who))).json()
+        async with unchanged(engine):
+            r = await client.post(
+                "/v1/workflows/t-1/events", json={"event": "no_such_event"}, headers=auth(who)
+            )
+        error = error_of(r, 409, "illegal_transition")
+        # As GET shows it: an agent is not told of the approval events it may not fire.
+        assert error["allowed"] == shown["allowed_events"], who
+        assert "approval_granted" not in error["message"] or who == "boss"
+    agent = (await client.get("/v1/workflows/t-1", headers=auth("agent"))).json()
+    assert "approval_granted" not in agent["allowed_events"]
