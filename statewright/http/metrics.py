@@ -15,7 +15,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from pydantic import BaseModel, Field
 
-from statewright.access import ADMIN, LOCAL, Principal, TokenRegistry
+from statewright.access import ADMIN, LOCAL, Access, Principal, TokenRegistry
 from statewright.engine.core import Engine
 from statewright.errors import Forbidden
 from statewright.http.deps import AccessDep, bearer
@@ -53,7 +53,7 @@ class AlertsOut(BaseModel):
     alerts: list[AlertOut]
 
 
-def _alert_out(a: Alert) -> AlertOut:
+def _alert_out(a: Alert, access: Access) -> AlertOut:
     return AlertOut(
         rule=a.rule,
         severity=a.severity,
@@ -61,7 +61,7 @@ def _alert_out(a: Alert) -> AlertOut:
         type=a.type,
         state=a.state,
         count=a.count,
-        sample_ids=list(a.sample_ids),
+        sample_ids=[access.public_id(i) for i in a.sample_ids],  # the ids the caller knows
         value=a.value,
         threshold=a.threshold,
     )
@@ -120,7 +120,8 @@ async def _check_ops(request: Request) -> None:
 async def alerts(access: AccessDep, request: Request) -> AlertsOut:
     thresholds: AlertThresholds = request.app.state.alert_thresholds
     found = await evaluate_alerts(access.engine, thresholds, tenant=access.principal.scope)
-    return AlertsOut(status="firing" if found else "ok", alerts=[_alert_out(a) for a in found])
+    alerts = [_alert_out(a, access) for a in found]
+    return AlertsOut(status="firing" if found else "ok", alerts=alerts)
 
 
 def install(app: FastAPI, engine: Engine, thresholds: AlertThresholds | None = None) -> None:

@@ -284,3 +284,18 @@ async def test_http_alerts_are_scoped_to_the_callers_tenant(
     assert ref.endswith("/AlertsOut")
     assert "sample_ids" in schema["components"]["schemas"]["AlertOut"]["properties"]
     assert "/metrics" in schema["paths"]
+
+
+async def test_http_alerts_name_workflows_by_the_ids_the_caller_knows(
+    client: httpx.AsyncClient, engine: Engine, clock: ManualClock
+) -> None:
+    r = await client.post(
+        "/v1/workflows", json={"type": "agent_task", "id": "g-1"}, headers=auth("other")
+    )
+    assert r.status_code == 201
+    await engine.send("globex:g-1", "start")  # its store id (statewright.ids)
+    clock.advance(2 * HOUR)
+    [alert] = (await client.get("/v1/alerts", headers=auth("other"))).json()["alerts"]
+    assert alert["sample_ids"] == ["g-1"]
+    [alert] = (await client.get("/v1/alerts", headers=auth("admin"))).json()["alerts"]
+    assert alert["sample_ids"] == ["globex:g-1"]
