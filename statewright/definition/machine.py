@@ -7,7 +7,7 @@ validated once, and then only read. Everything here is a frozen dataclass.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 from typing import Any
@@ -136,6 +136,27 @@ class Transition:
         return self.sources == (self.target,)
 
 
+WILDCARD = "*"
+"""As a transition's source: every state that is not terminal."""
+
+
+def expand_wildcards(
+    transitions: Iterable[Transition], states: Iterable[State]
+) -> tuple[Transition, ...]:
+    """Transitions with the source ``*`` replaced by every non-terminal state (in declaration
+    order, after any named with it). The expanded edges are checked like any other: an
+    unguarded one next to an explicit unguarded edge of the same state and event is an
+    ``ambiguous_transition`` naming that state."""
+    live = [s.name for s in states if not s.terminal]
+    out: list[Transition] = []
+    for t in transitions:
+        if WILDCARD in t.sources:
+            named = [s for s in t.sources if s != WILDCARD]
+            t = replace(t, sources=tuple(dict.fromkeys([*named, *live])))
+        out.append(t)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class Machine:
     """A validated state machine definition. Build it with :class:`MachineBuilder`."""
@@ -168,7 +189,7 @@ class Machine:
 
         state_list = list(states)
         event_list = list(events)
-        transition_list = tuple(transitions)
+        transition_list = expand_wildcards(transitions, state_list)
         validate(name, version, state_list, event_list, transition_list)
         by_source: dict[str, dict[str, list[Transition]]] = {}
         for t in transition_list:

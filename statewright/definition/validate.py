@@ -91,6 +91,9 @@ def _check_names(out: _Problems, states: Sequence[State], events: Sequence[Event
     for s in states:
         if not isinstance(s.name, str) or not s.name.strip():
             out.add("invalid_state_name", f"state name {s.name!r} is empty", state=s.name)
+        elif s.name == "*":
+            msg = "state name '*' is reserved: as a source it means every non-terminal state"
+            out.add("invalid_state_name", msg, state=s.name)
     for e in events:
         if not isinstance(e.name, str) or not e.name.strip():
             out.add("invalid_event_name", f"event name {e.name!r} is empty", event=e.name)
