@@ -252,10 +252,17 @@ class Access:
         ]
 
     async def history(
-        self, workflow_id: str, after_version: int = 0, limit: int | None = None
+        self,
+        workflow_id: str,
+        after_version: int = 0,
+        limit: int | None = None,
+        *,
+        row: WorkflowRow | None = None,
     ) -> list[TransitionRecord]:
-        """The workflow's log in version order: after ``after_version``, at most ``limit``."""
-        row = await self.get(workflow_id)
+        """The workflow's log in version order: after ``after_version``, at most ``limit``.
+        ``row``: the workflow as this caller already read it (a page read in chunks reads
+        it once)."""
+        row = await self._seen(workflow_id, row)
         return await self.engine.store.history(row.id, after_version, limit)
 
     async def steps(
@@ -263,10 +270,19 @@ class Access:
         workflow_id: str,
         after: tuple[float, str] | None = None,
         limit: int | None = None,
+        *,
+        row: WorkflowRow | None = None,
     ) -> list[StepRecord]:
         """The workflow's steps in ``(started_at, key)`` order, after ``after`` (a keyset)."""
-        row = await self.get(workflow_id)
+        row = await self._seen(workflow_id, row)
         return await self.engine.store.steps(row.id, after, limit)
+
+    async def _seen(self, workflow_id: str, row: WorkflowRow | None) -> WorkflowRow:
+        if row is None:
+            return await self.get(workflow_id)
+        if not self.principal.sees(row):
+            raise WorkflowNotFound(workflow_id)
+        return row
 
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
         """The caller's tenant's workflows (or the asked one's, for a caller seeing all)."""

@@ -361,7 +361,7 @@ async def history(
     row = await access.get(workflow_id)  # (and another tenant's does not exist)
 
     async def fetch(version: int, n: int) -> list[TransitionRecord]:
-        return await access.engine.store.history(row.id, version, n)
+        return await access.history(workflow_id, version, n, row=row)
 
     items, last, more = await _budgeted(
         fetch, after, lambda r: r.version, access.transition_view, limit
@@ -383,7 +383,7 @@ async def steps(
     row = await access.get(workflow_id)
 
     async def fetch(after: tuple[float, str] | None, n: int) -> list[StepRecord]:
-        return await access.engine.store.steps(row.id, after, n)
+        return await access.steps(workflow_id, after, n, row=row)
 
     items, last, more = await _budgeted(
         fetch, start, lambda s: (s.started_at, s.key), step_view, limit
@@ -522,8 +522,9 @@ async def transitions(
 PAGE_BYTES = 4 * 1024 * 1024
 """A page of the log or the steps stops once its items pass this many bytes (and it holds at
 least one): with values of up to 256 KiB each, 1,000 of them must not make one response."""
-_CHUNK = 50
-"""Records read from the store at a time while filling a page (bounds the memory held)."""
+_CHUNK = 101
+"""Records read from the store at a time while filling a page (bounds the memory held); a
+page of the default 100 is one read."""
 
 
 async def _budgeted(
