@@ -5,7 +5,15 @@ from __future__ import annotations
 import logging
 
 from statewright.clock import Clock, ManualClock, SystemClock
-from statewright.definition.machine import Event, Guard, Machine, MachineBuilder, State, Transition
+from statewright.definition.machine import (
+    Assign,
+    Event,
+    Guard,
+    Machine,
+    MachineBuilder,
+    State,
+    Transition,
+)
 from statewright.engine import (
     Applied,
     Engine,
@@ -20,6 +28,7 @@ from statewright.engine import (
 from statewright.engine.steps import Input, StepKey, SyncRun
 from statewright.engine.transitions import Dispatched
 from statewright.errors import (
+    ActionFailed,
     Cancelled,
     DeadlineExceeded,
     DefinitionError,
@@ -37,6 +46,7 @@ from statewright.errors import (
     StepNotFound,
     StepOutcomeUnknown,
     StoreError,
+    TimerNotFound,
     TransientError,
     UnknownWorkflowType,
     ValueTooDeep,
@@ -59,7 +69,9 @@ __version__ = "0.1.0"
 logging.getLogger("statewright").addHandler(logging.NullHandler())
 
 __all__ = [
+    "ActionFailed",
     "Applied",
+    "Assign",
     "Cancelled",
     "Clock",
     "DeadlineExceeded",
@@ -98,6 +110,7 @@ __all__ = [
     "SyncEngine",
     "SyncRun",
     "SystemClock",
+    "TimerNotFound",
     "TransientError",
     "Transition",
     "TransitionRecord",

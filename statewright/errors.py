@@ -111,6 +111,25 @@ class InvalidPayload(StatewrightError):
         )
 
 
+class ActionFailed(InvalidPayload):
+    """A transition's ``assign`` action could not compute its context update (an expression
+    met a value of the wrong type, a Python action raised or returned something that is not
+    a JSON object). The transition is refused and nothing changes, like an invalid payload."""
+
+    code = "action_failed"
+
+    def __init__(self, event: str, action: str, message: str) -> None:
+        self.event = event
+        self.path = ""
+        self.action = action
+        StatewrightError.__init__(
+            self,
+            f"action {action!r} of event {event!r} failed: {message}",
+            event=event,
+            action=action,
+        )
+
+
 class InvalidInput(StatewrightError):
     """An argument is malformed."""
 
@@ -335,6 +354,22 @@ class StepNotFound(StatewrightError):
     """The workflow's step ledger has no such step."""
 
     code = "step_not_found"
+
+
+class TimerNotFound(StatewrightError):
+    """The workflow has no pending timer of that key (it fired, was cancelled, or never
+    was)."""
+
+    code = "timer_not_found"
+
+    def __init__(self, workflow_id: str, key: str) -> None:
+        self.workflow_id = workflow_id
+        self.key = key
+        super().__init__(
+            f"workflow {workflow_id!r} has no pending timer {key!r}",
+            workflow_id=workflow_id,
+            key=key,
+        )
 
 
 class StepDone(StatewrightError):

@@ -35,7 +35,7 @@ from statewright.errors import DefinitionError, Problem
 if TYPE_CHECKING:
     from statewright.definition.machine import GuardFn
 
-__all__ = ["MAX_EXPRESSION_LENGTH", "compile_expression"]
+__all__ = ["MAX_EXPRESSION_LENGTH", "compile_expression", "compile_value"]
 
 MAX_EXPRESSION_LENGTH = 2000
 """Longer guard texts are rejected: guards are predicates, not programs."""
@@ -56,25 +56,37 @@ def compile_expression(expr: str) -> GuardFn:
         DefinitionError: the text is not valid Python syntax or uses anything outside the
             language above (other names, attribute calls, lambdas, comprehensions, dunders).
     """
+    node = _compile_text(expr, "guard", "invalid_guard")
+
+    def guard(context: Mapping[str, Any], payload: Mapping[str, Any]) -> bool:
+        return bool(node(context, payload))
+
+    return guard
+
+
+def compile_value(expr: str) -> Callable[[Mapping[str, Any], Mapping[str, Any]], Any]:
+    """Compile an expression of the same language into ``value(context, payload) -> Any``:
+    the right-hand side of an ``assign`` action (``"(context.failed_attempts or 0) + 1"``).
+
+    Raises:
+        DefinitionError: as :func:`compile_expression` (code ``invalid_action``).
+    """
+    return _compile_text(expr, "action expression", "invalid_action")
+
+
+def _compile_text(expr: str, what: str, code: str) -> _Node:
     try:
         if not isinstance(expr, str) or not expr.strip():
-            raise _Reject("a guard expression must be a non-empty string")
+            raise _Reject(f"a {what} must be a non-empty string")
         if len(expr) > MAX_EXPRESSION_LENGTH:
             raise _Reject(f"longer than {MAX_EXPRESSION_LENGTH} characters")
         try:
             tree = ast.parse(expr.strip(), mode="eval")
         except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
             raise _Reject(f"not a valid expression ({type(exc).__name__})") from None
-        node = _compile(tree.body, 0)
+        return _compile(tree.body, 0)
     except _Reject as exc:
-        raise DefinitionError(
-            [Problem("invalid_guard", f"guard {expr!r} is not allowed: {exc}")]
-        ) from None
-
-    def guard(context: Mapping[str, Any], payload: Mapping[str, Any]) -> bool:
-        return bool(node(context, payload))
-
-    return guard
+        raise DefinitionError([Problem(code, f"{what} {expr!r} is not allowed: {exc}")]) from None
 
 
 # -- compiler ---------------------------------------------------------------------------------

@@ -12,10 +12,12 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
-from statewright.errors import IllegalTransition, InvalidPayload
+from statewright.errors import ActionFailed, DefinitionError, IllegalTransition, InvalidPayload
 
 GuardFn = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
 """A guard: ``guard(context, payload) -> bool``."""
+AssignFn = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any]]
+"""An action: ``assign(context, payload) -> patch`` (top-level context keys to set)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,55 @@ class Guard:
 
 
 @dataclass(frozen=True)
+class Assign:
+    """A context update made by a transition, XState's ``assign``: pure, and applied in the
+    transition's own transaction.
+
+    It computes a patch (top-level context keys to set) from the context *before* the
+    transition and the event's payload; the patch is merged into the context and stored in the
+    log with the transition, so replay rebuilds the same context without running it again.
+
+    ``exprs`` is set when the action is a map of safe expressions (the guard language, see
+    :mod:`statewright.definition.guards`), e.g. ``{"failed_attempts":
+    "(context.failed_attempts or 0) + 1", "shipment_id": "payload.shipment_id"}``; such an
+    action is data and is saved as such. A Python action is a function and is saved by name.
+    """
+
+    name: str
+    fn: AssignFn
+    exprs: Mapping[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.exprs is not None:
+            object.__setattr__(self, "exprs", MappingProxyType(dict(self.exprs)))
+
+    def __call__(self, context: Mapping[str, Any], payload: Mapping[str, Any]) -> dict[str, Any]:
+        patch = self.fn(context, payload)
+        if not isinstance(patch, Mapping):
+            raise TypeError(f"it returned a {type(patch).__name__}, not a mapping of keys")
+        bad = [k for k in patch if not isinstance(k, str)]
+        if bad:
+            raise TypeError(f"context keys must be strings, got {bad[0]!r}")
+        return dict(patch)
+
+    def __eq__(self, other: object) -> bool:
+        # Like Guard: an expression map is data (equal when the texts are); a Python action
+        # is its function.
+        if not isinstance(other, Assign):
+            return NotImplemented
+        if self.exprs is not None or other.exprs is not None:
+            return (self.name, _frozen(self.exprs)) == (other.name, _frozen(other.exprs))
+        return self.name == other.name and self.fn == other.fn
+
+    def __hash__(self) -> int:
+        return hash((self.name, _frozen(self.exprs)))
+
+
+def _frozen(exprs: Mapping[str, str] | None) -> tuple[tuple[str, str], ...] | None:
+    return None if exprs is None else tuple(sorted(exprs.items()))
+
+
+@dataclass(frozen=True)
 class State:
     """One state.
 
@@ -56,6 +107,12 @@ class State:
         terminal: no outgoing transitions; a workflow here is finished for good.
         after: durable timers, XState-style: seconds spent in this state -> event to fire.
             Used for approval timeouts, reminders and wake-ups.
+        every: recurring durable timers: every so many seconds in this state -> event to
+            fire. Armed on entering the state like ``after``; a firing that keeps the
+            workflow in the state (a self-transition) re-arms it for the next interval
+            after now (missed intervals are skipped, never fired in a burst), and a firing
+            a guard refuses is logged as a rejection and re-armed. Leaving the state
+            clears it.
         stuck_after: seconds after which a workflow in this state counts as stuck.
         description: free text for docs and dashboards.
     """
@@ -66,9 +123,11 @@ class State:
     after: Mapping[float, str] = field(default_factory=dict)
     stuck_after: float | None = None
     description: str = ""
+    every: Mapping[float, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "after", MappingProxyType(dict(self.after)))
+        object.__setattr__(self, "every", MappingProxyType(dict(self.every)))
 
 
 @dataclass(frozen=True)
@@ -81,6 +140,8 @@ class Event:
         roles: which roles may fire it; empty means any role. Enforced by the HTTP/MCP layers.
         payload_schema: a JSON Schema the payload must satisfy, or None for any object.
         approval: marks an approval decision (never offered to an agent).
+        assign: a context update made by every transition on this event (before the
+            transition's own ``assign``, which sees its result).
     """
 
     name: str
@@ -88,6 +149,7 @@ class Event:
     roles: tuple[str, ...] = ()
     payload_schema: Mapping[str, Any] | None = None
     approval: bool = False
+    assign: Assign | None = None
 
     @cached_property
     def _validator(self) -> Any:
@@ -122,7 +184,8 @@ class Transition:
     """An edge: from any of ``sources`` on ``event`` to ``target`` when ``guard`` passes.
 
     Several transitions may share (source, event): the first whose guard passes wins, in
-    declaration order; at most one of them may be unguarded, and it must come last.
+    declaration order; at most one of them may be unguarded, and it must come last. Guards see
+    the context before any action; ``assign`` (see :class:`Assign`) updates it on the way.
     """
 
     sources: tuple[str, ...]
@@ -130,6 +193,7 @@ class Transition:
     target: str
     guard: Guard | None = None
     description: str = ""
+    assign: Assign | None = None
 
     @property
     def is_self(self) -> bool:
@@ -291,6 +355,36 @@ class Machine:
             reason="no guard passed: " + ", ".join(t.guard.name for t in candidates if t.guard),
         )
 
+    def assigned(
+        self,
+        transition: Transition,
+        context: Mapping[str, Any],
+        payload: Mapping[str, Any],
+    ) -> dict[str, Any] | None:
+        """The context patch ``transition``'s actions make (the event's ``assign``, then the
+        transition's, which sees the event's result), or None when it has none.
+
+        Raises:
+            ActionFailed: an action raised (an expression met a value of the wrong type) or
+                did not return a mapping of string keys.
+        """
+        actions = [a for a in (self.events[transition.event].assign, transition.assign) if a]
+        if not actions:
+            return None
+        patch: dict[str, Any] = {}
+        for action in actions:
+            seen = {**context, **patch} if patch else context
+            try:
+                patch.update(action(seen, payload))
+            except Exception as exc:
+                raise ActionFailed(transition.event, action.name, _why(exc)) from exc
+        return patch
+
+
+def _why(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 300 else text[:300] + "..."
+
 
 def _safe_guard(guard: Guard, context: Mapping[str, Any], payload: Mapping[str, Any]) -> bool:
     # A guard that raises (missing key, wrong type) is a guard that did not pass: a bad
@@ -324,6 +418,7 @@ class MachineBuilder:
         self._events: list[Event] = []
         self._transitions: list[Transition] = []
         self._guards: dict[str, GuardFn] = {}
+        self._actions: dict[str, AssignFn] = {}
 
     def state(self, name: str, **kwargs: Any) -> MachineBuilder:
         self._states.append(State(name, **kwargs))
@@ -337,13 +432,25 @@ class MachineBuilder:
         roles: Iterable[str] = (),
         payload_schema: Mapping[str, Any] | None = None,
         approval: bool = False,
+        assign: str | Mapping[str, str] | AssignFn | Assign | None = None,
     ) -> MachineBuilder:
-        self._events.append(Event(name, description, tuple(roles), payload_schema, approval))
+        """Declare an event; ``assign`` updates the context on every transition it takes
+        (see :meth:`transition`)."""
+        action = make_assign(assign, self._actions)
+        self._events.append(
+            Event(name, description, tuple(roles), payload_schema, approval, action)
+        )
         return self
 
     def guard(self, name: str, fn: GuardFn) -> MachineBuilder:
         """Register a named Python guard that transitions can refer to by name."""
         self._guards[name] = fn
+        return self
+
+    def action(self, name: str, fn: AssignFn) -> MachineBuilder:
+        """Register a named Python action (``fn(context, payload) -> patch``) that events and
+        transitions can refer to by name in ``assign=``."""
+        self._actions[name] = fn
         return self
 
     def transition(
@@ -354,10 +461,22 @@ class MachineBuilder:
         *,
         guard: str | GuardFn | Guard | None = None,
         description: str = "",
+        assign: str | Mapping[str, str] | AssignFn | Assign | None = None,
     ) -> MachineBuilder:
+        """Add an edge. ``assign`` updates the context as it is taken: a map of safe
+        expressions (``{"attempts": "(context.attempts or 0) + 1"}``), a function
+        ``(context, payload) -> patch``, or the name of one registered with :meth:`action`.
+        """
         sources = (source,) if isinstance(source, str) else tuple(source)
         self._transitions.append(
-            Transition(sources, event, target, make_guard(guard, self._guards), description)
+            Transition(
+                sources,
+                event,
+                target,
+                make_guard(guard, self._guards),
+                description,
+                make_assign(assign, self._actions),
+            )
         )
         return self
 
@@ -387,3 +506,71 @@ def make_guard(spec: str | GuardFn | Guard | None, named: Mapping[str, GuardFn])
 
         return Guard(spec, compile_expression(spec), expr=spec)
     return Guard(getattr(spec, "__name__", "guard"), spec)
+
+
+def make_assign(
+    spec: str | Mapping[str, str] | AssignFn | Assign | None, named: Mapping[str, AssignFn]
+) -> Assign | None:
+    """Turn an action spec into an :class:`Assign`: a registered action's name, a map of
+    safe expressions (context key -> expression over ``context`` and ``payload``), or a
+    Python function.
+
+    Raises:
+        DefinitionError: an unknown action name, an empty map, a key that is not a context
+            key, or an expression outside the language (all problems at once).
+    """
+    if spec is None or isinstance(spec, Assign):
+        return spec
+    if isinstance(spec, str):
+        if spec in named:
+            return Assign(spec, named[spec])
+        raise DefinitionError(
+            f"action {spec!r} is not registered (register it with MachineBuilder.action, or "
+            "pass actions={...} to the loader), and a single string is not an assign map"
+        )
+    if isinstance(spec, Mapping):
+        return assign_from_exprs(spec)
+    if callable(spec):
+        return Assign(getattr(spec, "__name__", "assign"), spec)
+    raise DefinitionError(f"assign must be a map of expressions or a function, got {spec!r}")
+
+
+def assign_from_exprs(exprs: Mapping[str, Any]) -> Assign:
+    """An :class:`Assign` from a map of context key -> safe expression text."""
+    from statewright.definition.guards import compile_value
+    from statewright.errors import Problem
+
+    problems: list[Problem] = []
+    compiled: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], Any]] = {}
+    if not exprs:
+        problems.append(Problem("invalid_action", "an assign map needs at least one key"))
+    for key, text in exprs.items():
+        if not isinstance(key, str) or not key or key.startswith("$"):
+            problems.append(
+                Problem(
+                    "invalid_action",
+                    f"assign key {key!r}: a context key is a non-empty "
+                    "string not starting with '$'",
+                )
+            )
+            continue
+        if not isinstance(text, str):
+            problems.append(
+                Problem(
+                    "invalid_action",
+                    f"assign {key!r}: the value must be an expression "
+                    f'string (quote constants: "\'text\'", "0"), got {text!r}',
+                )
+            )
+            continue
+        try:
+            compiled[key] = compile_value(text)
+        except DefinitionError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise DefinitionError(problems)
+
+    def assign(context: Mapping[str, Any], payload: Mapping[str, Any]) -> dict[str, Any]:
+        return {key: value(context, payload) for key, value in compiled.items()}
+
+    return Assign("assign(" + ", ".join(exprs) + ")", assign, exprs=dict(exprs))

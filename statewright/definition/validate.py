@@ -45,6 +45,10 @@ CODES = (
     "after_unknown_event",
     "after_event_not_from_state",
     "after_on_terminal_state",
+    "invalid_every_interval",
+    "every_unknown_event",
+    "every_event_not_from_state",
+    "every_on_terminal_state",
     "invalid_stuck_after",
     "invalid_payload_schema",
 )
@@ -221,6 +225,21 @@ def _check_timers(
                     f"state {name!r}: 'after' fires {ev!r} but no transition on it leaves {name!r}"
                 )
                 out.add("after_event_not_from_state", msg, state=name, event=ev)
+        if s.every and s.terminal:
+            msg = f"state {name!r} is terminal and cannot have 'every' timers"
+            out.add("every_on_terminal_state", msg, state=name)
+        for seconds, ev in s.every.items():
+            if not _positive(seconds):
+                msg = f"state {name!r}: 'every' interval for {ev!r} must be > 0 s, got {seconds!r}"
+                out.add("invalid_every_interval", msg, state=name, event=ev)
+            if ev not in event_names:
+                msg = f"state {name!r}: 'every' fires unknown event {ev!r}"
+                out.add("every_unknown_event", msg, state=name, event=ev)
+            elif not s.terminal and (name, ev) not in leaving:
+                msg = (
+                    f"state {name!r}: 'every' fires {ev!r} but no transition on it leaves {name!r}"
+                )
+                out.add("every_event_not_from_state", msg, state=name, event=ev)
 
 
 def _positive(value: object) -> bool:

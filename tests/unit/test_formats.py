@@ -35,13 +35,19 @@ def guarded_machine() -> Machine:
     return (
         MachineBuilder("spend", version=2, description="Python and expression guards")
         .guard("over_budget", over_budget)
-        .state("open", initial=True, after={0.5: "tick", 60: "close"}, stuck_after=120)
+        .state(
+            "open",
+            initial=True,
+            after={0.5: "tick", 60: "close"},
+            stuck_after=120,
+            every={30: "tick"},
+        )
         .state("closed", terminal=True, description="done")
-        .event("tick", "a timer", roles=["system"])
+        .event("tick", "a timer", roles=["system"], assign={"ticks": "(context.ticks or 0) + 1"})
         .event("close", payload_schema={"type": "object"}, approval=True)
         .transition("close", "open", "closed", guard="over_budget", description="python")
         .transition("close", "open", "closed", guard="payload.force == True")
-        .transition("close", ["open"], "closed")
+        .transition("close", ["open"], "closed", assign={"closed_by": "payload.by"})
         .transition("tick", "open", "open")
         .build()
     )
@@ -281,9 +287,9 @@ def test_xstate_foreign_machine() -> None:
         "states": {
             "green": {
                 "on": {"TIMER": {"target": "#light.yellow", "cond": "context.ok"}},
-                "entry": ["log"],
+                "tags": ["go"],
             },
-            "yellow": {"after": {"1500": "red"}, "on": {"POKE": {"actions": "noop"}}},
+            "yellow": {"after": {"1500": "red"}, "on": {"POKE": {}}},
             "red": {"on": {"STOP": [{"target": "off"}]}},
             "off": {"type": "final"},
         },

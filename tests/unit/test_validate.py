@@ -110,6 +110,29 @@ CASES: dict[str, tuple[dict[str, Any], str | None, str | None]] = {
         "b",
         None,
     ),
+    "invalid_every_interval": (
+        {"states": [State("a", initial=True, every={0: "go"}), B]},
+        "a",
+        "go",
+    ),
+    "every_unknown_event": (
+        {"states": [State("a", initial=True, every={5: "nope"}), B]},
+        "a",
+        "nope",
+    ),
+    "every_event_not_from_state": (
+        {
+            "states": [State("a", initial=True, every={5: "stop"}), B],
+            "events": [GO, Event("stop")],
+        },
+        "a",
+        "stop",
+    ),
+    "every_on_terminal_state": (
+        {"states": [A, State("b", terminal=True, every={5: "go"})]},
+        "b",
+        None,
+    ),
     "invalid_stuck_after": ({"states": [State("a", initial=True, stuck_after=-1), B]}, "a", None),
     "invalid_payload_schema": (
         {"events": [Event("go", payload_schema={"type": "nonsense"})]},

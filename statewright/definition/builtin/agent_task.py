@@ -48,6 +48,7 @@ def agent_task_machine(
     *,
     approval_timeout: float | None = 86400.0,
     approval_reminder: float | None = 82800.0,
+    reprobe_interval: float | None = None,
 ) -> Machine:
     """Build the agent task lifecycle machine.
 
@@ -59,6 +60,11 @@ def agent_task_machine(
         approval_reminder: seconds in ``paused`` before ``approval_reminder`` fires (a
             self-transition, e.g. to nudge approvers); None for no reminder. Must be shorter
             than ``approval_timeout``.
+        reprobe_interval: seconds between re-checks of a blocked task's dependency: while
+            ``blocked``, a recurring timer fires ``reprobe`` (a self-transition) this often, so
+            the state's handler runs again and can fire ``dependency_ready`` once the
+            dependency is there (``agent_task_type(dependency_probe=...)`` installs such a
+            handler). None (the default): no re-probe, ``blocked`` waits for the event.
 
     Raises:
         DefinitionError: the reminder is not before the timeout, or a delay is not > 0.
@@ -103,6 +109,7 @@ def agent_task_machine(
         "blocked",
         stuck_after=86400.0,
         description="Waiting for an external dependency to become ready.",
+        every={} if reprobe_interval is None else {reprobe_interval: "reprobe"},
     )
     b.state(
         "retrying",
@@ -186,6 +193,14 @@ def agent_task_machine(
         },
     )
     b.event("retry", "The backoff is over: try the work again in 'running'.", roles=_AGENT)
+    if reprobe_interval is not None:
+        b.event(
+            "reprobe",
+            "Check again whether the blocked task's dependency is ready (fired by a "
+            "recurring timer); the task stays 'blocked' until dependency_ready.",
+            roles=_TIMER,
+        )
+        b.transition("reprobe", "blocked", "blocked")
     b.event("retries_exhausted", "No retries are left; the task ends in 'failed'.", roles=_AGENT)
 
     b.transition("start", "planned", "running")

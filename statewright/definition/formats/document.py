@@ -16,16 +16,21 @@ from typing import Any
 from statewright.definition.data import plain
 from statewright.definition.guards import compile_expression
 from statewright.definition.machine import (
+    Assign,
+    AssignFn,
     Event,
     Guard,
     GuardFn,
     Machine,
     State,
     Transition,
+    assign_from_exprs,
 )
 from statewright.errors import DefinitionError, Problem
 
 __all__ = [
+    "assign_from_spec",
+    "assign_to_data",
     "check_document",
     "event_from_dict",
     "event_to_dict",
@@ -93,6 +98,8 @@ def _state_to_dict(state: State) -> dict[str, Any]:
         out["terminal"] = True
     if state.after:
         out["after"] = {seconds_key(k): v for k, v in sorted(state.after.items())}
+    if state.every:
+        out["every"] = {seconds_key(k): v for k, v in sorted(state.every.items())}
     if state.stuck_after is not None:
         out["stuck_after"] = state.stuck_after
     if state.description:
@@ -110,7 +117,15 @@ def event_to_dict(event: Event) -> dict[str, Any]:
         out["payload_schema"] = plain(event.payload_schema)
     if event.approval:
         out["approval"] = True
+    if event.assign is not None:
+        out["assign"] = assign_to_data(event.assign)
     return out
+
+
+def assign_to_data(action: Assign) -> str | dict[str, str]:
+    """An action as saved: its expression map, or a Python action's name (the loader needs
+    that name in ``actions=``)."""
+    return dict(action.exprs) if action.exprs is not None else action.name
 
 
 def _transition_to_dict(t: Transition) -> dict[str, Any]:
@@ -123,18 +138,26 @@ def _transition_to_dict(t: Transition) -> dict[str, Any]:
         # An expression is saved as its text; a Python guard by its name (the loader
         # needs that name in ``guards=``).
         out["guard"] = t.guard.expr if t.guard.expr is not None else t.guard.name
+    if t.assign is not None:
+        out["assign"] = assign_to_data(t.assign)
     if t.description:
         out["description"] = t.description
     return out
 
 
-def from_dict(data: Mapping[str, Any], guards: Mapping[str, GuardFn] | None = None) -> Machine:
+def from_dict(
+    data: Mapping[str, Any],
+    guards: Mapping[str, GuardFn] | None = None,
+    actions: Mapping[str, AssignFn] | None = None,
+) -> Machine:
     """Build (and validate) a machine from a document.
 
     Args:
         data: a document shaped like ``machine.schema.json``.
         guards: Python guards by name. A transition's ``guard`` string names one of these if
             present (registered names take precedence), else it is parsed as an expression.
+        actions: Python actions by name, for an ``assign`` given as a string (an ``assign``
+            map of expressions needs nothing).
 
     Raises:
         DefinitionError: the document breaks the schema, names a guard that is neither
@@ -143,11 +166,13 @@ def from_dict(data: Mapping[str, Any], guards: Mapping[str, GuardFn] | None = No
     """
     check_document(data)
     named = dict(guards or {})
+    acts = dict(actions or {})
     problems: list[Problem] = []
     states = [_state_from_dict(s) for s in data["states"]]
-    events = [event_from_dict(e) for e in data["events"]]
+    events = [event_from_dict(e, acts, problems) for e in data["events"]]
     transitions = [
-        _transition_from_dict(i, t, named, problems) for i, t in enumerate(data["transitions"])
+        _transition_from_dict(i, t, named, problems, acts)
+        for i, t in enumerate(data["transitions"])
     ]
     try:
         machine = Machine.build(
@@ -173,28 +198,83 @@ def _state_from_dict(s: Mapping[str, Any]) -> State:
         after={float(k): v for k, v in (s.get("after") or {}).items()},
         stuck_after=s.get("stuck_after"),
         description=s.get("description", ""),
+        every={float(k): v for k, v in (s.get("every") or {}).items()},
     )
 
 
-def event_from_dict(e: Mapping[str, Any]) -> Event:
+def event_from_dict(
+    e: Mapping[str, Any],
+    actions: Mapping[str, AssignFn] | None = None,
+    problems: list[Problem] | None = None,
+) -> Event:
+    spec = e.get("assign")
+    where = f"event {e['name']!r}"
+    found = [] if problems is None else problems
+    action = None if spec is None else assign_from_spec(where, e["name"], spec, actions, found)
+    if problems is None and found:
+        raise DefinitionError(found)
     return Event(
         name=e["name"],
         description=e.get("description", ""),
         roles=tuple(e.get("roles", ())),
         payload_schema=e.get("payload_schema"),
         approval=e.get("approval", False),
+        assign=action,
     )
 
 
 def _transition_from_dict(
-    index: int, t: Mapping[str, Any], named: Mapping[str, GuardFn], problems: list[Problem]
+    index: int,
+    t: Mapping[str, Any],
+    named: Mapping[str, GuardFn],
+    problems: list[Problem],
+    actions: Mapping[str, AssignFn] | None = None,
 ) -> Transition:
     source = t["source"]
     sources = (source,) if isinstance(source, str) else tuple(source)
     spec = t.get("guard")
     where = f"transitions/{index}"
     guard = None if spec is None else guard_from_spec(where, t["event"], spec, named, problems)
-    return Transition(sources, t["event"], t["target"], guard, t.get("description", ""))
+    act = t.get("assign")
+    action = None if act is None else assign_from_spec(where, t["event"], act, actions, problems)
+    return Transition(sources, t["event"], t["target"], guard, t.get("description", ""), action)
+
+
+def assign_from_spec(
+    where: str,
+    event: str,
+    spec: Any,
+    actions: Mapping[str, AssignFn] | None,
+    problems: list[Problem],
+) -> Assign | None:
+    """A registered action by name, or an expression map compiled; else problems are added
+    (naming ``where``) and None is returned, so the caller can keep checking the rest."""
+    if isinstance(spec, str):
+        if actions and spec in actions:
+            return Assign(spec, actions[spec])
+        problems.append(
+            Problem(
+                "missing_action",
+                f"{where} (event {event!r}): action {spec!r} is not registered "
+                f"(pass actions={{{spec!r}: fn}}); in a file, assign is a map of context key "
+                "-> expression",
+                event=event,
+            )
+        )
+        return None
+    if isinstance(spec, Mapping):
+        try:
+            return assign_from_exprs(spec)
+        except DefinitionError as exc:
+            problems.extend(
+                Problem(p.code, f"{where} (event {event!r}): {p.message}", event=event)
+                for p in exc.problems
+            )
+            return None
+    problems.append(
+        Problem("invalid_action", f"{where} (event {event!r}): assign must be a map or a name")
+    )
+    return None
 
 
 def guard_from_spec(

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from statewright.definition.formats.document import from_dict, to_dict
-from statewright.definition.machine import GuardFn, Machine
+from statewright.definition.machine import AssignFn, GuardFn, Machine
 from statewright.errors import DefinitionError, InvalidInput, Problem
 
 __all__ = [
@@ -33,13 +33,17 @@ def dumps_json(machine: Machine, *, indent: int = 2) -> str:
     return json.dumps(to_dict(machine), indent=indent, ensure_ascii=False) + "\n"
 
 
-def loads_json(text: str | bytes, guards: Mapping[str, GuardFn] | None = None) -> Machine:
+def loads_json(
+    text: str | bytes,
+    guards: Mapping[str, GuardFn] | None = None,
+    actions: Mapping[str, AssignFn] | None = None,
+) -> Machine:
     """Parse and build a machine from JSON text; see :func:`from_dict`."""
     try:
         data: Any = json.loads(text)
     except ValueError as exc:
         raise DefinitionError([Problem("invalid_syntax", f"not valid JSON: {exc}")]) from exc
-    return from_dict(data, guards)
+    return from_dict(data, guards, actions)
 
 
 def dumps_yaml(machine: Machine) -> str:
@@ -47,13 +51,17 @@ def dumps_yaml(machine: Machine) -> str:
     return yaml.safe_dump(to_dict(machine), sort_keys=False, allow_unicode=True)
 
 
-def loads_yaml(text: str | bytes, guards: Mapping[str, GuardFn] | None = None) -> Machine:
+def loads_yaml(
+    text: str | bytes,
+    guards: Mapping[str, GuardFn] | None = None,
+    actions: Mapping[str, AssignFn] | None = None,
+) -> Machine:
     """Parse (``yaml.safe_load``: no object tags) and build a machine from YAML text."""
     try:
         data: Any = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise DefinitionError([Problem("invalid_syntax", f"not valid YAML: {exc}")]) from exc
-    return from_dict(data, guards)
+    return from_dict(data, guards, actions)
 
 
 _LOADERS = {".json": loads_json, ".yaml": loads_yaml, ".yml": loads_yaml}
@@ -69,7 +77,9 @@ def _suffix(path: Path) -> str:
 
 
 def load_path(
-    path: str | os.PathLike[str], guards: Mapping[str, GuardFn] | None = None
+    path: str | os.PathLike[str],
+    guards: Mapping[str, GuardFn] | None = None,
+    actions: Mapping[str, AssignFn] | None = None,
 ) -> Machine:
     """Read a machine from a ``.json``, ``.yaml`` or ``.yml`` file."""
     p = Path(path)
@@ -78,7 +88,7 @@ def load_path(
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"cannot read machine definition {str(p)!r}: {exc}") from exc
-    return loader(text, guards)
+    return loader(text, guards, actions)
 
 
 def save_path(machine: Machine, path: str | os.PathLike[str]) -> None:

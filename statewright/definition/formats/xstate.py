@@ -21,10 +21,20 @@ The mapping, chosen so an XState interpreter running the export behaves like the
 - A transition with several sources is written once per source, so a round trip keeps
   behaviour but not that grouping.
 
-Not supported (DefinitionError): nested or parallel states, history states, ``invoke``,
-``always``, named delays, multiple targets, wildcard events and targets other than a
-sibling key or ``#<id>.<key>``. ``entry``, ``exit``, ``actions`` and ``tags`` are
-behaviour outside a definition and are ignored.
+- A transition's ``assign`` is written as ``actions: [{"type": "xstate.assign",
+  "assignment": {key: "<expression>"}}]`` (our expression text; a Python action by
+  ``{"type": <name>}``). On import, an ``xstate.assign`` action whose values are expression
+  strings or constants (numbers, strings, booleans, null, lists of them) becomes the
+  transition's ``assign``; a named action is taken from ``actions=`` (Python actions by
+  name) when given there.
+- An event's ``assign`` rides in the event declarations in ``meta.statewright``.
+
+Not supported (DefinitionError, naming the state and event): nested or parallel states,
+history states, ``invoke``, ``always``, named delays, multiple targets, wildcard events,
+targets other than a sibling key or ``#<id>.<key>``, ``entry`` and ``exit`` actions (a
+state's work is its handler), actions other than ``assign`` (side effects run as steps of
+a handler, not on an edge), an assign with functions or objects, and more than one assign
+per transition. Nothing is dropped silently. ``tags`` carry no behaviour and are ignored.
 """
 
 from __future__ import annotations
@@ -33,20 +43,31 @@ from collections.abc import Mapping
 from typing import Any
 
 from statewright.definition.formats.document import (
+    assign_from_spec,
+    assign_to_data,
     event_from_dict,
     event_to_dict,
     guard_from_spec,
     seconds_key,
 )
-from statewright.definition.machine import Event, GuardFn, Machine, State, Transition
+from statewright.definition.machine import (
+    Assign,
+    AssignFn,
+    Event,
+    GuardFn,
+    Machine,
+    State,
+    Transition,
+)
 from statewright.errors import DefinitionError, Problem
 
 __all__ = ["from_xstate", "to_xstate"]
 
 _META = "statewright"
-_IGNORED = {"entry", "exit", "actions", "tags"}
-_STATE_KEYS = {"type", "description", "on", "after", "meta"} | _IGNORED
-_EDGE_KEYS = {"target", "guard", "cond", "description", "meta", "reenter", "internal"}
+_IGNORED = {"tags"}
+_STATE_KEYS = {"type", "description", "on", "after", "meta", "entry", "exit"} | _IGNORED
+_EDGE_KEYS = {"target", "guard", "cond", "description", "meta", "reenter", "internal", "actions"}
+_ASSIGN = "xstate.assign"
 
 
 def to_xstate(machine: Machine) -> dict[str, Any]:
@@ -71,8 +92,14 @@ def to_xstate(machine: Machine) -> dict[str, Any]:
                 ]
                 for seconds, event in sorted(state.after.items())
             }
+        ours: dict[str, Any] = {}
         if state.stuck_after is not None:
-            node["meta"] = {_META: {"stuck_after": state.stuck_after}}
+            ours["stuck_after"] = state.stuck_after
+        if state.every:
+            # XState has no recurring delays: ours ride along in the state's meta.
+            ours["every"] = {seconds_key(k): v for k, v in sorted(state.every.items())}
+        if ours:
+            node["meta"] = {_META: ours}
         states[state.name] = node
     doc: dict[str, Any] = {"id": machine.name, "initial": machine.initial.name}
     if machine.description:
@@ -93,23 +120,36 @@ def _edges_out(machine: Machine, state: str, event: str) -> list[dict[str, Any]]
         edge: dict[str, Any] = {"target": t.target}
         if t.guard is not None:
             edge["guard"] = t.guard.expr if t.guard.expr is not None else t.guard.name
+        if t.assign is not None:
+            edge["actions"] = [_assign_to_xstate(t.assign)]
         if t.description:
             edge["description"] = t.description
         out.append(edge)
     return out
 
 
-def from_xstate(doc: Mapping[str, Any], guards: Mapping[str, GuardFn] | None = None) -> Machine:
+def _assign_to_xstate(action: Assign) -> dict[str, Any]:
+    data = assign_to_data(action)
+    return {"type": data} if isinstance(data, str) else {"type": _ASSIGN, "assignment": data}
+
+
+def from_xstate(
+    doc: Mapping[str, Any],
+    guards: Mapping[str, GuardFn] | None = None,
+    actions: Mapping[str, AssignFn] | None = None,
+) -> Machine:
     """Build a machine from flat XState JSON; raises :class:`DefinitionError` listing problems.
 
     Args:
         doc: an XState machine config (v5, or v4 with ``cond``).
         guards: Python guards by name, as for
             :func:`~statewright.definition.formats.from_dict`.
+        actions: Python assign actions by name (``fn(context, payload) -> patch``), for
+            named actions on transitions.
     """
     if not isinstance(doc, Mapping) or not isinstance(doc.get("states"), Mapping):
         raise DefinitionError("an XState machine must be an object with a 'states' object")
-    reader = _Reader(doc, dict(guards or {}))
+    reader = _Reader(doc, dict(guards or {}), dict(actions or {}))
     reader.read()
     try:
         machine = Machine.build(
@@ -128,9 +168,12 @@ def from_xstate(doc: Mapping[str, Any], guards: Mapping[str, GuardFn] | None = N
 
 
 class _Reader:
-    def __init__(self, doc: Mapping[str, Any], guards: dict[str, GuardFn]) -> None:
+    def __init__(
+        self, doc: Mapping[str, Any], guards: dict[str, GuardFn], actions: dict[str, AssignFn]
+    ) -> None:
         self.doc = doc
         self.guards = guards
+        self.actions = actions
         self.name: str = doc.get("id") or "machine"
         self.meta = _ours(doc)
         self.problems: list[Problem] = []
@@ -161,6 +204,13 @@ class _Reader:
             self.fail(f"state {name!r} is a history state: not supported", state=name)
         for key in sorted(set(node) - _STATE_KEYS - {"states", "initial"}):
             self.fail(f"state {name!r}: {key!r} is not supported", state=name)
+        for key in ("entry", "exit"):
+            if node.get(key):
+                self.fail(
+                    f"state {name!r}: {key!r} actions are not supported (a state's work is its "
+                    "handler; put context updates in the assign of the transitions into it)",
+                    state=name,
+                )
         ours = _ours(node)
         after: dict[float, str] = {}
         for event, config in (node.get("on") or {}).items():
@@ -180,6 +230,7 @@ class _Reader:
                 after=after,
                 stuck_after=ours.get("stuck_after"),
                 description=node.get("description", ""),
+                every={float(k): v for k, v in (ours.get("every") or {}).items()},
             )
         )
 
@@ -224,9 +275,65 @@ class _Reader:
                 guard = guard_from_spec(
                     f"state {state!r}", event, str(guard_text), self.guards, self.problems
                 )
+            action = self.assign(state, event, spec.get("actions"))
             self.transitions.append(
-                Transition((state,), event, target, guard, spec.get("description", ""))
+                Transition((state,), event, target, guard, spec.get("description", ""), action)
             )
+
+    def assign(self, state: str, event: str, config: Any) -> Assign | None:
+        """A transition's XState ``actions`` as its assign, or problems naming what is not
+        supported (never a silent drop)."""
+        where = f"state {state!r}, event {event!r}"
+        found: list[Assign | None] = []
+        for item in [] if config is None else _as_list(config):
+            kind = (
+                item
+                if isinstance(item, str)
+                else item.get("type")
+                if isinstance(item, Mapping)
+                else None
+            )
+            if kind == _ASSIGN and isinstance(item, Mapping):
+                found.append(self.assign_map(where, state, event, item))
+            elif isinstance(kind, str) and kind in self.actions:
+                found.append(Assign(kind, self.actions[kind]))
+            else:
+                self.fail(
+                    f"{where}: action {kind or item!r} is not supported (only "
+                    f"{_ASSIGN!r} with expressions, or a Python action passed as actions=...; "
+                    "side effects run as steps of a state's handler)",
+                    state,
+                    event,
+                )
+        if len(found) > 1:
+            self.fail(f"{where}: more than one assign action on a transition", state, event)
+        return found[0] if found else None
+
+    def assign_map(
+        self, where: str, state: str, event: str, item: Mapping[str, Any]
+    ) -> Assign | None:
+        assignment = item.get("assignment", (item.get("params") or {}).get("assignment"))
+        if not isinstance(assignment, Mapping) or not assignment:
+            self.fail(
+                f"{where}: an {_ASSIGN!r} action needs an 'assignment' object of context key -> "
+                "expression (functions cannot be imported)",
+                state,
+                event,
+            )
+            return None
+        exprs: dict[str, str] = {}
+        for key, value in assignment.items():
+            text = value if isinstance(value, str) else _literal(value)
+            if text is None:
+                self.fail(
+                    f"{where}: assign {key!r} = {value!r} cannot be expressed (use an "
+                    "expression string over context and payload, or a constant)",
+                    state,
+                    event,
+                )
+                return None
+            exprs[key] = text
+        return assign_from_spec(where, event, exprs, self.actions, self.problems)
 
     def target(self, state: str, event: str, target: Any) -> str:
         if target is None:
@@ -254,7 +361,9 @@ class _Reader:
         return target
 
     def declared_events(self) -> list[Event]:
-        declared = [event_from_dict(e) for e in self.meta.get("events") or ()]
+        declared = [
+            event_from_dict(e, self.actions, self.problems) for e in self.meta.get("events") or ()
+        ]
         names = {e.name for e in declared}
         return declared + [e for name, e in self.events.items() if name not in names]
 
@@ -264,6 +373,17 @@ def _ours(node: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = node.get("meta")
     ours = meta.get(_META) if isinstance(meta, Mapping) else None
     return ours if isinstance(ours, Mapping) else {}
+
+
+def _literal(value: Any) -> str | None:
+    """A JSON constant as expression text, or None when the language has no literal for it
+    (objects; the guard language has lists, numbers, strings, booleans and None)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return repr(value)
+    if isinstance(value, list):
+        items = [_literal(v) for v in value]
+        return None if any(i is None for i in items) else "[" + ", ".join(map(str, items)) + "]"
+    return None
 
 
 def _as_list(config: Any) -> list[Any]:
