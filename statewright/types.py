@@ -155,6 +155,12 @@ class TimerRecord:
     due_at: float
     event: str
     payload: JSON
+    key: str | None = None
+    """A scheduled timer's name, unique per workflow (None for a state's own timers)."""
+    every: float | None = None
+    """A recurring timer's interval in seconds (None: it fires once)."""
+    keep: bool = False
+    """It survives leaving the state it was armed in (cleared only at a terminal state)."""
 
 
 @dataclass(frozen=True)
@@ -172,11 +178,19 @@ class InboxItem:
 
 @dataclass(frozen=True)
 class TimerSpec:
-    """A timer to create as part of a transition."""
+    """A timer to create as part of a transition (or a deferral, or on its own).
+
+    A timer with a ``key`` replaces the workflow's pending timer of the same key.
+    """
 
     due_at: float
     event: str
     payload: Mapping[str, Any] = field(default_factory=dict)
+    key: str | None = None
+    every: float | None = None
+    """Recurring: the interval to re-arm it by after it fires (None: one-shot)."""
+    keep: bool = False
+    """Survive leaving the state (cleared only when the workflow reaches a terminal state)."""
 
 
 @dataclass(frozen=True)
@@ -222,10 +236,15 @@ class TransitionWrite:
     run_at: float | None = None
     """Set when the target state has a handler: the workflow is due for a worker then."""
     clear_timers: bool = True
-    """Delete the workflow's pending timers (leaving a state cancels its timers)."""
+    """Delete the workflow's pending timers (leaving a state cancels its timers): those not
+    marked ``keep``, or all of them when the target is terminal."""
     fired_timer_id: int | None = None
     """The timer this transition consumes (deleted even when ``clear_timers`` is False)."""
     add_timers: tuple[TimerSpec, ...] = ()
+    """Timers to arm, after the clearing: a keyed one replaces the pending timer of its key
+    (which the clearing and ``cancel_timer_keys`` then leave alone). Keys are unique here."""
+    cancel_timer_keys: tuple[str, ...] = ()
+    """Keyed timers to delete (none of them is among ``add_timers``)."""
     release_lease: bool = True
     last_error: str | None = None
     consume_inbox_ids: tuple[int, ...] = ()
@@ -262,6 +281,13 @@ class DeferWrite:
     lease: Lease | None = None
     """Fencing, as for :class:`TransitionWrite`."""
     consume_inbox_ids: tuple[int, ...] = ()
+    fired_timer_id: int | None = None
+    """A timer consumed without a transition (a recurring timer whose event was refused)."""
+    add_timers: tuple[TimerSpec, ...] = ()
+    """Timers armed with it (a handler's schedules, a recurring timer re-armed), as for
+    :attr:`TransitionWrite.add_timers`; merged into ``next_due_at`` like the others."""
+    cancel_timer_keys: tuple[str, ...] = ()
+    """Keyed timers to delete (none of them is among ``add_timers``)."""
 
 
 @dataclass(frozen=True)

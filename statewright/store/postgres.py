@@ -40,7 +40,7 @@ from statewright.errors import (
     WorkflowFinished,
     WorkflowNotFound,
 )
-from statewright.store import sqlbuild
+from statewright.store import sqlbuild, timerdue
 from statewright.store.postgres_listen import Listener
 from statewright.store.postgres_rows import (
     cancel_request,
@@ -48,7 +48,9 @@ from statewright.store.postgres_rows import (
     inbox_item,
     lease_params,
     step_record,
+    timer_change_params,
     timer_params,
+    timer_record,
     transition_params,
     transition_record,
     workflow_row,
@@ -67,6 +69,7 @@ from statewright.types import (
     StuckCutoff,
     StuckKey,
     TimerRecord,
+    TimerSpec,
     TransitionRecord,
     TransitionWrite,
     WorkflowFilter,
@@ -76,6 +79,9 @@ from statewright.types import (
 log = logging.getLogger(__name__)
 
 Q = load_queries("postgres")
+
+_SNAPSHOT_ROUNDS = 4
+"""Runs of a timer-changing write whose snapshot missed a concurrent update of its row."""
 Conn = AsyncConnection[DictRow]
 
 
@@ -317,15 +323,23 @@ class PostgresStore:
     async def apply_transition(self, write: TransitionWrite) -> WorkflowRow:
         params = transition_params(write)
         async with self._connection(write=True) as conn:
-            try:
-                row = await (await conn.execute(Q["apply_transition"], params)).fetchone()
-            except psycopg.errors.UniqueViolation as exc:
-                diag = exc.diag.constraint_name or ""
-                if write.idempotency_key is not None and "idempotency" in diag:
-                    raise IdempotencyKeyReused(
-                        write.workflow_id, write.idempotency_key, "an earlier transition"
-                    ) from exc
-                raise
+            for _ in range(_SNAPSHOT_ROUNDS):
+                try:
+                    row = await (await conn.execute(Q["apply_transition"], params)).fetchone()
+                except psycopg.errors.UniqueViolation as exc:
+                    diag = exc.diag.constraint_name or ""
+                    if write.idempotency_key is not None and "idempotency" in diag:
+                        raise IdempotencyKeyReused(
+                            write.workflow_id, write.idempotency_key, "an earlier transition"
+                        ) from exc
+                    raise
+                if row is not None or not params["timers_exact"]:
+                    break
+                # Refused by the row-version check alone (a concurrent update of the row,
+                # e.g. a timer scheduled on its own, since this statement's snapshot)? Then
+                # run it again on a fresh snapshot; any other refusal is reported.
+                if await self._refusal(conn, write, retryable=True) is not None:
+                    break
             return await self._written(conn, row, write)
 
     async def _written(
@@ -334,13 +348,9 @@ class PostgresStore:
         """The row a compare-and-swap returned, or why it matched nothing; wakes the workers
         of this process when the workflow is due."""
         if row is None:
-            raise await self._refusal(
-                conn,
-                write.workflow_id,
-                write.expected_version,
-                write.lease,
-                write.consume_inbox_ids,
-            )
+            refusal = await self._refusal(conn, write)
+            assert refusal is not None
+            raise refusal
         after = workflow_row(row)
         if after.next_due_at is not None:
             self.listener.wake()
@@ -356,15 +366,18 @@ class PostgresStore:
 
     @staticmethod
     async def _refusal(
-        conn: Conn,
-        workflow_id: str,
-        expected_version: int,
-        lease: Lease | None,
-        inbox_ids: Sequence[int] = (),
-    ) -> StatewrightError:
+        conn: Conn, write: TransitionWrite | DeferWrite, *, retryable: bool = False
+    ) -> StatewrightError | None:
         """Why a compare-and-swap matched no row (one more round trip, on failure only); a
-        lost lease first: the worker must stop."""
-        params = {"id": workflow_id, "inbox_ids": list(inbox_ids)}
+        lost lease first: the worker must stop. With ``retryable``, None when nothing but
+        the statement's snapshot refused it (worth running again)."""
+        workflow_id, expected_version = write.workflow_id, write.expected_version
+        lease, inbox_ids = write.lease, write.consume_inbox_ids
+        params = {
+            "id": workflow_id,
+            "inbox_ids": list(inbox_ids),
+            "fired_timer_id": write.fired_timer_id,
+        }
         found = await (await conn.execute(Q["write_refusal"], params)).fetchone()
         if found is None:
             return WorkflowNotFound(workflow_id)
@@ -377,6 +390,11 @@ class PostgresStore:
             return VersionConflict(workflow_id, expected_version, found["version"])
         if found["unconsumed"] != len(set(inbox_ids)):
             return StoreError(f"inbox items {list(inbox_ids)} of {workflow_id!r} were consumed")
+        if not found["fired_pending"]:
+            # The timer it fires was replaced or cancelled meanwhile: read the timers again.
+            return VersionConflict(workflow_id, expected_version, found["version"])
+        if retryable:
+            return None
         # Nothing we can see refused it: a concurrent writer moved and restored it? Report a
         # conflict so the caller re-reads.
         return VersionConflict(workflow_id, expected_version, found["version"])
@@ -583,9 +601,15 @@ class PostgresStore:
             "at": float(write.at),
             "inbox_ids": list(write.consume_inbox_ids),
             **lease_params(write.lease),
+            **timer_change_params(write, False),
         }
         async with self._connection(write=True) as conn:
-            row = await (await conn.execute(Q["defer_workflow"], params)).fetchone()
+            for _ in range(_SNAPSHOT_ROUNDS):
+                row = await (await conn.execute(Q["defer_workflow"], params)).fetchone()
+                if row is not None or not params["timers_exact"]:
+                    break
+                if await self._refusal(conn, write, retryable=True) is not None:
+                    break
             return await self._written(conn, row, write)
 
     async def take_over(
@@ -673,10 +697,77 @@ class PostgresStore:
 
     async def timers(self, workflow_id: str) -> list[TimerRecord]:
         rows = await self._fetchall(Q["timers"], {"id": workflow_id})
-        return [
-            TimerRecord(r["id"], r["workflow_id"], r["due_at"], r["event"], r["payload"])
-            for r in rows
-        ]
+        return [timer_record(r) for r in rows]
+
+    async def schedule_timer(
+        self, workflow_id: str, timer: TimerSpec, *, state: str, entered_at: float, at: float
+    ) -> TimerRecord | None:
+        timer_arrays = timer_params([timer])
+        params: dict[str, Any] = {
+            "id": workflow_id,
+            "due_at": timer_arrays["timer_due"][0],
+            "event": timer.event,
+            "payload": timer_arrays["timer_payload"][0],
+            "key": timer.key,
+            "every": timer_arrays["timer_every"][0],
+            "keep": bool(timer.keep),
+        }
+        async with self._connection(write=True) as conn:
+            try:
+                async with conn.transaction():
+                    found = await (await conn.execute(Q["timer_visit"], params)).fetchone()
+                    if found is None:
+                        raise WorkflowNotFound(workflow_id)
+                    if (
+                        found["terminal"]
+                        or found["state"] != state
+                        or found["state_entered_at"] != entered_at
+                    ):
+                        return None  # another visit of the workflow: the caller reads again
+                    removed: float | None = None
+                    if timer.key is not None:
+                        old = await (await conn.execute(Q["take_timer_key"], params)).fetchone()
+                        removed = None if old is None else old["due_at"]
+                    armed = await (await conn.execute(Q["insert_timer"], params)).fetchone()
+                    assert armed is not None
+                    await self._set_next_due(conn, workflow_id, found, removed, at)
+            except BaseException:
+                await _rollback(conn)
+                raise
+        self.listener.wake()
+        return timer_record(armed)
+
+    async def cancel_timer(self, workflow_id: str, key: str, *, at: float) -> bool:
+        params = {"id": workflow_id, "key": key}
+        async with self._connection(write=True) as conn:
+            try:
+                async with conn.transaction():
+                    found = await (await conn.execute(Q["timer_visit"], params)).fetchone()
+                    if found is None:
+                        raise WorkflowNotFound(workflow_id)
+                    old = await (await conn.execute(Q["take_timer_key"], params)).fetchone()
+                    if old is None:
+                        return False
+                    await self._set_next_due(conn, workflow_id, found, old["due_at"], at)
+            except BaseException:
+                await _rollback(conn)
+                raise
+        return True
+
+    @staticmethod
+    async def _set_next_due(
+        conn: Conn, workflow_id: str, found: DictRow, removed: float | None, at: float
+    ) -> None:
+        first = await (await conn.execute(Q["first_timer"], {"id": workflow_id})).fetchone()
+        due = timerdue.next_due(
+            found["next_due_at"],
+            removed,
+            None if first is None else first["first"],
+            now=at,
+            attempts=found["attempts"],
+            parked=found["parked"],
+        )
+        await conn.execute(Q["set_next_due"], {"id": workflow_id, "next_due_at": due})
 
     # -- step ledger -------------------------------------------------------------------------
 

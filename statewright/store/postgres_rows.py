@@ -13,9 +13,11 @@ from statewright import jsonvalue
 from statewright.errors import InvalidInput
 from statewright.types import (
     CancelRequest,
+    DeferWrite,
     InboxItem,
     Lease,
     StepRecord,
+    TimerRecord,
     TimerSpec,
     TransitionRecord,
     TransitionWrite,
@@ -47,13 +49,42 @@ def dumps(value: Any) -> str:
 
 
 def timer_params(timers: Iterable[TimerSpec]) -> dict[str, list[Any]]:
-    # Three parallel arrays, unnested in SQL: any number of timers, still one statement.
+    # Parallel arrays, unnested in SQL: any number of timers, still one statement.
     timers = list(timers)
     return {
         "timer_due": [float(t.due_at) for t in timers],
         "timer_event": [t.event for t in timers],
         "timer_payload": [dumps(t.payload) for t in timers],
+        "timer_key": [t.key for t in timers],
+        "timer_every": [None if t.every is None else float(t.every) for t in timers],
+        "timer_keep": [bool(t.keep) for t in timers],
     }
+
+
+def timer_change_params(w: TransitionWrite | DeferWrite, clear: bool) -> dict[str, Any]:
+    """A write's timer changes: the timers to arm, the keys they replace or that are
+    cancelled, the fired timer, and whether the write must see every timer (see
+    ``apply_transition``)."""
+    drop = [*w.cancel_timer_keys, *(t.key for t in w.add_timers if t.key is not None)]
+    return {
+        **timer_params(w.add_timers),
+        "drop_keys": drop,
+        "fired_timer_id": w.fired_timer_id,
+        "timers_exact": bool(clear or drop or w.fired_timer_id is not None),
+    }
+
+
+def timer_record(r: Mapping[str, Any]) -> TimerRecord:
+    return TimerRecord(
+        id=r["id"],
+        workflow_id=r["workflow_id"],
+        due_at=r["due_at"],
+        event=r["event"],
+        payload=r["payload"],
+        key=r["key"],
+        every=r["every"],
+        keep=bool(r["keep"]),
+    )
 
 
 def transition_params(w: TransitionWrite) -> dict[str, Any]:
@@ -73,7 +104,6 @@ def transition_params(w: TransitionWrite) -> dict[str, Any]:
         "attempts": w.attempts,
         "run_at": None if w.run_at is None else float(w.run_at),
         "clear_timers": bool(w.clear_timers),
-        "fired_timer_id": w.fired_timer_id,
         "release_lease": bool(w.release_lease),
         "last_error": w.last_error,
         "inbox_ids": list(w.consume_inbox_ids),
@@ -81,7 +111,7 @@ def transition_params(w: TransitionWrite) -> dict[str, Any]:
         "total_attempts": w.total_attempts,
         "idempotency_key": w.idempotency_key,
         **lease_params(w.lease),
-        **timer_params(w.add_timers),
+        **timer_change_params(w, w.clear_timers),
     }
 
 

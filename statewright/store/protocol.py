@@ -25,6 +25,7 @@ from statewright.types import (
     StuckCutoff,
     StuckKey,
     TimerRecord,
+    TimerSpec,
     TransitionRecord,
     TransitionWrite,
     WorkflowFilter,
@@ -258,6 +259,28 @@ class Store(Protocol):
 
     async def timers(self, workflow_id: str) -> list[TimerRecord]:
         """The workflow's pending timers, earliest first."""
+
+    async def schedule_timer(
+        self, workflow_id: str, timer: TimerSpec, *, state: str, entered_at: float, at: float
+    ) -> TimerRecord | None:
+        """Arm one timer on its own (not with a transition), atomically, only while the
+        workflow is still in the visit of a state it was read in: in ``state``, entered at
+        ``entered_at``, and not terminal. None (nothing written) otherwise; the caller reads
+        the workflow again. A ``timer.key`` replaces the workflow's pending timer of that key
+        (a new id). The workflow's version is not changed (a running handler's result still
+        applies); ``next_due_at`` becomes the earlier of it and the new timer (a replaced
+        timer's time is dropped when provably nothing else is due then). ``at``: now.
+
+        Serialised with transitions: a transition that leaves the state either sees the new
+        timer (and clears it, unless ``keep``) or made the visit check fail.
+
+        Raises WorkflowNotFound, InvalidInput (a payload the store cannot hold).
+        """
+
+    async def cancel_timer(self, workflow_id: str, key: str, *, at: float) -> bool:
+        """Delete the workflow's pending timer of ``key``; whether there was one.
+        ``next_due_at`` is recomputed as for :meth:`schedule_timer`. Raises WorkflowNotFound.
+        """
 
     # -- step ledger -----------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from statewright.errors import (
     WorkflowFinished,
     WorkflowNotFound,
 )
-from statewright.store import sqlbuild
+from statewright.store import sqlbuild, timerdue
 from statewright.store.queries import load_queries, migrations
 from statewright.store.sqlite_conn import GroupCommitConnection, Synchronous
 from statewright.types import (
@@ -45,6 +45,7 @@ from statewright.types import (
     StuckCutoff,
     StuckKey,
     TimerRecord,
+    TimerSpec,
     TransitionRecord,
     TransitionWrite,
     WorkflowFilter,
@@ -150,6 +151,19 @@ def _inbox(r: sqlite3.Row) -> InboxItem:
         posted_at=r["posted_at"],
         consumed_at=r["consumed_at"],
         idempotency_key=r["idempotency_key"],
+    )
+
+
+def _timer(r: sqlite3.Row) -> TimerRecord:
+    return TimerRecord(
+        id=r["id"],
+        workflow_id=r["workflow_id"],
+        due_at=r["due_at"],
+        event=r["event"],
+        payload=jsonvalue.loads(r["payload"]),
+        key=r["key"],
+        every=r["every"],
+        keep=bool(r["keep"]),
     )
 
 
@@ -349,10 +363,48 @@ class SQLiteStore:
                     "due_at": t.due_at,
                     "event": t.event,
                     "payload": _dumps(t.payload),
+                    "key": t.key,
+                    "every": t.every,
+                    "keep": int(t.keep),
                 }
                 for t in timers
             ],
         )
+
+    @classmethod
+    def _change_timers(
+        cls,
+        conn: sqlite3.Connection,
+        w: TransitionWrite | DeferWrite,
+        *,
+        clear: bool = False,
+        clear_all: bool = False,
+    ) -> bool:
+        """Apply a write's timer changes (inside its savepoint); whether any were asked.
+
+        The timer a fire read must still be pending (a schedule may have replaced it since):
+        otherwise the write is refused as a conflict and the worker reads the timers again.
+        """
+        wid = w.workflow_id
+        fired = w.fired_timer_id
+        if fired is not None:
+            if conn.execute(Q["timer_exists"], {"id": wid, "timer_id": fired}).fetchone() is None:
+                raise VersionConflict(wid, w.expected_version, None)
+        touched = False
+        if clear:
+            cleared = conn.execute(Q["delete_timers"], {"id": wid, "all": int(clear_all)})
+            touched = cleared.rowcount > 0
+        elif fired is not None:
+            conn.execute(Q["delete_timer"], {"id": wid, "timer_id": fired})
+            touched = True
+        keys = [*w.cancel_timer_keys, *(t.key for t in w.add_timers if t.key is not None)]
+        if keys:
+            conn.execute(Q["delete_timer_keys"], {"id": wid, "keys": json.dumps(keys)})
+            touched = True
+        if w.add_timers:
+            cls._add_timers(conn, wid, w.add_timers)
+            touched = True
+        return touched
 
     async def get_workflow(self, workflow_id: str) -> WorkflowRow | None:
         def fn(conn: sqlite3.Connection) -> WorkflowRow | None:
@@ -444,16 +496,9 @@ class SQLiteStore:
                     w.workflow_id, w.idempotency_key, "an earlier transition"
                 ) from exc
             raise
-        touched_timers = False
-        if w.clear_timers:
-            touched_timers = conn.execute(Q["delete_timers"], {"id": w.workflow_id}).rowcount > 0
-        elif w.fired_timer_id is not None:
-            conn.execute(Q["delete_timer"], {"id": w.workflow_id, "timer_id": w.fired_timer_id})
-            touched_timers = True
-        if w.add_timers:
-            self._add_timers(conn, w.workflow_id, w.add_timers)
-            touched_timers = True
-        if touched_timers or not w.clear_timers:
+        touched_timers = self._change_timers(conn, w, clear=w.clear_timers, clear_all=w.terminal)
+        # Leaving a state for a live one may keep timers (``keep``): next_due_at counts them.
+        if touched_timers or not w.clear_timers or not w.terminal:
             conn.execute(Q["refresh_next_due"], {"id": w.workflow_id, "run_at": w.run_at})
         if w.consume_inbox_ids:
             self._consume(conn, w.workflow_id, w.consume_inbox_ids, w.at)
@@ -687,6 +732,9 @@ class SQLiteStore:
         lease = write.lease
 
         def fn(conn: sqlite3.Connection) -> WorkflowRow:
+            # Timers first (the deferral's next_due_at counts them); a refusal below rolls
+            # them back with the rest of the savepoint.
+            self._change_timers(conn, write)
             cur = conn.execute(
                 Q["defer_workflow"],
                 {
@@ -816,12 +864,66 @@ class SQLiteStore:
         rows = await self.conn.read(
             lambda c: c.execute(Q["timers"], {"id": workflow_id}).fetchall()
         )
-        return [
-            TimerRecord(
-                r["id"], r["workflow_id"], r["due_at"], r["event"], jsonvalue.loads(r["payload"])
-            )
-            for r in rows
-        ]
+        return [_timer(r) for r in rows]
+
+    async def schedule_timer(
+        self, workflow_id: str, timer: TimerSpec, *, state: str, entered_at: float, at: float
+    ) -> TimerRecord | None:
+        def fn(conn: sqlite3.Connection) -> TimerRecord | None:
+            row = conn.execute(Q["timer_visit"], {"id": workflow_id}).fetchone()
+            if row is None:
+                raise WorkflowNotFound(workflow_id)
+            if row["terminal"] or row["state"] != state or row["state_entered_at"] != entered_at:
+                return None  # another visit of the workflow: the caller reads it again
+            removed: float | None = None
+            if timer.key is not None:
+                by_key = {"id": workflow_id, "key": timer.key}
+                old = conn.execute(Q["timer_by_key"], by_key).fetchone()
+                if old is not None:
+                    removed = old["due_at"]
+                    conn.execute(Q["delete_timer"], {"id": workflow_id, "timer_id": old["id"]})
+            self._add_timers(conn, workflow_id, [timer])
+            new_id = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
+            self._set_next_due(conn, workflow_id, row, removed, at)
+            return _timer(conn.execute("SELECT * FROM timers WHERE id = ?", (new_id,)).fetchone())
+
+        record = await self.conn.write(fn)
+        if record is not None:
+            self._wake()
+        return record
+
+    async def cancel_timer(self, workflow_id: str, key: str, *, at: float) -> bool:
+        def fn(conn: sqlite3.Connection) -> bool:
+            row = conn.execute(Q["timer_visit"], {"id": workflow_id}).fetchone()
+            if row is None:
+                raise WorkflowNotFound(workflow_id)
+            old = conn.execute(Q["timer_by_key"], {"id": workflow_id, "key": key}).fetchone()
+            if old is None:
+                return False
+            conn.execute(Q["delete_timer"], {"id": workflow_id, "timer_id": old["id"]})
+            self._set_next_due(conn, workflow_id, row, old["due_at"], at)
+            return True
+
+        return await self.conn.write(fn)
+
+    @staticmethod
+    def _set_next_due(
+        conn: sqlite3.Connection,
+        workflow_id: str,
+        row: sqlite3.Row,
+        removed: float | None,
+        at: float,
+    ) -> None:
+        first = conn.execute(Q["first_timer"], {"id": workflow_id}).fetchone()[0]
+        due = timerdue.next_due(
+            row["next_due_at"],
+            removed,
+            first,
+            now=at,
+            attempts=row["attempts"],
+            parked=row["parked"],
+        )
+        conn.execute(Q["set_next_due"], {"id": workflow_id, "next_due_at": due})
 
     # -- step ledger -------------------------------------------------------------------------
 

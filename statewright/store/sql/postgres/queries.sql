@@ -12,7 +12,11 @@ SELECT version FROM workflows WHERE id = %(id)s;
 SELECT version, lease_owner, fence,
        (SELECT count(*) FROM inbox
          WHERE workflow_id = %(id)s AND id = ANY(%(inbox_ids)s::bigint[])
-           AND consumed_at IS NULL) AS unconsumed
+           AND consumed_at IS NULL) AS unconsumed,
+       (%(fired_timer_id)s::bigint IS NULL
+        OR EXISTS (SELECT 1 FROM timers
+                    WHERE id = %(fired_timer_id)s::bigint AND workflow_id = %(id)s))
+           AS fired_pending
   FROM workflows WHERE id = %(id)s;
 
 -- name: transition_by_key
@@ -24,9 +28,11 @@ SELECT * FROM transitions WHERE workflow_id = %(id)s AND idempotency_key = %(key
 -- duplicate id is left alone (idempotent start) and the existing row is returned instead.
 -- Workers are notified (on commit) when the new workflow has a due time.
 WITH new_timers AS (
-    SELECT t.due_at, t.event, t.payload, t.ord
+    SELECT t.due_at, t.event, t.payload, t.key, t.every, t.keep, t.ord
       FROM unnest(%(timer_due)s::float8[], %(timer_event)s::text[],
-                  %(timer_payload)s::jsonb[]) WITH ORDINALITY AS t(due_at, event, payload, ord)
+                  %(timer_payload)s::jsonb[], %(timer_key)s::text[], %(timer_every)s::float8[],
+                  %(timer_keep)s::boolean[])
+           WITH ORDINALITY AS t(due_at, event, payload, key, every, keep, ord)
 ), ins AS (
     INSERT INTO workflows (id, type, machine_version, state, context, version, attempts,
                            terminal, created_at, updated_at, state_entered_at, next_due_at,
@@ -45,8 +51,9 @@ WITH new_timers AS (
            %(idempotency_key)s::text
       FROM ins, appending
 ), armed AS (
-    INSERT INTO timers (workflow_id, due_at, event, payload)
-    SELECT ins.id, t.due_at, t.event, t.payload FROM ins, new_timers t ORDER BY t.ord
+    INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep)
+    SELECT ins.id, t.due_at, t.event, t.payload, t.key, t.every, t.keep
+      FROM ins, new_timers t ORDER BY t.ord
 )
 SELECT ins.*, TRUE AS created,
        CASE WHEN ins.next_due_at IS NOT NULL THEN pg_notify('statewright_work', '') END
@@ -65,14 +72,22 @@ SELECT w.*, FALSE, NULL FROM workflows w
 -- consumers cannot both succeed; an already consumed one makes the compare-and-swap match
 -- nothing, like a stale version. The log entry is appended under the shared log lock (see
 -- log_horizon), taken after the row lock so a writer holding it never waits for anything else.
+-- Timers: clearing deletes those not kept (all at a terminal state); keyed timers being armed
+-- replace their key's pending one (deleted before the insert, which reads what the deletion
+-- returned so it runs after it). A fired timer must still be pending. When the write changes
+-- timers (timers_exact), it also requires the row version its snapshot saw (xmin): a timer
+-- scheduled on its own commits with an update of the row, so a write whose snapshot missed
+-- it matches nothing here and the store runs it again on a fresh snapshot.
 WITH items AS (
     SELECT id FROM inbox
      WHERE workflow_id = %(id)s AND id = ANY(%(inbox_ids)s::bigint[]) AND consumed_at IS NULL
        FOR UPDATE
 ), new_timers AS (
-    SELECT t.due_at, t.event, t.payload, t.ord
+    SELECT t.due_at, t.event, t.payload, t.key, t.every, t.keep, t.ord
       FROM unnest(%(timer_due)s::float8[], %(timer_event)s::text[],
-                  %(timer_payload)s::jsonb[]) WITH ORDINALITY AS t(due_at, event, payload, ord)
+                  %(timer_payload)s::jsonb[], %(timer_key)s::text[], %(timer_every)s::float8[],
+                  %(timer_keep)s::boolean[])
+           WITH ORDINALITY AS t(due_at, event, payload, key, every, keep, ord)
 ), moved AS (
     UPDATE workflows
        SET state = %(to_state)s, context = %(context)s::jsonb, version = version + 1,
@@ -84,8 +99,10 @@ WITH items AS (
            next_due_at = LEAST(%(run_at)s::float8,
                                (SELECT min(due_at) FROM new_timers),
                                (SELECT min(due_at) FROM timers
-                                 WHERE workflow_id = %(id)s AND NOT %(clear_timers)s
-                                   AND id IS DISTINCT FROM %(fired_timer_id)s::bigint)),
+                                 WHERE workflow_id = %(id)s
+                                   AND (NOT %(clear_timers)s OR (keep AND NOT %(terminal)s))
+                                   AND id IS DISTINCT FROM %(fired_timer_id)s::bigint
+                                   AND (key IS NULL OR key <> ALL(%(drop_keys)s::text[])))),
            last_error = %(last_error)s,
            cancel_requested = CASE WHEN %(terminal)s THEN NULL ELSE cancel_requested END,
            cancel_actor = CASE WHEN %(terminal)s THEN NULL ELSE cancel_actor END,
@@ -100,6 +117,11 @@ WITH items AS (
             OR (lease_owner = %(owner)s::text AND fence = %(fence)s::bigint))
        AND (NOT %(require_unleased)s OR lease_owner IS NULL)
        AND (SELECT count(*) FROM items) = cardinality(%(inbox_ids)s::bigint[])
+       AND (%(fired_timer_id)s::bigint IS NULL
+            OR EXISTS (SELECT 1 FROM timers
+                        WHERE id = %(fired_timer_id)s::bigint AND workflow_id = %(id)s))
+       AND (NOT %(timers_exact)s
+            OR xmin = (SELECT w.xmin FROM workflows w WHERE w.id = %(id)s))
     RETURNING *
 ), appending AS (
     SELECT pg_advisory_xact_lock_shared(hashtext('statewright.log')) FROM moved
@@ -112,10 +134,15 @@ WITH items AS (
 ), disarmed AS (
     DELETE FROM timers
      WHERE workflow_id = %(id)s AND EXISTS (SELECT 1 FROM moved)
-       AND (%(clear_timers)s OR id = %(fired_timer_id)s::bigint)
+       AND ((%(clear_timers)s AND (NOT keep OR %(terminal)s))
+            OR id = %(fired_timer_id)s::bigint OR key = ANY(%(drop_keys)s::text[]))
+    RETURNING id
 ), armed AS (
-    INSERT INTO timers (workflow_id, due_at, event, payload)
-    SELECT moved.id, t.due_at, t.event, t.payload FROM moved, new_timers t ORDER BY t.ord
+    INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep)
+    SELECT moved.id, t.due_at, t.event, t.payload, t.key, t.every, t.keep
+      FROM moved, new_timers t
+     WHERE (SELECT count(*) FROM disarmed) >= 0
+     ORDER BY t.ord
 ), consumed AS (
     UPDATE inbox SET consumed_at = %(at)s
      WHERE id IN (SELECT id FROM items) AND EXISTS (SELECT 1 FROM moved)
@@ -202,11 +229,18 @@ UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
 -- name: defer_workflow
 -- Keep the state: counters, error, parked reason, next due time (merged with the pending
 -- timers); release the lease; consume the inputs the handler run took. Fenced like a
--- transition; the inbox items are locked first, like apply_transition's.
+-- transition; the inbox items are locked first, like apply_transition's. Timer changes (a
+-- fired recurring timer re-armed, a handler's schedules) as in apply_transition.
 WITH items AS (
     SELECT id FROM inbox
      WHERE workflow_id = %(id)s AND id = ANY(%(inbox_ids)s::bigint[]) AND consumed_at IS NULL
        FOR UPDATE
+), new_timers AS (
+    SELECT t.due_at, t.event, t.payload, t.key, t.every, t.keep, t.ord
+      FROM unnest(%(timer_due)s::float8[], %(timer_event)s::text[],
+                  %(timer_payload)s::jsonb[], %(timer_key)s::text[], %(timer_every)s::float8[],
+                  %(timer_keep)s::boolean[])
+           WITH ORDINALITY AS t(due_at, event, payload, key, every, keep, ord)
 ), deferred AS (
     UPDATE workflows
        SET attempts = %(attempts)s,
@@ -214,12 +248,32 @@ WITH items AS (
            last_error = %(last_error)s, parked = %(parked)s::text, updated_at = %(at)s,
            lease_owner = NULL, lease_expires_at = NULL,
            next_due_at = LEAST(%(next_due_at)s::float8,
-                               (SELECT min(due_at) FROM timers WHERE workflow_id = %(id)s))
+                               (SELECT min(due_at) FROM new_timers),
+                               (SELECT min(due_at) FROM timers
+                                 WHERE workflow_id = %(id)s
+                                   AND id IS DISTINCT FROM %(fired_timer_id)s::bigint
+                                   AND (key IS NULL OR key <> ALL(%(drop_keys)s::text[]))))
      WHERE id = %(id)s AND version = %(expected_version)s
        AND (%(fence)s::bigint IS NULL
             OR (lease_owner = %(owner)s::text AND fence = %(fence)s::bigint))
        AND (SELECT count(*) FROM items) = cardinality(%(inbox_ids)s::bigint[])
+       AND (%(fired_timer_id)s::bigint IS NULL
+            OR EXISTS (SELECT 1 FROM timers
+                        WHERE id = %(fired_timer_id)s::bigint AND workflow_id = %(id)s))
+       AND (NOT %(timers_exact)s
+            OR xmin = (SELECT w.xmin FROM workflows w WHERE w.id = %(id)s))
     RETURNING *
+), disarmed AS (
+    DELETE FROM timers
+     WHERE workflow_id = %(id)s AND EXISTS (SELECT 1 FROM deferred)
+       AND (id = %(fired_timer_id)s::bigint OR key = ANY(%(drop_keys)s::text[]))
+    RETURNING id
+), armed AS (
+    INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep)
+    SELECT deferred.id, t.due_at, t.event, t.payload, t.key, t.every, t.keep
+      FROM deferred, new_timers t
+     WHERE (SELECT count(*) FROM disarmed) >= 0
+     ORDER BY t.ord
 ), consumed AS (
     UPDATE inbox SET consumed_at = %(at)s
      WHERE id IN (SELECT id FROM items) AND EXISTS (SELECT 1 FROM deferred)
@@ -303,6 +357,34 @@ SELECT EXISTS (SELECT 1 FROM updated) AS held,
 -- name: timers
 -- A workflow's pending timers, earliest first.
 SELECT * FROM timers WHERE workflow_id = %(id)s ORDER BY due_at, id;
+
+-- name: timer_visit
+-- Lock the workflow row while scheduling or cancelling a timer on its own (transitions take
+-- the same lock first, so the two serialise), and read what the change checks and recomputes.
+SELECT state, state_entered_at, terminal, next_due_at, attempts, parked
+  FROM workflows WHERE id = %(id)s FOR NO KEY UPDATE;
+
+-- name: take_timer_key
+-- Delete a workflow's pending timer of one key (replaced or cancelled); its due time.
+DELETE FROM timers WHERE workflow_id = %(id)s AND key = %(key)s RETURNING due_at;
+
+-- name: insert_timer
+-- Arm one timer.
+INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep)
+VALUES (%(id)s, %(due_at)s, %(event)s, %(payload)s::jsonb, %(key)s, %(every)s, %(keep)s)
+RETURNING *;
+
+-- name: set_next_due
+-- After a timer was scheduled or cancelled on its own: the row's next due time (an update of
+-- the row in any case: a concurrent write that read the timers before it then runs again),
+-- and wake the workers when it is due.
+UPDATE workflows SET next_due_at = %(next_due_at)s::float8 WHERE id = %(id)s
+RETURNING next_due_at,
+          CASE WHEN next_due_at IS NOT NULL THEN pg_notify('statewright_work', '') END;
+
+-- name: first_timer
+-- The earliest pending timer of a workflow.
+SELECT min(due_at) AS first FROM timers WHERE workflow_id = %(id)s;
 
 -- name: step_begin
 -- Record a step as executing before its action runs; a step found executing or failed is

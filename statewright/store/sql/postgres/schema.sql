@@ -100,9 +100,14 @@ CREATE TABLE timers (
     workflow_id TEXT             NOT NULL,
     due_at      DOUBLE PRECISION NOT NULL,
     event       TEXT             NOT NULL,
-    payload     JSONB            NOT NULL
+    payload     JSONB            NOT NULL,
+    key         TEXT,
+    every       DOUBLE PRECISION,
+    keep        BOOLEAN          NOT NULL DEFAULT FALSE
 );
 CREATE INDEX timers_workflow_due ON timers (workflow_id, due_at);
+-- a scheduled timer's key: one pending timer per key and workflow (scheduling replaces it)
+CREATE UNIQUE INDEX timers_key ON timers (workflow_id, key) WHERE key IS NOT NULL;
 
 CREATE TABLE inbox (
     id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,

@@ -171,12 +171,39 @@ UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
 SELECT * FROM timers WHERE workflow_id = :id ORDER BY due_at, id;
 
 -- name: insert_timer
--- Create a durable timer.
-INSERT INTO timers (workflow_id, due_at, event, payload) VALUES (:id, :due_at, :event, :payload);
+-- Create a durable timer (a keyed one's earlier timer of the same key is deleted first).
+INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep)
+VALUES (:id, :due_at, :event, :payload, :key, :every, :keep);
 
 -- name: delete_timers
--- Cancel all of a workflow's timers (it left the state that set them).
-DELETE FROM timers WHERE workflow_id = :id;
+-- Cancel a workflow's timers as it leaves the state that set them: those not kept, or all of
+-- them when it ends (:all). Keys about to be armed again are left for delete_timer_keys.
+DELETE FROM timers WHERE workflow_id = :id AND (:all OR keep = 0);
+
+-- name: delete_timer_keys
+-- Delete a workflow's timers of some keys (cancelled, or about to be replaced).
+DELETE FROM timers WHERE workflow_id = :id AND key IN (SELECT value FROM json_each(:keys));
+
+-- name: timer_exists
+-- Whether a timer read earlier is still pending (a fire consumes only the timer it read).
+SELECT 1 FROM timers WHERE id = :timer_id AND workflow_id = :id;
+
+-- name: timer_by_key
+-- A workflow's pending timer of one key.
+SELECT * FROM timers WHERE workflow_id = :id AND key = :key;
+
+-- name: timer_visit
+-- What scheduling a timer on its own checks and recomputes: the state visit and due time.
+SELECT state, state_entered_at, terminal, next_due_at, attempts, parked
+  FROM workflows WHERE id = :id;
+
+-- name: first_timer
+-- The earliest pending timer of a workflow.
+SELECT min(due_at) FROM timers WHERE workflow_id = :id;
+
+-- name: set_next_due
+-- A workflow's next due time after a timer was scheduled or cancelled on its own.
+UPDATE workflows SET next_due_at = :next_due_at WHERE id = :id;
 
 -- name: delete_timer
 -- Consume one fired timer.

@@ -90,9 +90,14 @@ CREATE TABLE timers (
     workflow_id TEXT NOT NULL,
     due_at      REAL NOT NULL,
     event       TEXT NOT NULL,
-    payload     TEXT NOT NULL
+    payload     TEXT NOT NULL,
+    key         TEXT,
+    every       REAL,
+    keep        INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX timers_workflow_due ON timers (workflow_id, due_at);
+-- a scheduled timer's key: one pending timer per key and workflow (scheduling replaces it)
+CREATE UNIQUE INDEX timers_key ON timers (workflow_id, key) WHERE key IS NOT NULL;
 
 CREATE TABLE inbox (
     id          INTEGER PRIMARY KEY AUTOINCREMENT,
