@@ -102,8 +102,16 @@ def order_machine() -> Machine:
         "The parcel left the warehouse (warehouse webhook).",
         roles=SYSTEM,
         payload_schema=_schema(tracking_number="Carrier tracking number."),
+        # The webhook's data reaches the context through the event's own action, in the
+        # same transaction: no caller does a read-modify-write of the context.
+        assign={"tracking_number": "payload.tracking_number"},
     )
-    b.event("deliver", "The carrier delivered the parcel (carrier webhook).", roles=SYSTEM)
+    b.event(
+        "deliver",
+        "The carrier delivered the parcel (carrier webhook).",
+        roles=SYSTEM,
+        assign={"delivered_at": "payload.delivered_at"},
+    )
     b.event(
         "cancel",
         "Cancel the order. Only possible before the payment is captured.",

@@ -35,6 +35,7 @@ import yaml
 
 from statewright import ids
 from statewright.definition.machine import Event, Machine
+from statewright.engine import timers as timer_ops
 from statewright.engine.core import Engine, Stuck, id_for_key
 from statewright.engine.transitions import Dispatched
 from statewright.engine.workflow_type import Applied, NotApplied
@@ -43,17 +44,20 @@ from statewright.errors import (
     IllegalTransition,
     InvalidInput,
     Unauthorized,
+    UnknownWorkflowType,
     WorkflowNotFound,
 )
+from statewright.redaction import NO_REDACTION, Redactor
 from statewright.types import (
     InboxItem,
     StepRecord,
     StuckKey,
+    TimerRecord,
     TransitionRecord,
     WorkflowFilter,
     WorkflowRow,
 )
-from statewright.views import transition_view, workflow_view
+from statewright.views import Summary, summary_of, transition_view, workflow_view
 
 ADMIN = "admin"
 APPROVER = "approver"
@@ -197,11 +201,21 @@ def _entry(item: Any, where: str) -> TokenEntry:
 
 
 class Access:
-    """The engine as one caller may use it (see the module docstring)."""
+    """The engine as one caller may use it (see the module docstring).
 
-    def __init__(self, engine: Engine, principal: Principal) -> None:
+    ``sees_secrets``: whether the caller sees what the workflow types ``redact`` (see
+    :mod:`statewright.redaction`); by default operators and admins do, nobody else. The MCP
+    server passes False: agents never do. Summaries are redacted for everyone.
+    """
+
+    def __init__(
+        self, engine: Engine, principal: Principal, *, sees_secrets: bool | None = None
+    ) -> None:
         self.engine = engine
         self.principal = principal
+        if sees_secrets is None:
+            sees_secrets = bool(principal.roles & {OPERATOR, ADMIN})
+        self.sees_secrets = sees_secrets
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -229,10 +243,47 @@ class Access:
         return ids.local(store_id, self.principal.scope)
 
     def view(self, row: WorkflowRow) -> dict[str, Any]:
-        """The workflow as this caller sees it: its id, the events it may fire now."""
-        view = workflow_view(row, self.allowed_for(row))
+        """The workflow as this caller sees it: its id, the events it may fire now, its
+        summary, redacted for this caller."""
+        view = workflow_view(
+            row, self.allowed_for(row), summary=self.summary(row), redactor=self.redactor(row)
+        )
         view["id"] = self.public_id(row.id)
         return view
+
+    # -- redaction (see statewright.redaction) ------------------------------------------------
+
+    def redact_paths(self, row: WorkflowRow) -> tuple[str, ...]:
+        """What ``row``'s type redacts (for a type this engine does not know: what any of its
+        types redacts)."""
+        try:
+            return self.engine.type_of(row.type, row.machine_version).redact
+        except UnknownWorkflowType:
+            return tuple(dict.fromkeys(p for t in self.engine.types for p in t.redact))
+
+    def redactor(self, row: WorkflowRow, *sources: Any) -> Redactor:
+        """What this caller must not see of ``row``, learnt from its context and ``sources``
+        (more values read with it); shows everything to a caller who :attr:`sees_secrets`."""
+        if self.sees_secrets:
+            return NO_REDACTION
+        return self.secret_redactor(row, *sources)
+
+    def secret_redactor(self, row: WorkflowRow, *sources: Any) -> Redactor:
+        """:meth:`redactor` whoever the caller is (for summaries)."""
+        paths = self.redact_paths(row)
+        return Redactor(paths, row.context, *sources) if paths else NO_REDACTION
+
+    def summary(self, row: WorkflowRow) -> Summary:
+        """``row``'s summary (the type's hook, else the default), always redacted."""
+        try:
+            hook = self.engine.type_of(row.type, row.machine_version).summary
+        except UnknownWorkflowType:
+            hook = None
+        return summary_of(row.type, row.context, hook, self.secret_redactor(row))
+
+    def context(self, row: WorkflowRow) -> dict[str, Any]:
+        """``row``'s full context as this caller may see it."""
+        return self.redactor(row).mapping(row.context) or {}
 
     def transition_view(self, rec: TransitionRecord) -> dict[str, Any]:
         view = transition_view(rec)
@@ -263,7 +314,13 @@ class Access:
         ``row``: the workflow as this caller already read it (a page read in chunks reads
         it once)."""
         row = await self._seen(workflow_id, row)
-        return await self.engine.store.history(row.id, after_version, limit)
+        records = await self.engine.store.history(row.id, after_version, limit)
+        if self.sees_secrets or not self.redact_paths(row):
+            return records
+        red = self.redactor(
+            row, *(r.payload for r in records), *(r.context_patch for r in records)
+        )
+        return [_redacted_transition(r, red) for r in records]
 
     async def steps(
         self,
@@ -275,7 +332,14 @@ class Access:
     ) -> list[StepRecord]:
         """The workflow's steps in ``(started_at, key)`` order, after ``after`` (a keyset)."""
         row = await self._seen(workflow_id, row)
-        return await self.engine.store.steps(row.id, after, limit)
+        records = await self.engine.store.steps(row.id, after, limit)
+        if self.sees_secrets or not self.redact_paths(row):
+            return records
+        red = self.redactor(row, *(s.result for s in records))
+        return [
+            dataclasses.replace(s, result=red.value(s.result), error=red.opt_text(s.error))
+            for s in records
+        ]
 
     async def _seen(self, workflow_id: str, row: WorkflowRow | None) -> WorkflowRow:
         if row is None:
@@ -294,7 +358,25 @@ class Access:
         return await self.engine.stuck(tenant=self.principal.scope, after=after, limit=limit)
 
     async def transitions_since(self, seq: int, limit: int = 500) -> list[TransitionRecord]:
-        return await self.engine.store.transitions_since(seq, limit, tenant=self.principal.scope)
+        """The log of the caller's tenant after ``seq``, redacted for this caller."""
+        store = self.engine.store
+        records = await store.transitions_since(seq, limit, tenant=self.principal.scope)
+        if self.sees_secrets or not any(t.redact for t in self.engine.types) or not records:
+            return records
+        # Each workflow's type says what to redact and its context what to mask: one read per
+        # workflow of the page (the log does not carry the type).
+        learn: dict[str, list[Any]] = {}
+        for rec in records:
+            learn.setdefault(rec.workflow_id, []).extend((rec.payload, rec.context_patch))
+        redactors: dict[str, Redactor] = {}
+        for workflow_id, values in learn.items():
+            row = await store.get_workflow(workflow_id)
+            if row is None:  # (gone) what any of the types redacts
+                paths = tuple(dict.fromkeys(p for t in self.engine.types for p in t.redact))
+                redactors[workflow_id] = Redactor(paths, *values)
+            else:
+                redactors[workflow_id] = self.redactor(row, *values)
+        return [_redacted_transition(r, redactors[r.workflow_id]) for r in records]
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -341,6 +423,7 @@ class Access:
         *,
         expected_version: int | None = None,
         idempotency_key: str | None = None,
+        if_allowed: bool = False,
     ) -> WorkflowRow:
         sent = await self.dispatch(
             workflow_id,
@@ -348,6 +431,7 @@ class Access:
             payload,
             expected_version=expected_version,
             idempotency_key=idempotency_key,
+            if_allowed=if_allowed,
         )
         return sent.row
 
@@ -359,12 +443,15 @@ class Access:
         *,
         expected_version: int | None = None,
         idempotency_key: str | None = None,
+        if_allowed: bool = False,
     ) -> Dispatched:
-        """:meth:`send`, telling also whether it was an idempotent retry (``replayed``)."""
+        """:meth:`send`, telling also whether it was an idempotent retry (``replayed``) and,
+        with ``if_allowed``, whether it was applied (see :meth:`Engine.send`); the roles
+        still apply: an event the caller may not fire is Forbidden whatever the state."""
         row = await self.get(workflow_id)
         self._check_event(row, event)
         try:
-            return await self.engine.dispatch(
+            sent = await self.engine.dispatch(
                 row.id,
                 event,
                 payload,
@@ -372,9 +459,13 @@ class Access:
                 expected_version=expected_version,
                 idempotency_key=idempotency_key,
                 row=row,
+                if_allowed=if_allowed,
             )
         except IllegalTransition as exc:
             raise self._refusal(row, exc) from None
+        if sent.refusal is not None:
+            sent = dataclasses.replace(sent, refusal=self._refusal(sent.row, sent.refusal))
+        return sent
 
     async def decide(
         self,
@@ -481,6 +572,66 @@ class Access:
         self._operator("resume workflows")
         return await self.engine.resume(row.id, actor=self.principal.actor, reason=reason)
 
+    async def schedule(
+        self,
+        workflow_id: str,
+        event: str,
+        *,
+        after: float | None = None,
+        at: float | None = None,
+        payload: Mapping[str, Any] | None = None,
+        key: str | None = None,
+        keep: bool = False,
+    ) -> TimerRecord:
+        """Arm a durable timer on a workflow (roles operator/admin): see
+        :meth:`Engine.schedule`."""
+        row = await self.get(workflow_id)
+        self._operator("schedule timers")
+        return await self.engine.schedule(
+            row.id,
+            event,
+            after=after,
+            at=at,
+            payload=payload,
+            key=key,
+            keep=keep,
+            actor=self.principal.actor,
+        )
+
+    async def cancel_timer(self, workflow_id: str, key: str) -> None:
+        """Delete a workflow's pending timer by its key (roles operator/admin); raises
+        TimerNotFound when there is none."""
+        row = await self.get(workflow_id)
+        self._operator("cancel timers")
+        await timer_ops.cancel_or_raise(self.engine, row.id, key, actor=self.principal.actor)
+
+    async def timers(self, workflow_id: str) -> list[TimerRecord]:
+        """A workflow's pending timers, earliest first (any reader of its tenant)."""
+        row = await self.get(workflow_id)
+        return await self.engine.timers(row.id)
+
+    async def patch_context(
+        self,
+        workflow_id: str,
+        patch: Mapping[str, Any],
+        *,
+        reason: str,
+        expected_version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> WorkflowRow:
+        """Set context keys by hand, one logged ``$patch_context`` transition (roles
+        operator/admin; an event's data reaches the context through its ``assign``)."""
+        row = await self.get(workflow_id)
+        self._operator("patch a workflow's context")
+        return await self.engine.patch_context(
+            row.id,
+            patch,
+            actor=self.principal.actor,
+            reason=reason,
+            expected_version=expected_version,
+            idempotency_key=idempotency_key,
+        )
+
     async def post_input(
         self,
         workflow_id: str,
@@ -562,3 +713,11 @@ class Access:
         if asked not in (None, mine):
             raise Forbidden(f"{self.principal.actor!r} may only start workflows in {mine!r}")
         return mine
+
+
+def _redacted_transition(rec: TransitionRecord, red: Redactor) -> TransitionRecord:
+    if not red.active:
+        return rec
+    return dataclasses.replace(
+        rec, payload=red.mapping(rec.payload) or {}, context_patch=red.mapping(rec.context_patch)
+    )

@@ -10,10 +10,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from statewright.cli.loading import DEFINITION_SUFFIXES, with_engine
+from statewright.cli.loading import DEFINITION_SUFFIXES, load_definition, with_engine
 from statewright.cli.options import Settings
 from statewright.cli.output import emit_json, out
-from statewright.definition import Machine, load_path, to_dot, to_mermaid
+from statewright.definition import Machine, to_dot, to_mermaid
 from statewright.engine import Engine
 from statewright.errors import DefinitionError, InvalidInput
 
@@ -26,7 +26,7 @@ class DiagramFormat(enum.StrEnum):
 def _load_file(path: str) -> Machine:
     if not Path(path).is_file():
         raise InvalidInput(f"no such file {path!r}")
-    return load_path(path)
+    return load_definition(path)[0]  # (a file may list its type's redact keys beside)
 
 
 def _is_file(target: str) -> bool:

@@ -6,7 +6,9 @@
 - ``file.py:attr`` or ``module:attr``: that attribute, a :class:`WorkflowType`, a
   :class:`Machine`, or a list of them;
 - ``machine.json`` / ``machine.yaml``: a definition file, registered without handlers (its
-  timers fire, nothing else runs by itself).
+  timers fire, nothing else runs by itself). Next to the machine it may list the context keys
+  its workflows keep from agents and non-operators (:attr:`WorkflowType.redact`), a top-level
+  ``redact: [stripe_secret_ref, customer.card.number]``: the one type option a file can hold.
 
 The built-in ``agent_task`` machine is always registered (an app may replace it).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
+import json
 import os
 import sys
 from collections.abc import Awaitable, Callable
@@ -23,9 +26,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
+import yaml
+
 from statewright.cli.options import Settings
 from statewright.clock import Clock
-from statewright.definition import Machine, load_path
+from statewright.definition import Machine, from_dict, load_path
 from statewright.engine import Engine, WorkflowType, agent_task_type
 from statewright.errors import InvalidInput
 from statewright.store import store_from_url
@@ -46,7 +51,8 @@ def load_app(spec: str | None) -> list[Loaded]:
 
 def _load_one(item: str) -> list[Loaded]:
     if item.lower().endswith(DEFINITION_SUFFIXES):
-        return [load_path(_existing(item))]
+        machine, redact = load_definition(_existing(item))
+        return [WorkflowType(machine, redact=redact) if redact else machine]
     target, _, attr = item.partition(":")
     if target.endswith(".py"):
         module = import_file(_existing(target))
@@ -61,6 +67,22 @@ def _load_one(item: str) -> list[Loaded]:
             f"--app {item!r}: the module has no TYPES list; name an attribute with {target}:attr"
         )
     return _collect(module.TYPES, item)
+
+
+def load_definition(path: str | Path) -> tuple[Machine, tuple[str, ...]]:
+    """A definition file's machine, and the ``redact`` list it may hold beside it."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError):
+        data = None  # load_path says what is wrong
+    if not isinstance(data, dict) or "redact" not in data:
+        return load_path(p), ()
+    redact = data.pop("redact")
+    if not isinstance(redact, list) or not all(isinstance(r, str) for r in redact):
+        raise InvalidInput(f"{str(p)!r}: 'redact' must be a list of context keys or dotted paths")
+    return from_dict(data), tuple(redact)
 
 
 def _existing(path: str) -> Path:

@@ -6,7 +6,18 @@ from collections.abc import Callable
 
 import typer
 
-from statewright.cli import alerts, definitions, demo, mcp, operator, ops, serve, workflows
+from statewright.cli import (
+    alerts,
+    definitions,
+    demo,
+    mcp,
+    operator,
+    ops,
+    paths,
+    serve,
+    timers,
+    workflows,
+)
 from statewright.cli.options import (
     AppOption,
     DbOption,
@@ -61,12 +72,17 @@ _COMMANDS: list[tuple[str, Callable[..., None], str]] = [
     ("input", workflows.input_, "error"),
     ("resolve-step", operator.resolve_step, "error"),
     ("resume", operator.resume, "error"),
+    ("patch-context", operator.patch_context, "error"),
+    ("timers", timers.timers, "error"),
+    ("schedule", timers.schedule, "error"),
+    ("cancel-timer", timers.cancel_timer, "error"),
     ("list", workflows.list_, "error"),
     ("stuck", ops.stuck, "error"),
     ("alerts", alerts.alerts, "error"),
     ("replay", ops.replay, "error"),
     ("diagram", definitions.diagram, "error"),
     ("check", definitions.check, "error"),
+    ("paths", paths.paths, "error"),
     ("worker", ops.worker, "info"),
     ("serve", serve.serve, "info"),
     ("mcp", mcp.mcp, "error"),

@@ -1,4 +1,5 @@
-"""Operator commands: resolve-step and resume, for workflows parked for a person.
+"""Operator commands: resolve-step and resume, for workflows parked for a person, and
+patch-context, an audited change of a workflow's context by hand.
 
 A workflow is parked (``statewright show`` prints ``parked <reason>``) when a worker cannot
 go on safely by itself, e.g. a step was interrupted and nothing can tell whether its call
@@ -86,6 +87,56 @@ def resume(
     out.print(
         f"resumed [bold]{escape(row.id)}[/]: [bold cyan]{escape(row.state)}[/] runs again "
         "when a worker picks it up"
+    )
+
+
+def patch_context(
+    s: Settings,
+    workflow_id: IdArg,
+    patch: Annotated[
+        str,
+        typer.Argument(
+            metavar="PATCH_JSON",
+            help='Top-level context keys to set, as a JSON object: \'{"address": "1 Main St"}\'.',
+            show_default=False,
+        ),
+    ],
+    reason: ReasonOption,
+    expected_version: Annotated[
+        int | None,
+        typer.Option(help="Refuse unless the workflow is at this version.", show_default=False),
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Makes a retry of this command apply nothing twice.", show_default=False
+        ),
+    ] = None,
+    actor: ActorOption = "cli",
+) -> None:
+    """Set context keys by hand: one transition, logged as $patch_context with the actor and
+    reason. The state stays; a state with a handler runs it again. Refused (exit code 2) for a
+    finished workflow or a patch that is not a non-empty JSON object."""
+    value = _json_value(patch, "PATCH_JSON")
+    if not isinstance(value, dict):
+        raise InvalidInput("PATCH_JSON must be a JSON object of context keys")
+    row = with_engine(
+        s,
+        lambda e: e.patch_context(
+            workflow_id,
+            value,
+            actor=actor,
+            reason=reason,
+            expected_version=expected_version,
+            idempotency_key=idempotency_key,
+        ),
+    )
+    if s.json:
+        emit_json(row)
+        return
+    out.print(
+        f"context of [bold]{escape(row.id)}[/] patched ({escape(', '.join(sorted(value)))}): "
+        f"version {row.version}, still [bold cyan]{escape(row.state)}[/]"
     )
 
 

@@ -102,8 +102,16 @@ def send(
         typer.Option(help="Refuse (version_conflict) unless the workflow is at this version."),
     ] = None,
     key: KeyOption = None,
+    if_allowed: Annotated[
+        bool,
+        typer.Option(
+            "--if-allowed",
+            help="If the workflow's state does not allow the event now, say so and exit 0 "
+            "(nothing changes) instead of refusing it.",
+        ),
+    ] = False,
 ) -> None:
-    """Fire an event; refused with exit code 2 if it is not allowed now."""
+    """Fire an event; refused with exit code 2 if it is not allowed now (see --if-allowed)."""
     data = parse_json_object(payload, "--payload")
     sent = with_engine(
         s,
@@ -114,9 +122,24 @@ def send(
             actor=actor,
             expected_version=expected_version,
             idempotency_key=key,
+            if_allowed=if_allowed,
         ),
     )
-    _emit(s, sent.row, "moved", key, sent.replayed)
+    if sent.applied:
+        _emit(s, sent.row, "moved", key, sent.replayed)
+        return
+    row, reason = sent.row, None if sent.refusal is None else sent.refusal.reason
+    allowed = [] if sent.refusal is None else sent.refusal.allowed
+    if s.json:
+        emit_json({**plain(row), "applied": False, "reason": reason, "allowed_events": allowed})
+        return
+    why = f" ({reason})" if reason else ""
+    out.print(
+        f"not applied: {escape(repr(event))} is not allowed in state "
+        f"[bold cyan]{escape(row.state)}[/]{escape(why)}; nothing changed "
+        f"([bold]{escape(row.id)}[/] at version {row.version}; allowed: "
+        f"{escape(', '.join(allowed) or 'none')})"
+    )
 
 
 def _decide(

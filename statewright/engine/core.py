@@ -19,9 +19,11 @@ from typing import Any
 from statewright import ids
 from statewright.clock import Clock, SystemClock
 from statewright.definition.machine import Machine, State
+from statewright.engine import timers as timer_ops
 from statewright.engine.cancel import cancel as cancel_workflow
 from statewright.engine.hooks import Observers, TransitionEvent
 from statewright.engine.transitions import (
+    CONTEXT_EVENT,
     Defer,
     Dispatched,
     Fire,
@@ -51,6 +53,7 @@ from statewright.types import (
     StepRecord,
     StuckCutoff,
     StuckKey,
+    TimerRecord,
     TransitionRecord,
     WorkflowFilter,
     WorkflowRow,
@@ -297,12 +300,20 @@ class Engine:
         expected_version: int | None = None,
         context: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        if_allowed: bool = False,
     ) -> WorkflowRow:
         """Fire ``event`` on a workflow; returns the row after the transition.
 
         With ``idempotency_key``, a retry of a send already applied (same key, event and
         payload) applies nothing and returns the workflow as it is now; use it whenever a
         send may be retried after an ambiguous failure (:class:`OutcomeUnknown`).
+
+        With ``if_allowed``, an event the workflow's state does not allow *now* (no edge from
+        it, a terminal state, no guard passed; confirmed on a fresh read) returns the row
+        unchanged instead of raising IllegalTransition: for late webhooks and duplicate
+        callbacks. It is counted (``statewright_events_not_applied``) and logged, not
+        recorded as a rejected transition. An unknown event, an invalid payload, a version
+        conflict or an unknown workflow still raise. :meth:`dispatch` tells which it was.
 
         Raises:
             WorkflowNotFound, IllegalTransition, InvalidPayload, VersionConflict (the row
@@ -318,6 +329,7 @@ class Engine:
             expected_version=expected_version,
             context=context,
             idempotency_key=idempotency_key,
+            if_allowed=if_allowed,
         )
         return sent.row
 
@@ -332,8 +344,11 @@ class Engine:
         context: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
         row: WorkflowRow | None = None,
+        if_allowed: bool = False,
     ) -> Dispatched:
-        """:meth:`send`, telling also whether it was an idempotent retry (``replayed``).
+        """:meth:`send`, telling also whether it was an idempotent retry (``replayed``) and,
+        with ``if_allowed``, whether it was applied (``applied``; if not, ``refusal`` says
+        why: its ``reason``, ``state`` and ``allowed`` events).
 
         ``row``: a fresh read of the workflow the caller already made (saves a read).
         """
@@ -348,6 +363,7 @@ class Engine:
             context_patch=context,
             release_lease=False,
             idempotency_key=check_idempotency_key(idempotency_key),
+            if_allowed=if_allowed,
         )
         return await self.transitions.send(
             workflow_id, fire, expected_version=expected_version, row=row
@@ -625,6 +641,110 @@ class Engine:
         )
         return after
 
+    async def schedule(
+        self,
+        workflow_id: str,
+        event: str,
+        *,
+        after: float | None = None,
+        at: float | None = None,
+        payload: Mapping[str, Any] | None = None,
+        key: str | None = None,
+        keep: bool = False,
+        actor: str = "system",
+    ) -> TimerRecord:
+        """Arm a durable timer on one workflow: fire ``event`` (with ``payload``) ``after``
+        seconds from now or ``at`` an epoch time (exactly one of them).
+
+        ``key`` (default: the event's name) names it: scheduling the same key again replaces
+        the pending timer (extend a deadline; a retried call changes nothing more). It belongs
+        to the workflow's current visit of its state: leaving the state clears it, unless
+        ``keep`` (then only reaching a terminal state does). Scheduling does not change the
+        workflow's version (a running handler's result still applies), and is atomic with the
+        check that the workflow is still in the visit it was read in: a timer never survives
+        into a state it was not meant for (a transition racing it moves it to the new visit,
+        where it is checked again). At firing time it is a timer like the state's own: a
+        refused event fails the workflow, as for ``after`` timers.
+
+        Raises WorkflowNotFound, WorkflowFinished (terminal), IllegalTransition (the event is
+        not declared, or a timer that is not kept has no edge out of the current state),
+        InvalidPayload, InvalidInput (ValueTooDeep, ValueTooLarge; not exactly one of
+        ``after``/``at``; a bad key), VersionConflict (the workflow kept moving).
+        """
+        return await timer_ops.schedule(
+            self,
+            workflow_id,
+            event,
+            after=after,
+            at=at,
+            payload=payload,
+            key=key,
+            keep=keep,
+            actor=actor,
+        )
+
+    async def cancel_timer(self, workflow_id: str, key: str, *, actor: str = "system") -> bool:
+        """Delete a workflow's pending timer by its key; True if there was one (it never
+        fires). Raises WorkflowNotFound, InvalidInput (a bad key)."""
+        return await timer_ops.cancel(self, workflow_id, key, actor=actor)
+
+    async def timers(self, workflow_id: str) -> list[TimerRecord]:
+        """A workflow's pending timers (the state's own and scheduled ones), earliest first.
+        Raises WorkflowNotFound."""
+        return await timer_ops.listing(self, workflow_id)
+
+    async def patch_context(
+        self,
+        workflow_id: str,
+        patch: Mapping[str, Any],
+        *,
+        actor: str,
+        reason: str,
+        expected_version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> WorkflowRow:
+        """An operator's explicit change of a workflow's context: the top-level keys of
+        ``patch`` are set, in one transition logged as ``$patch_context`` with the actor and
+        ``{"reason": reason}`` as its payload (replay applies it like any other).
+
+        It is a self-transition: the state and its timers stay, and a state with a handler
+        runs it again on the new context (its finished steps return their results). Events
+        carry data into the context through their declared ``assign`` actions; this is the
+        audited way around them, for people, not for agents.
+
+        Raises WorkflowNotFound, WorkflowFinished, InvalidInput (no reason, an empty or
+        non-object patch), ValueTooDeep / ValueTooLarge, VersionConflict, IdempotencyKeyReused.
+        """
+        if not isinstance(reason, str) or not reason.strip():
+            raise InvalidInput("a context patch needs a reason")
+        if len(reason) > 1000:
+            raise InvalidInput("the reason is longer than 1000 characters")
+        if not isinstance(patch, Mapping) or not patch:
+            raise InvalidInput("a context patch must be a non-empty JSON object")
+        if any(not isinstance(k, str) or not k for k in patch):
+            raise InvalidInput("context keys must be non-empty strings")
+        fire = Fire(
+            CONTEXT_EVENT,
+            {"reason": reason},
+            actor,
+            context_patch=dict(patch),
+            release_lease=False,
+            idempotency_key=check_idempotency_key(idempotency_key),
+        )
+        sent = await self.transitions.send(workflow_id, fire, expected_version=expected_version)
+        log.warning(
+            "workflow context patched",
+            extra={
+                "action": "context_patched",
+                "workflow_id": workflow_id,
+                "actor": actor,
+                "reason": reason,
+                "keys": sorted(patch),
+                "replayed": sent.replayed,
+            },
+        )
+        return sent.row
+
     # -- queries -------------------------------------------------------------------------------
 
     async def history(
@@ -783,6 +903,8 @@ def _replay_problem(
         return f"log says from {rec.from_state!r} but replay is in {state!r}"
     if rec.from_state is None:
         return None if rec.to_state == machine.initial.name else "does not start in initial"
+    if rec.event == CONTEXT_EVENT:
+        return None if rec.to_state == state else "a context patch that changed the state"
     if not any(t.target == rec.to_state for t in machine.transitions_from(state or "", rec.event)):
         return f"no edge {state!r} --{rec.event}--> {rec.to_state!r} in the machine"
     return None

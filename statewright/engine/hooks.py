@@ -75,6 +75,9 @@ class Observers:
         self.rejected: list[RejectionObserver] = []
         self.rejections: list[RejectionDetailObserver] = []
         """Like ``rejected``, with the workflow row (type, tenant) and the actor when known."""
+        self.not_applied: list[RejectionDetailObserver] = []
+        """Events sent ``if_allowed`` that were not allowed now (not refusals: nothing is
+        logged as a rejected transition for them)."""
         self.retry: list[RetryObserver] = []
         self.step: list[StepObserver] = []
         self.lag: list[LagObserver] = []
@@ -134,6 +137,34 @@ class Observers:
                     detail(rejection)
                 except Exception:
                     log.exception("rejection observer failed", extra={"action": "observer_error"})
+
+    def event_not_applied(
+        self, workflow: WorkflowRow, event: str, error: StatewrightError, actor: str
+    ) -> None:
+        """An event sent ``if_allowed`` was not allowed in ``workflow``'s state now (a late
+        webhook, a duplicate callback): nothing changed, and it is no refusal."""
+        log.info(
+            "event not applied: not allowed now",
+            extra={
+                "action": "event_not_applied",
+                "workflow_id": workflow.id,
+                "workflow_type": workflow.type,
+                "state": workflow.state,
+                "event": event,
+                "actor": actor,
+                "version": workflow.version,
+                "error": error.message,
+            },
+        )
+        if self.not_applied:
+            skipped = Rejection(workflow.id, workflow.state, event, error, workflow, actor)
+            for fn in self.not_applied:
+                try:
+                    fn(skipped)
+                except Exception:
+                    log.exception(
+                        "not-applied observer failed", extra={"action": "observer_error"}
+                    )
 
     def retried(self, failed: WorkflowRow, after: WorkflowRow, delay: float) -> None:
         """A transient failure of ``failed``'s state was counted and a retry scheduled."""

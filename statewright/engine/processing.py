@@ -19,6 +19,7 @@ from statewright.engine.cancel import cancel_reason, deliver_pending, fire_cance
 from statewright.engine.failures import describe, handle_failure
 from statewright.engine.looplag import user_code
 from statewright.engine.steps import Run, SyncRun, is_async
+from statewright.engine.timers import rearmed as rearmed_timer
 from statewright.engine.transitions import Defer, Fire
 from statewright.engine.workflow_type import Handler, HandlerResult, Next, WorkflowType
 from statewright.errors import (
@@ -30,7 +31,7 @@ from statewright.errors import (
     LeaseLost,
     VersionConflict,
 )
-from statewright.types import CancelRequest, Lease, WorkflowRow
+from statewright.types import CancelRequest, Lease, TimerRecord, WorkflowRow
 
 if TYPE_CHECKING:
     from statewright.engine.worker import Worker
@@ -146,25 +147,15 @@ async def process(w: Worker, slot: Slot) -> None:
             except (IllegalTransition, InvalidPayload):
                 pass  # a guard refuses it here: run as usual (the handler sees it too)
     now = engine.clock.now()
-    due = [t for t in await store.timers(row.id) if t.due_at <= now]
-    if due:
-        timer = due[0]
-        try:
-            after = await engine.transitions.fire(
-                row, Fire(timer.event, timer.payload, "timer", fired_timer=timer.id, lease=lease)
-            )
-        except VersionConflict:
-            await store.release_lease(row.id, lease)
-            return
-        except LeaseLost:
-            return
-        except (IllegalTransition, InvalidPayload) as exc:
-            failed = FatalError(f"timer {timer.event!r}: {exc}")
-            await after_write(w, wtype, await handle_failure(engine, row, failed, lease=lease))
-            return
-        await after_write(w, wtype, after)
-        return
     handler = wtype.handlers.get(row.state)
+    due = [t for t in await store.timers(row.id) if t.due_at <= now]
+    if handler is not None and row.next_due_at is not None:
+        # The handler's run came due before these recurring timers did: it runs first, so a
+        # timer recurring faster than the handler is claimed can never starve it.
+        due = [t for t in due if t.every is None or t.due_at <= row.next_due_at]
+    if due:
+        await _fire_timer(w, wtype, row, due[0], lease, handler is not None)
+        return
     if handler is None or row.next_due_at is None or row.next_due_at > now:
         # Nothing to run (a timer was consumed meanwhile): re-arm from the pending timers.
         try:
@@ -180,6 +171,71 @@ async def process(w: Worker, slot: Slot) -> None:
         await store.release_lease(row.id, lease)
         return
     await _run_handler(w, slot, wtype, handler)
+
+
+async def _fire_timer(
+    w: Worker,
+    wtype: WorkflowType,
+    row: WorkflowRow,
+    timer: TimerRecord,
+    lease: Lease,
+    has_handler: bool,
+) -> None:
+    """Fire a due timer: its event as a transition that consumes it (a recurring one is
+    re-armed for its next interval in the same transaction when the workflow stays).
+
+    A refused event fails the workflow for a one-shot timer; a recurring timer's refusal is
+    logged as a rejection and the timer is consumed and re-armed without a transition (a
+    guard that does not pass yet is the usual case: "check again later")."""
+    engine = w.engine
+    store = engine.store
+    rearm = rearmed_timer(timer, engine.clock.now())
+    try:
+        after = await engine.transitions.fire(
+            row,
+            Fire(
+                timer.event,
+                timer.payload,
+                "timer",
+                fired_timer=timer.id,
+                rearm=rearm,
+                lease=lease,
+            ),
+        )
+    except VersionConflict:
+        await store.release_lease(row.id, lease)
+        return
+    except LeaseLost:
+        return
+    except (IllegalTransition, InvalidPayload) as exc:
+        if rearm is None:
+            failed = FatalError(f"timer {timer.event!r}: {exc}")
+            await after_write(w, wtype, await handle_failure(engine, row, failed, lease=lease))
+            return
+        # A handler's retry owed (a failure's backoff) may hide behind this timer's due time
+        # (next_due_at keeps only the earlier): run it now rather than lose it.
+        owed = has_handler and row.attempts > 0 and row.parked is None
+        try:
+            kept = await engine.transitions.defer(
+                row,
+                Defer(
+                    attempts=row.attempts,
+                    next_due_at=engine.clock.now() if owed else None,
+                    last_error=row.last_error,
+                    parked=row.parked,
+                    lease=lease,
+                    fired_timer=timer.id,
+                    add_timers=(rearm,),
+                ),
+            )
+        except VersionConflict:
+            await store.release_lease(row.id, lease)
+            return
+        except LeaseLost:
+            return
+        await after_write(w, wtype, kept)
+        return
+    await after_write(w, wtype, after)
 
 
 def _start(w: Worker, slot: Slot, run: Run, handler: Handler) -> asyncio.Future[HandlerResult]:
@@ -253,7 +309,14 @@ async def _run_handler(w: Worker, slot: Slot, wtype: WorkflowType, handler: Hand
     try:
         if result is None:
             idle = await engine.transitions.defer(
-                row, Defer(attempts=0, lease=lease, consume_inputs=taken)
+                row,
+                Defer(
+                    attempts=0,
+                    lease=lease,
+                    consume_inputs=taken,
+                    add_timers=run.scheduled,
+                    cancel_timer_keys=run.cancelled_timers,
+                ),
             )
             await after_write(w, wtype, idle)
             return
@@ -268,6 +331,8 @@ async def _run_handler(w: Worker, slot: Slot, wtype: WorkflowType, handler: Hand
                 attempts=0,
                 lease=lease,
                 consume_inputs=taken,
+                add_timers=run.scheduled,
+                cancel_timer_keys=run.cancelled_timers,
             ),
         )
     except VersionConflict:

@@ -23,13 +23,14 @@ import inspect
 import logging
 import queue
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from statewright.engine.cancel import pending
 from statewright.engine.looplag import user_code
+from statewright.engine.timers import timer_spec
 from statewright.engine.wakeup import listen
 from statewright.engine.workflow_type import (
     Applied,
@@ -54,6 +55,7 @@ from statewright.types import (
     Lease,
     StepFinish,
     StepRecord,
+    TimerSpec,
     WorkflowRow,
 )
 
@@ -159,6 +161,8 @@ class Run:
         """The claim every write of this run is fenced by (None outside a worker)."""
         self.taken: list[int] = []
         """Inbox items this run took: consumed by the write that ends the run."""
+        self.timer_ops: dict[str, TimerSpec | None] = {}
+        """Timers this run scheduled (by key; None: cancelled), written with its outcome."""
         self.stopped: BaseException | None = None
         """Set when the worker gave up on this run (deadline, lost lease): its calls raise."""
         self._cancel: CancelRequest | None = None
@@ -236,6 +240,65 @@ class Run:
         in the same transaction as the cancel event. Values must be JSON-serialisable."""
         self.engine.limits.check({**self.partial, **context}, "partial results")
         self.partial.update(context)
+
+    # -- timers --------------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        event: str,
+        *,
+        after: float | None = None,
+        at: float | None = None,
+        payload: Mapping[str, Any] | None = None,
+        key: str | None = None,
+        keep: bool = False,
+    ) -> TimerSpec:
+        """Schedule a durable timer for this workflow: fire ``event`` ``after`` seconds from
+        now or ``at`` an epoch time (see :meth:`Engine.schedule` for ``key`` and ``keep``).
+
+        **It is written atomically with this run's outcome**, not now: with the transition
+        the handler returns (after the clearing of the state it leaves, so the timer belongs
+        to the state it moves to, unless ``keep``), or with going idle when it returns None.
+        A run that fails, crashes or is dropped (a lost lease, a concurrent event) leaves no
+        timer behind, and its re-run schedules again; a keyed timer is never doubled (a
+        later schedule of the same key replaces it, here and in the store). Into a terminal
+        state nothing is armed. Checked now: the event is declared, its payload fits its
+        schema and the limits (IllegalTransition, InvalidPayload, InvalidInput).
+        """
+        self._check_live()
+        machine = self.type.machine
+        spec = timer_spec(
+            self.engine,
+            machine,
+            None,
+            event,
+            after=after,
+            at=at,
+            payload=payload,
+            key=key,
+            keep=keep,
+        )
+        assert spec.key is not None
+        self.timer_ops.pop(spec.key, None)  # the latest call for a key wins, in call order
+        self.timer_ops[spec.key] = spec
+        return spec
+
+    def cancel_timer(self, key: str) -> None:
+        """Cancel the workflow's pending timer ``key`` (or one this run scheduled), with this
+        run's outcome, like :meth:`schedule`."""
+        self._check_live()
+        self.timer_ops.pop(key, None)
+        self.timer_ops[key] = None
+
+    @property
+    def scheduled(self) -> tuple[TimerSpec, ...]:
+        """The timers this run's outcome arms."""
+        return tuple(spec for spec in self.timer_ops.values() if spec is not None)
+
+    @property
+    def cancelled_timers(self) -> tuple[str, ...]:
+        """The timer keys this run's outcome deletes."""
+        return tuple(key for key, spec in self.timer_ops.items() if spec is None)
 
     # -- progress ------------------------------------------------------------------------------
 

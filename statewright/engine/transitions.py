@@ -27,17 +27,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from statewright.definition.machine import State
+from statewright.definition.machine import State, Transition
 from statewright.engine.hooks import TransitionEvent
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import (
+    ActionFailed,
     IdempotencyKeyReused,
     IllegalTransition,
+    InvalidInput,
     InvalidPayload,
     LeaseLost,
     StatewrightError,
     StoreError,
     VersionConflict,
+    WorkflowFinished,
     WorkflowNotFound,
 )
 from statewright.types import (
@@ -56,6 +59,9 @@ log = logging.getLogger(__name__)
 
 MAX_SEND_ROUNDS = 32
 """Re-reads a send may take when concurrent writers keep moving the workflow."""
+CONTEXT_EVENT = "$patch_context"
+"""The log's name for an operator's explicit context patch (see ``Engine.patch_context``):
+a self-transition that changes only the context, with the reason as its payload."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,14 @@ class Fire:
     """The lifetime failure counter after it (None: unchanged)."""
     fired_timer: int | None = None
     """The timer this transition consumes."""
+    rearm: TimerSpec | None = None
+    """The fired timer's next interval, if it is recurring: armed when the workflow stays in
+    its state (a self-transition keeps the state's timers); leaving the state drops it."""
+    add_timers: tuple[TimerSpec, ...] = ()
+    """A handler's schedules (``run.schedule``): armed with its outcome, after the clearing
+    of the state it leaves, so they belong to the state it moves to (none at a terminal)."""
+    cancel_timer_keys: tuple[str, ...] = ()
+    """A handler's ``run.cancel_timer`` keys: deleted with its outcome."""
     retry_delay: float | None = None
     """A transient failure's backoff: the handler (or the retry event) runs again after it."""
     last_error: str | None = None
@@ -86,6 +100,10 @@ class Fire:
     idempotency_key: str | None = None
     consume_inputs: tuple[int, ...] = ()
     """Inbox items the handler run took: consumed in the same transaction."""
+    if_allowed: bool = False
+    """An external event that is not allowed in the workflow's state *now* (no edge from it,
+    a terminal state, no guard passed: confirmed on a fresh read) is not applied and not a
+    refusal: :meth:`Transitions.send` returns the row unchanged (``applied`` False)."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +117,11 @@ class Defer:
     parked: str | None = None
     lease: Lease | None = None
     consume_inputs: tuple[int, ...] = ()
+    fired_timer: int | None = None
+    """A timer consumed without a transition (a recurring timer whose event was refused)."""
+    add_timers: tuple[TimerSpec, ...] = ()
+    """Timers armed with it: a handler's schedules, a refused recurring timer re-armed."""
+    cancel_timer_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,6 +133,10 @@ class Dispatched:
     row: WorkflowRow
     replayed: bool
     applied_version: int
+    applied: bool = True
+    """False for an event sent ``if_allowed`` that was not allowed now: nothing changed."""
+    refusal: IllegalTransition | None = None
+    """Why it was not applied (its ``reason``, ``state`` and ``allowed`` events)."""
 
 
 class RowCache:
@@ -182,17 +209,28 @@ class Transitions:
         limits.check(payload, f"payload of {fire.event!r}")
         if fire.context_patch:
             limits.check(fire.context_patch, f"context patch of {fire.event!r}")
-        try:
-            t = machine.resolve(row.state, fire.event, row.context, payload)
-        except IllegalTransition as exc:
-            raise IllegalTransition(
-                exc.state, exc.event, exc.allowed, exc.reason, row.id
-            ) from None
+        if fire.event == CONTEXT_EVENT:
+            # An operator's context patch: a self-transition outside the machine's events
+            # (so no guard or action), refused once the workflow has finished.
+            if machine.states[row.state].terminal:
+                raise WorkflowFinished(row.id, row.state)
+            t = Transition((row.state,), CONTEXT_EVENT, row.state)
+        else:
+            try:
+                t = machine.resolve(row.state, fire.event, row.context, payload)
+            except IllegalTransition as exc:
+                raise IllegalTransition(
+                    exc.state, exc.event, exc.allowed, exc.reason, row.id
+                ) from None
         now = engine.clock.now()
         target = machine.states[t.target]
         staying = t.target == row.state
         # A self-transition is internal (XState-style): the state's timers keep running.
         timers = () if staying else state_timers(target, now)
+        if staying and fire.rearm is not None:
+            timers += (fire.rearm,)  # a recurring timer that fired: its next interval
+        if not target.terminal:
+            timers += fire.add_timers  # a handler's schedules, armed in the state it enters
         run_at = run_at_for(wtype, target, now)
         if fire.retry_delay is not None:
             if run_at is not None:
@@ -200,6 +238,15 @@ class Transitions:
             elif not target.terminal and machine.can(t.target, wtype.retry_event):
                 timers += (TimerSpec(now + fire.retry_delay, wtype.retry_event),)
         patch = fire.context_patch
+        # The edge's actions run on the context as it was (the guards' view); their patch is
+        # stored in the log with the caller's, so replay never runs them again.
+        assigned = None if t.event == CONTEXT_EVENT else machine.assigned(t, row.context, payload)
+        if assigned is not None:
+            try:
+                limits.check(assigned, f"context update of {fire.event!r}")
+            except InvalidInput as exc:  # too deep, too large, not JSON: refused like a payload
+                raise ActionFailed(fire.event, "assign", exc.message) from None
+            patch = {**assigned, **patch} if patch else assigned
         return TransitionWrite(
             workflow_id=row.id,
             expected_version=row.version,
@@ -215,11 +262,12 @@ class Transitions:
             attempts=row.attempts if fire.attempts is None else fire.attempts,
             total_attempts=fire.total_attempts,
             run_at=run_at,
-            # next_due_at IS NULL means no pending timers (the store keeps it so): nothing
-            # to delete then, which spares externally driven workflows a statement.
-            clear_timers=not staying and row.next_due_at is not None,
+            # Always, when leaving: a timer scheduled on its own (Engine.schedule) does not
+            # change the version, so the row this was planned on may not show it.
+            clear_timers=not staying,
             fired_timer_id=fire.fired_timer,
             add_timers=timers,
+            cancel_timer_keys=fire.cancel_timer_keys,
             release_lease=fire.release_lease,
             last_error=fire.last_error,
             consume_inbox_ids=fire.consume_inputs,
@@ -306,6 +354,8 @@ class Transitions:
                 if not fresh:  # confirm on the row as it is before refusing
                     row = None
                     continue
+                if fire.if_allowed and isinstance(exc, IllegalTransition):
+                    return await self._not_applied(row, fire, exc)
                 await self.rejected(workflow_id, row, fire.event, exc, fire.actor)
                 raise
             try:
@@ -348,6 +398,27 @@ class Transitions:
         )
         return Dispatched(row, True, prior.version)
 
+    async def _not_applied(
+        self, row: WorkflowRow, fire: Fire, exc: IllegalTransition
+    ) -> Dispatched:
+        """An ``if_allowed`` event refused on a fresh read: not applied when only the state
+        refuses it now; an unknown event or state, or a payload its schema rejects, is still
+        refused (and logged as a rejection)."""
+        machine = self.engine.type_of(row.type, row.machine_version).machine
+        refused: StatewrightError = exc
+        declared = machine.events.get(fire.event)
+        if declared is not None and row.state in machine.states:
+            try:
+                # Legality comes first in planning: check the payload all the same.
+                declared.validate_payload(fire.payload)
+            except InvalidPayload as bad:
+                refused = bad
+            else:
+                self.engine.observers.event_not_applied(row, fire.event, exc, fire.actor)
+                return Dispatched(row, False, row.version, applied=False, refusal=exc)
+        await self.rejected(row.id, row, fire.event, refused, fire.actor)
+        raise refused
+
     async def _read(self, workflow_id: str) -> WorkflowRow:
         row = await self.engine.store.get_workflow(workflow_id)
         if row is None:
@@ -369,6 +440,9 @@ class Transitions:
             parked=defer.parked,
             lease=defer.lease,
             consume_inbox_ids=defer.consume_inputs,
+            fired_timer_id=defer.fired_timer,
+            add_timers=defer.add_timers,
+            cancel_timer_keys=defer.cancel_timer_keys,
         )
         try:
             after = await self.engine.store.defer(write)
@@ -444,5 +518,8 @@ def run_at_for(wtype: WorkflowType, state: State, now: float) -> float | None:
 
 
 def state_timers(state: State, now: float) -> tuple[TimerSpec, ...]:
-    """The timers entering ``state`` arms (``State.after``)."""
-    return tuple(TimerSpec(now + secs, ev) for secs, ev in sorted(state.after.items()))
+    """The timers entering ``state`` arms (``State.after``, and ``State.every`` recurring)."""
+    once = tuple(TimerSpec(now + secs, ev) for secs, ev in sorted(state.after.items()))
+    return once + tuple(
+        TimerSpec(now + secs, ev, every=float(secs)) for secs, ev in sorted(state.every.items())
+    )

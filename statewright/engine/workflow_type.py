@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from statewright.definition.machine import Machine
 from statewright.engine.retry import RetryPolicy
 from statewright.errors import DefinitionError, Problem
+from statewright.redaction import path_problem
 
 if TYPE_CHECKING:
     from statewright.engine.steps import Run
@@ -58,6 +59,13 @@ Reconciler = Callable[[str], Awaitable[Reconciled] | Reconciled]
 the highest token seen for the key refuses the late call of the claim whose outcome is asked,
 which may still be in flight."""
 
+SummaryHook = Callable[
+    [Mapping[str, Any]], "str | Mapping[str, Any] | tuple[str, Mapping[str, Any]]"
+]
+"""A type's ``summary``: ``fn(context)`` returns a short text ("Payment of 149.99 EUR captured;
+waiting for the warehouse"), a small JSON object, or both as ``(text, object)``. It gets the
+context without its redacted keys; it must be quick, pure and synchronous."""
+
 RecoveryAction = Literal["rerun", "retry", "fail", "leave"]
 """What recovery does with a workflow whose worker died mid-state.
 
@@ -101,6 +109,16 @@ class WorkflowType:
             unfinished steps are reconciled before any retry). The lease is never renewed
             past the deadline plus the worker's grace.
         deadlines: state name -> deadline for that state's handler.
+        summary: the workflow's summary for people and agents (:data:`SummaryHook`), shown
+            by the MCP ``get_workflow_state``, the HTTP workflow views and the dashboard in
+            place of the default (the context's top-level keys, cut short, without the
+            redacted ones and those starting with ``_``). A hook that raises, or returns
+            something too large or not JSON, is logged and the default shown instead.
+        redact: context keys (top-level names or dotted paths, ``"customer.card.number"``)
+            never shown to agents (MCP), in summaries, or over HTTP to callers without the
+            operator or admin role: removed from the context, step results, event payloads
+            and context patches, and their values masked inside error messages and other
+            texts (see :mod:`statewright.redaction`).
     """
 
     machine: Machine
@@ -117,8 +135,12 @@ class WorkflowType:
     step_outcome_unknown: str | None = None
     deadline: float = DEFAULT_DEADLINE
     deadlines: Mapping[str, float] = field(default_factory=dict)
+    summary: SummaryHook | None = None
+    redact: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.redact, list):
+            object.__setattr__(self, "redact", tuple(self.redact))
         problems = [
             Problem("unknown_handler_state", f"handler bound to unknown state {s!r}", state=s)
             for s in self.handlers
@@ -144,6 +166,20 @@ class WorkflowType:
             for s, d in [("*", self.deadline), *self.deadlines.items()]
             if not isinstance(d, int | float) or not d > 0
         ]
+        if isinstance(self.redact, str):
+            problems.append(
+                Problem("invalid_redact", "redact must be a tuple of key paths, not a string")
+            )
+        else:
+            problems += [
+                Problem("invalid_redact", why)
+                for why in map(path_problem, self.redact)
+                if why is not None
+            ]
+        if self.summary is not None and not callable(self.summary):
+            problems.append(
+                Problem("invalid_summary", "summary must be a function of the context")
+            )
         event = self.step_outcome_unknown
         if event is not None and event not in self.machine.events:
             problems.append(

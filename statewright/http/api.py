@@ -28,11 +28,15 @@ from statewright.http.errors import IDEMPOTENCY_KEY, REPLAYED
 from statewright.http.jsonbody import JSONBody
 from statewright.http.schemas import (
     IDEMPOTENCY_KEY_PATTERN,
+    TIMER_KEY_PATTERN,
     ApprovalIn,
     CancelIn,
+    ContextPatchIn,
     ErrorOut,
     EventIn,
     EventInfo,
+    EventNotApplied,
+    EventOut,
     HistoryPage,
     InputIn,
     InputPosted,
@@ -44,6 +48,10 @@ from statewright.http.schemas import (
     StepOut,
     StepPage,
     StuckPage,
+    TimerIn,
+    TimerList,
+    TimerOut,
+    TimerRemoved,
     TransitionPage,
     TypeOut,
     WorkflowList,
@@ -51,7 +59,13 @@ from statewright.http.schemas import (
     not_null,
 )
 from statewright.ids import ID_PATTERN, REF_PATTERN
-from statewright.types import StepRecord, TransitionRecord, WorkflowFilter, WorkflowRow
+from statewright.types import (
+    StepRecord,
+    TimerRecord,
+    TransitionRecord,
+    WorkflowFilter,
+    WorkflowRow,
+)
 from statewright.views import step_view
 
 log = logging.getLogger("statewright.http")
@@ -315,22 +329,67 @@ async def get_workflow(workflow_id: WorkflowId, access: AccessDep) -> Response:
     "/workflows/{workflow_id}/context",
     response_model=dict[str, Any],
     summary="A workflow's full context",
+    description="The keys its type redacts are left out unless the caller has the operator "
+    "or admin role (as from every other read: summary, history, steps, stream).",
 )
 async def get_context(workflow_id: WorkflowId, access: AccessDep) -> Response:
-    return _body((await access.get(workflow_id)).context)
+    return _body(access.context(await access.get(workflow_id)))
+
+
+@router.patch(
+    "/workflows/{workflow_id}/context",
+    response_model=WorkflowOut,
+    summary="Operators: set context keys by hand, as one logged transition",
+    description="A shallow merge of `patch` into the context, logged as a `$patch_context` "
+    "transition with the caller as actor and the reason as its payload; the state stays, and "
+    "a state with a handler runs it again. Needs the operator or admin role. An event's own "
+    "data reaches the context through the event's declared `assign` actions instead.",
+    responses=_replay_doc("The workflow after the patch (or as it is now, for a retry)."),
+)
+async def patch_context(
+    workflow_id: WorkflowId,
+    body: ContextPatchIn,
+    access: AccessDep,
+    key: IdempotencyKey = None,
+) -> Response:
+    row = await access.patch_context(
+        workflow_id,
+        body.patch,
+        reason=body.reason,
+        expected_version=body.expected_version,
+        idempotency_key=key,
+    )
+    return _body(_view(access, row))
 
 
 @router.post(
     "/workflows/{workflow_id}/events",
-    response_model=WorkflowOut,
+    response_model=EventOut | EventNotApplied,
     summary="Fire an event",
-    responses=_replay_doc("The workflow after the event (or as it is now, for a retry)."),
+    description="With `if_allowed=true`, an event the workflow's state does not allow now "
+    "(no transition from it, a finished workflow, no guard passed) is not an error: 200 with "
+    "`applied: false`, the state, the events allowed and the workflow, and nothing changes "
+    "(it is not counted as a rejected transition). An unknown event, an invalid payload, a "
+    "version conflict or a role that may not fire the event are refused either way.",
+    responses=_replay_doc(
+        "The workflow after the event (or as it is now, for a retry), `applied: true`; or, "
+        "with `if_allowed=true`, `applied: false` when the state did not allow it.",
+        EventOut | EventNotApplied,  # type: ignore[arg-type]
+    ),
 )
 async def send_event(
     workflow_id: WorkflowId,
     body: EventIn,
     access: AccessDep,
     key: IdempotencyKey = None,
+    if_allowed: Annotated[
+        bool,
+        Query(
+            description="Answer 200 `applied: false` instead of 409 illegal_transition when "
+            "the workflow's state does not allow the event now (late webhooks, duplicate "
+            "callbacks)."
+        ),
+    ] = False,
 ) -> Response:
     sent = await access.dispatch(
         workflow_id,
@@ -338,8 +397,22 @@ async def send_event(
         body.payload,
         expected_version=body.expected_version,
         idempotency_key=key,
+        if_allowed=if_allowed,
     )
-    return _body(_view(access, sent.row), replayed=sent.replayed)
+    view = _view(access, sent.row)
+    if not sent.applied:
+        refusal = sent.refusal
+        return _body(
+            {
+                "applied": False,
+                "event": body.event,
+                "state": sent.row.state,
+                "reason": None if refusal is None else refusal.reason,
+                "allowed_events": view.get("allowed_events", []),
+                "workflow": view,
+            }
+        )
+    return _body(view | {"applied": True}, replayed=sent.replayed)
 
 
 @router.get(
@@ -478,6 +551,71 @@ async def resolve_step(
 )
 async def resume(workflow_id: WorkflowId, body: ResumeIn, access: AccessDep) -> Response:
     return _body(_view(access, await access.resume(workflow_id, reason=body.reason)))
+
+
+def _timer(t: TimerRecord) -> dict[str, Any]:
+    return {
+        "id": t.id,
+        "key": t.key,
+        "event": t.event,
+        "due_at": t.due_at,
+        "payload": t.payload,
+        "every": t.every,
+        "keep": t.keep,
+    }
+
+
+@router.get(
+    "/workflows/{workflow_id}/timers",
+    response_model=TimerList,
+    summary="A workflow's pending timers, earliest first",
+)
+async def timers(workflow_id: WorkflowId, access: AccessDep) -> Response:
+    return _body({"items": [_timer(t) for t in await access.timers(workflow_id)]})
+
+
+@router.post(
+    "/workflows/{workflow_id}/timers",
+    response_model=TimerOut,
+    status_code=201,
+    summary="Operators: schedule a durable timer on a workflow",
+    description="Fires `event` after `after` seconds or at `at` (exactly one). The same "
+    "`key` (default: the event) replaces the pending timer. Cleared when the workflow leaves "
+    "its current state unless `keep`. Needs the operator or admin role; 409 for a finished "
+    "workflow or an event the state cannot take.",
+)
+async def schedule_timer(workflow_id: WorkflowId, body: TimerIn, access: AccessDep) -> Response:
+    record = await access.schedule(
+        workflow_id,
+        body.event,
+        after=body.after,
+        at=body.at,
+        payload=body.payload,
+        key=body.key,
+        keep=body.keep,
+    )
+    return _body(_timer(record), 201)
+
+
+@router.delete(
+    "/workflows/{workflow_id}/timers/{key}",
+    response_model=TimerRemoved,
+    summary="Operators: cancel a workflow's pending timer by its key",
+    description="404 `timer_not_found` when it has none of that key. Needs the operator or "
+    "admin role.",
+)
+async def cancel_timer(
+    workflow_id: WorkflowId,
+    key: Annotated[
+        str,
+        Path(
+            min_length=1, max_length=200, pattern=TIMER_KEY_PATTERN, description="The timer's key."
+        ),
+    ],
+    access: AccessDep,
+) -> Response:
+    await access.cancel_timer(workflow_id, key)
+    return _body({"removed": True})
 
 
 @router.get(

@@ -32,6 +32,7 @@ STATUS = {
     "workflow_busy": 409,
     "step_done": 409,
     "invalid_payload": 422,
+    "action_failed": 422,
     "invalid_input": 422,
     "value_too_deep": 422,
     "value_too_large": 413,
@@ -39,6 +40,7 @@ STATUS = {
     "headers_too_large": 431,
     "definition_invalid": 422,
     "step_not_found": 404,
+    "timer_not_found": 404,
     "store_error": 503,
     "outcome_unknown": 503,
 }

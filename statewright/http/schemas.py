@@ -13,6 +13,8 @@ from statewright.ids import ID_PATTERN, REF_PATTERN  # one validator for every s
 
 EVENT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,99}$"
 IDEMPOTENCY_KEY_PATTERN = r"^[!-~]{1,255}$"
+TIMER_KEY_PATTERN = r"^[!-~]{1,200}$"
+"""A timer's key: 1-200 printable ASCII characters (as the engine checks it)."""
 """An idempotency key: 1-255 printable ASCII characters, no spaces (the engine's rule)."""
 
 
@@ -174,6 +176,24 @@ class ResumeIn(_In):
     reason: str = Field(min_length=1, max_length=10_000, description="Why (for the audit).")
 
 
+class ContextPatchIn(_In):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"patch": {"shipping_address": "1 Main St"}, "reason": "customer called"}]
+        }
+    )
+
+    patch: dict[str, Any] = Field(
+        min_length=1,
+        description="Top-level context keys to set (a shallow merge).",
+        json_schema_extra={"propertyNames": {"minLength": 1}},
+    )
+    reason: str = Field(min_length=1, max_length=1000, description="Why (kept in the log).")
+    expected_version: int | None = Field(
+        default=None, ge=0, description="Refuse (409) unless the workflow is at this version."
+    )
+
+
 class ErrorBody(BaseModel):
     code: str = Field(description="Stable, machine-readable error code.")
     message: str
@@ -206,7 +226,13 @@ class WorkflowOut(BaseModel):
         "error_event_refused, cancel_refused), or null."
     )
     progress: dict[str, Any] | None
-    summary: Any = Field(description="The context, shaped: long values cut, deep ones elided.")
+    summary: Any = Field(
+        description="The context, shaped: long values cut, deep ones elided, without the keys "
+        "starting with `_` and those its type redacts; or the object its type's summary gives."
+    )
+    summary_text: str | None = Field(
+        default=None, description="A short text its type's summary gives, or null."
+    )
     allowed_events: list[str] | None = Field(
         default=None, description="Events that could fire now and that the caller may fire."
     )
@@ -333,6 +359,45 @@ class TypeOut(BaseModel):
     events: list[EventInfo]
 
 
+class EventOut(WorkflowOut):
+    """The workflow after an event that was applied (or, for a retry, had been)."""
+
+    applied: Literal[True] = Field(
+        default=True, description="The event was applied (always true here)."
+    )
+
+
+class EventNotApplied(BaseModel):
+    """An event sent with ``?if_allowed=true`` that the workflow's state did not allow: nothing
+    changed (a late webhook, a duplicate callback)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "applied": False,
+                    "event": "payment_captured",
+                    "state": "cancelled",
+                    "reason": "terminal state",
+                    "allowed_events": [],
+                    "workflow": {"id": "order-1001", "state": "cancelled", "...": "..."},
+                }
+            ]
+        }
+    )
+
+    applied: Literal[False]
+    event: str
+    state: str = Field(description="The workflow's state, which does not allow the event.")
+    reason: str | None = Field(
+        description="Why: `terminal state`, `no guard passed: ...`, or null (no edge)."
+    )
+    allowed_events: list[str] = Field(
+        description="Events that could fire now and that the caller may fire."
+    )
+    workflow: WorkflowOut
+
+
 class InputPosted(BaseModel):
     id: int
 
@@ -341,3 +406,60 @@ class Probe(BaseModel):
     status: Literal["ok", "unavailable"]
     store: str | None = None
     worker: str | None = None
+
+
+class TimerIn(_In):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"event": "expire", "after": 3600, "key": "deadline", "keep": True}],
+            # Exactly one of after and at (checked below, and told to clients here).
+            "oneOf": [
+                {"required": ["after"], "properties": {"after": {"type": "number"}}},
+                {"required": ["at"], "properties": {"at": {"type": "number"}}},
+            ],
+        }
+    )
+
+    event: str = Field(min_length=1, max_length=100, description="The event it fires.")
+    after: float | None = Field(
+        default=None, ge=0, allow_inf_nan=False, description="Seconds from now."
+    )
+    at: float | None = Field(
+        default=None, allow_inf_nan=False, description="An epoch time (seconds)."
+    )
+    payload: dict[str, Any] | None = Field(default=None, description="The event's payload.")
+    key: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        pattern=TIMER_KEY_PATTERN,
+        description="Its name (default: the event): scheduling the same key replaces it.",
+    )
+    keep: bool = Field(
+        default=False,
+        description="Survive leaving the current state (cleared only at a terminal state).",
+    )
+
+    @model_validator(mode="after")
+    def _one_time(self) -> TimerIn:
+        if (self.after is None) == (self.at is None):
+            raise ValueError("give exactly one of 'after' (seconds) and 'at' (an epoch time)")
+        return self
+
+
+class TimerOut(BaseModel):
+    id: int
+    key: str | None = Field(description="Its name, for a scheduled timer; null for a state's.")
+    event: str
+    due_at: float
+    payload: dict[str, Any]
+    every: float | None = Field(description="A recurring timer's interval in seconds.")
+    keep: bool
+
+
+class TimerList(BaseModel):
+    items: list[TimerOut]
+
+
+class TimerRemoved(BaseModel):
+    removed: bool

@@ -134,6 +134,13 @@ _IDEMPOTENCY_KEY = {
     "the first call was applied, nothing is done again and the result says replayed: true. "
     "The same key with a different request is refused (idempotency_key_reused).",
 }
+_IF_ALLOWED = {
+    "type": "boolean",
+    "default": False,
+    "description": "Optional: true to be told (applied: false, with the state and why) "
+    "rather than refused with an error when the workflow's state does not allow this event "
+    "now, e.g. it already moved past it. Nothing changes either way.",
+}
 RETRY_NOTE = (
     " Optional idempotency_key: pass the same key when retrying after an error whose outcome "
     "is unknown, so it is never done twice."
@@ -332,6 +339,8 @@ def _event_tool(wtype: WorkflowType, event: Event) -> EventTool | None:
             "expected_version": _EXPECTED_VERSION,
             "idempotency_key": _IDEMPOTENCY_KEY,
         }
+        if kind == "send":
+            props["if_allowed"] = _IF_ALLOWED
         required = ["workflow_id"]
         if payload.get("required"):
             required.append("payload")

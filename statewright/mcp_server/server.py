@@ -45,6 +45,7 @@ from statewright.errors import (
 from statewright.mcp_server import catalogue as cat
 from statewright.mcp_server.catalogue import Catalogue, EventTool, build_catalogue
 from statewright.mcp_server.state import allowed_actions, automatic, brief, state_view
+from statewright.redaction import Redactor
 from statewright.types import WorkflowFilter, WorkflowRow
 
 log = logging.getLogger("statewright.mcp")
@@ -130,7 +131,8 @@ class _Handlers:
         self, ctx: Context, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         principal = self.principal_of(ctx)
-        access = Access(self.engine, principal)
+        # Agents never see what the types redact, whatever their roles.
+        access = Access(self.engine, principal, sees_secrets=False)
         catalogue = self.catalogue(principal)
         args = dict(params.arguments or {})
         try:
@@ -271,7 +273,8 @@ class _Handlers:
                 seen = key
                 reports += 1
                 # A no-op unless the client asked for progress (sent a progressToken).
-                await ctx.session.report_progress(reports, None, _progress_message(row))
+                message = _progress_message(row, access.redactor(row))
+                await ctx.session.report_progress(reports, None, message)
             reached = row.state in states if states else not await automatic(access, row)
             left = deadline - loop.time()
             if reached or row.terminal or left <= 0:
@@ -286,8 +289,15 @@ class _Handlers:
     ) -> dict[str, Any]:
         if spec.kind == "decide":
             _only(args, "workflow_id", "comment", "expected_version", "idempotency_key")
+        elif spec.kind == "send":
+            _only(
+                args, "workflow_id", "payload", "expected_version", "idempotency_key", "if_allowed"
+            )
         else:
             _only(args, "workflow_id", "payload", "expected_version", "idempotency_key")
+        if_allowed = args.get("if_allowed", False)
+        if not isinstance(if_allowed, bool):
+            raise InvalidInput("'if_allowed' must be true or false")
         workflow_id = _text(args, "workflow_id")
         expected = _int(args, "expected_version", 1, 2**62)
         key = _key(args)
@@ -321,7 +331,10 @@ class _Handlers:
                     payload,
                     expected_version=expected,
                     idempotency_key=key,
+                    if_allowed=if_allowed,
                 )
+                if not sent.applied:
+                    return await _not_applied(access, catalogue, spec, sent.row, sent.refusal)
                 after, replayed = sent.row, sent.replayed
         view = await state_view(access, catalogue, after)
         if replayed:
@@ -333,7 +346,7 @@ class _Handlers:
             done = f"cancel requested: the running {before.state!r} step is being stopped"
         else:
             done = f"{spec.event}: {before.state} -> {after.state}"
-        return {"done": done, "replayed": replayed, **view}
+        return {"done": done, "applied": True, "replayed": replayed, **view}
 
     # -- resources ---------------------------------------------------------------------------
 
@@ -381,7 +394,7 @@ class _Handlers:
     async def read_resource(
         self, ctx: Context, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        access = Access(self.engine, self.principal_of(ctx))
+        access = Access(self.engine, self.principal_of(ctx), sees_secrets=False)
         uri = str(params.uri)
         parts = uri.removeprefix(SCHEME).split("/") if uri.startswith(SCHEME) else []
         try:
@@ -438,6 +451,26 @@ async def _cancel(
     return cancelled.row, cancelled.replayed
 
 
+async def _not_applied(
+    access: Access,
+    catalogue: Catalogue,
+    spec: EventTool,
+    row: WorkflowRow,
+    refusal: IllegalTransition | None,
+) -> dict[str, Any]:
+    """The result of an ``if_allowed`` call its state did not allow: no error, nothing done."""
+    reason = None if refusal is None else refusal.reason
+    why = f" ({reason})" if reason else ""
+    return {
+        "done": f"{spec.event}: not applied, {row.state!r} does not allow it now{why}; "
+        "nothing was changed",
+        "applied": False,
+        "reason": reason,
+        "replayed": False,
+        **await state_view(access, catalogue, row),
+    }
+
+
 async def _error_body(
     access: Access, catalogue: Catalogue, exc: StatewrightError, workflow_id: Any
 ) -> dict[str, Any]:
@@ -452,6 +485,8 @@ async def _error_body(
         except StatewrightError:
             row = None
         if row is not None:
+            # An error's text may quote a value the workflow's type redacts.
+            body = access.redactor(row).value(body)
             body.update(
                 workflow_id=access.public_id(row.id),
                 state=row.state,
@@ -541,10 +576,11 @@ def _int(args: Mapping[str, Any], name: str, low: int, high: int) -> int | None:
     return value
 
 
-def _progress_message(row: WorkflowRow) -> str:
+def _progress_message(row: WorkflowRow, red: Redactor) -> str:
     text = f"{row.state} (version {row.version})"
-    if row.progress:
-        rest = dict(row.progress)
+    progress = red.mapping(row.progress)
+    if progress:
+        rest = dict(progress)
         done, of, message = rest.pop("done", None), rest.pop("of", None), rest.pop("message", None)
         parts = []
         if done is not None:

@@ -3,6 +3,10 @@
 The view answers "where is it, what may I do now, what is it waiting for, what has been done"
 from the durable row, the step ledger and the transition log alone, so a model with a fresh
 context window (after a crash, a restart or a hand-over) can continue from one call.
+
+What the workflow's type redacts never shows here, whoever asks (the server's
+:class:`Access` does not see secrets): not in the summary, step results or errors, payloads,
+progress or the last error.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from typing import Any
 
 from statewright.access import Access
 from statewright.mcp_server.catalogue import WAIT, Catalogue
+from statewright.redaction import Redactor
 from statewright.types import StepRecord, TimerRecord, TransitionRecord, WorkflowRow
 from statewright.views import summarize
 
@@ -66,6 +71,13 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
     timers = [] if row.terminal else await store.timers(row.id)
     working = await automatic(access, row, timers)
     others = _others(access, row)
+    red = access.redactor(
+        row,
+        *(s.result for s in steps),
+        *(r.payload for r in recent),
+        *(r.context_patch for r in recent),
+    )
+    summary = access.summary(row)
     view: dict[str, Any] = {
         "workflow_id": access.public_id(row.id),
         "type": row.type,
@@ -84,21 +96,23 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
     if others:
         view["others_may_fire"] = others
     if row.progress is not None:
-        view["progress"] = summarize(row.progress)
+        view["progress"] = summarize(red.mapping(row.progress))
     if row.parked is not None:
         view["parked"] = row.parked
     if row.last_error:
-        view["last_error"] = row.last_error
+        view["last_error"] = red.text(row.last_error)
     if row.cancel_requested is not None:
         view["cancel_requested"] = True
-    view["summary"] = summarize(row.context)
-    view["completed_steps"] = [_step(s) for s in steps[:STEPS_SHOWN] if s.status == "done"]
-    unfinished = [_step(s) for s in steps[:STEPS_SHOWN] if s.status != "done"]
+    if summary.text is not None:
+        view["summary_text"] = summary.text
+    view["summary"] = summary.data
+    view["completed_steps"] = [_step(s, red) for s in steps[:STEPS_SHOWN] if s.status == "done"]
+    unfinished = [_step(s, red) for s in steps[:STEPS_SHOWN] if s.status != "done"]
     if unfinished:
         view["unfinished_steps"] = unfinished
     if len(steps) > STEPS_SHOWN:
         view["more_steps"] = f"only the first {STEPS_SHOWN} steps are shown"
-    view["recent_transitions"] = [transition(r) for r in recent]
+    view["recent_transitions"] = [transition(r, red) for r in recent]
     view["updated_at"] = iso(row.updated_at)
     view["in_state_since"] = iso(row.state_entered_at)
     return view
@@ -117,7 +131,7 @@ def brief(access: Access, catalogue: Catalogue, row: WorkflowRow) -> dict[str, A
     } | ({"parked": row.parked} if row.parked is not None else {})
 
 
-def transition(rec: TransitionRecord) -> dict[str, Any]:
+def transition(rec: TransitionRecord, red: Redactor) -> dict[str, Any]:
     out: dict[str, Any] = {
         "version": rec.version,
         "event": rec.event,
@@ -126,8 +140,9 @@ def transition(rec: TransitionRecord) -> dict[str, Any]:
         "actor": rec.actor,
         "at": iso(rec.at),
     }
-    if rec.payload:
-        out["payload"] = summarize(rec.payload)
+    payload = red.mapping(rec.payload)
+    if payload:
+        out["payload"] = summarize(payload)
     return out
 
 
@@ -141,15 +156,15 @@ def _action(catalogue: Catalogue, name: str) -> dict[str, Any]:
     return out
 
 
-def _step(s: StepRecord) -> dict[str, Any]:
+def _step(s: StepRecord, red: Redactor) -> dict[str, Any]:
     out: dict[str, Any] = {"step": s.step, "status": s.status}
     if s.status == "done":
-        out["result"] = summarize(s.result)
+        out["result"] = summarize(red.value(s.result))
     if s.outcome is not None:
         # unknown: it may have taken effect; not_applied: safe to run again.
         out["outcome"] = s.outcome
     if s.error:
-        out["error"] = s.error
+        out["error"] = red.text(s.error)
     if s.attempts > 1:
         out["attempts"] = s.attempts
     out["finished_at" if s.finished_at is not None else "started_at"] = iso(

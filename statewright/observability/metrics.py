@@ -46,7 +46,7 @@ STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 UNKNOWN = "_unknown"
 """The label value of every name the code does not declare (see the module docstring), and the
 machine label of a refusal whose workflow the engine had not read (a refused cancel)."""
-ENGINE_EVENTS = frozenset({"$start"})
+ENGINE_EVENTS = frozenset({"$start", "$patch_context"})
 """Event labels the engine itself uses, declared by no machine."""
 MAX_STEP_NAMES = 100
 """Distinct step labels kept per machine."""
@@ -194,6 +194,13 @@ class EngineMetrics:
             ["machine", "event", "code"],
             registry=r,
         )
+        self.not_applied = Counter(
+            "statewright_events_not_applied",
+            "Events sent if_allowed that were not allowed in the workflow's state then (a late "
+            "webhook, a duplicate callback): nothing changed; not counted as rejected.",
+            ["machine", "event"],
+            registry=r,
+        )
         self.steps = Histogram(
             "statewright_step_duration_seconds",
             "Duration of the steps that completed, by machine and step name.",
@@ -213,6 +220,7 @@ class EngineMetrics:
         observers = engine.observers
         observers.transition.append(self.on_transition)
         observers.rejections.append(self.on_rejection)
+        observers.not_applied.append(self.on_not_applied)
         observers.retry.append(self.on_retry)
         observers.step.append(self.on_step)
         observers.lag.append(self.on_lag)
@@ -236,6 +244,10 @@ class EngineMetrics:
         self.rejected.labels(
             n.machine(r.workflow), n.event(r.workflow, r.event), r.error.code
         ).inc()
+
+    def on_not_applied(self, r: Rejection) -> None:
+        n = self.names
+        self.not_applied.labels(n.machine(r.workflow), n.event(r.workflow, r.event)).inc()
 
     def on_retry(self, ev: RetryEvent) -> None:
         mode = "in_place" if ev.in_place else "transition"

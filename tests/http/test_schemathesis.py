@@ -192,6 +192,11 @@ BODIES: dict[tuple[str, str], tuple[dict[str, Any], str | None]] = {
     ("/v1/workflows/{workflow_id}/cancel", "POST"): ({"reason": "no longer needed"}, None),
     ("/v1/approvals", "POST"): ({"workflow_id": "seed-paused", "decision": "approve"}, None),
     ("/v1/workflows/{workflow_id}/resume", "POST"): ({"reason": "fixed upstream"}, None),
+    ("/v1/workflows/{workflow_id}/timers", "POST"): ({"event": "fail", "after": 60}, "payload"),
+    ("/v1/workflows/{workflow_id}/context", "PATCH"): (
+        {"patch": {"note": "x"}, "reason": "fixed by hand"},
+        "patch",
+    ),
 }
 ANY_JSON = [op for op in BODY_OPERATIONS if BODIES[op][1] is not None]
 READS = [
@@ -205,7 +210,7 @@ READS = [
 
 def test_every_operation_with_a_body_has_hostile_cases() -> None:
     assert sorted(BODIES) == BODY_OPERATIONS
-    assert len(ANY_JSON) == 4
+    assert len(ANY_JSON) == 6
 
 
 def hostile_case(operation: tuple[str, str], body: bytes) -> schemathesis.Case:

@@ -109,6 +109,31 @@ def test_an_example_app_runs_under_the_cli_worker(cli: Cli) -> None:
     line = cli.error("--app", ORDERS, "send", "o1", "ship", "--payload", "{}", code=2)
     assert line.startswith("error[invalid_payload]: ") and "tracking_number" in line
     cli("--app", ORDERS, "send", "o1", "ship", "--payload", '{"tracking_number": "T1"}')
+    # The webhook's data reached the context through the event's assign action.
+    assert (
+        cli.json("--app", ORDERS, "show", "o1")["workflow"]["context"]["tracking_number"] == "T1"
+    )
+    patched = cli.json(
+        "--app",
+        ORDERS,
+        "patch-context",
+        "o1",
+        '{"gift_note": "Happy birthday"}',
+        "--reason",
+        "customer asked by phone",
+        "--actor",
+        "alice",
+    )
+    assert (patched["state"], patched["context"]["gift_note"]) == ("shipped", "Happy birthday")
+    last = cli.json("--app", ORDERS, "history", "o1")[-1]
+    assert (last["event"], last["actor"], last["payload"]) == (
+        "$patch_context",
+        "alice",
+        {"reason": "customer asked by phone"},
+    )
+    line = cli.error("--app", ORDERS, "patch-context", "o1", "[1]", "--reason", "x", code=2)
+    assert line.startswith("error[invalid_input]")
+    cli("--app", ORDERS, "replay", "o1")
     assert "class shipped current" in cli("--app", ORDERS, "diagram", "--id", "o1").stdout
     # Without --app the row still shows; only what needs the machine is unknown.
     assert "pass --app" in cli("show", "o1").stdout

@@ -95,6 +95,9 @@ async def test_drive_an_order_to_delivered_over_either_store(any_engine: Engine)
         assert await engine.history(ids.qualify("acme", wid)) == logged
         ship = {"workflow_id": wid, "payload": {"tracking_number": "T-7"}}
         assert data(await c.call_tool("order_fulfilment__ship", ship))["state"] == "shipped"
+        # The webhook's data reached the context through the event's assign action.
+        shipped = await engine.get(ids.qualify("acme", wid))
+        assert shipped.context["tracking_number"] == "T-7"
         done = data(await c.call_tool("order_fulfilment__deliver", {"workflow_id": wid}))
         assert done["state"] == "delivered"
         assert [s["step"] for s in done["completed_steps"]] == [

@@ -1,9 +1,14 @@
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import pytest
 
+from statewright import Engine, ManualClock, Run, SQLiteStore, Worker
 from statewright.definition import agent_task_machine
 from statewright.definition.builtin.agent_task import RETRY_BUDGET_GUARD
+from statewright.engine.builtin import agent_task_type
 from statewright.errors import DefinitionError, IllegalTransition, InvalidPayload
 
 M = agent_task_machine()
@@ -149,3 +154,37 @@ def test_configurable_approval_timers() -> None:
     with pytest.raises(DefinitionError) as info:
         agent_task_machine(approval_timeout=-1.0, approval_reminder=None)
     assert "invalid_after_delay" in [p.code for p in info.value.problems]
+
+
+async def test_blocked_task_reprobes_its_dependency_on_a_recurring_timer(
+    tmp_path: Path,
+) -> None:
+    clock = ManualClock()
+    ready = {"now": False}
+    probes: list[float] = []
+
+    async def probe(run: Run) -> bool:
+        probes.append(run.now())
+        return ready["now"]
+
+    wtype = agent_task_type(dependency_probe=probe, reprobe_interval=60.0)
+    assert agent_task_machine().states["blocked"].every == {}  # off by default
+    assert "reprobe" not in agent_task_machine().events
+    engine = Engine(SQLiteStore(tmp_path / "a.db"), [wtype], clock=clock, rng=random.Random(1))
+    async with engine:
+        await engine.start("agent_task", {"goal": "x"}, workflow_id="t")
+        await engine.send("t", "start")
+        await engine.send("t", "block")
+        await Worker(engine).run_until_idle()
+        assert (await engine.get("t")).state == "blocked" and len(probes) == 1
+        clock.advance(60)
+        await Worker(engine).run_until_idle()
+        assert (await engine.get("t")).state == "blocked" and len(probes) == 2
+        ready["now"] = True
+        clock.advance(60)
+        await Worker(engine).run_until_idle()
+        row = await engine.get("t")
+        assert row.state == "running" and len(probes) == 3
+        assert await engine.timers("t") == []  # leaving blocked cleared the re-probe
+        events = [t.event for t in await engine.history("t")]
+        assert events.count("reprobe") == 2 and events[-1] == "dependency_ready"

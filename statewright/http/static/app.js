@@ -469,7 +469,14 @@
               "data-id": wf.id,
               "data-state": wf.state,
             },
-            h("td", {}, h("a", { class: "wf-link", href: `#/workflows/${enc(wf.id)}` }, wf.id)),
+            h(
+              "td",
+              {},
+              h("a", { class: "wf-link", href: `#/workflows/${enc(wf.id)}` }, wf.id),
+              wf.summary_text
+                ? h("div", { class: "summary-text muted", title: wf.summary_text }, wf.summary_text)
+                : null,
+            ),
             h("td", {}, wf.type, h("span", { class: "muted" }, ` v${wf.machine_version}`)),
             h("td", {}, stateBadge(wf)),
             h(
@@ -834,10 +841,15 @@
 
     renderSummary(wf) {
       const s = wf.summary;
+      // The type's own summary text, when it has one (textContent: never markup).
+      const text = wf.summary_text
+        ? h("p", { class: "summary-text", id: "summary-text" }, wf.summary_text)
+        : null;
       if (s && typeof s === "object" && !Array.isArray(s)) {
         const keys = Object.keys(s);
         fill(
           this.summary,
+          text,
           keys.length
             ? h(
                 "table",
@@ -859,10 +871,12 @@
                   ),
                 ),
               )
-            : h("p", { class: "muted" }, "The context is empty."),
+            : text
+              ? null
+              : h("p", { class: "muted" }, "The context is empty."),
         );
       } else {
-        fill(this.summary, h("pre", {}, JSON.stringify(s, null, 2)));
+        fill(this.summary, text, h("pre", {}, JSON.stringify(s, null, 2)));
       }
     }
 

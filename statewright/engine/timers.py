@@ -1,0 +1,213 @@
+"""Dynamic and recurring timers: scheduling one on a workflow, cancelling it, re-arming.
+
+A **dynamic timer** is armed on one workflow at run time (``Engine.schedule``, or
+``run.schedule`` inside a handler) rather than by its state's definition. It belongs to the
+*visit* of the state it was armed in: leaving the state clears it like the state's own
+timers, unless it is ``keep`` (then only reaching a terminal state clears it). A timer has a
+``key`` (by default its event's name): scheduling the same key again replaces the pending
+timer, which extends a deadline and makes a client's retry harmless.
+
+Scheduling on its own never changes the workflow's version, so a handler running meanwhile
+still gets its result applied. It is conditioned, in the store's write, on the workflow still
+being in the visit it was read in (same state, same entry time, not terminal); when a
+transition got there first, the workflow is read again and the timer is armed in the visit
+it is in now (:data:`MAX_SCHEDULE_ROUNDS` times at most). So a timer never survives into a
+state it was not meant for: either the transition that leaves the state sees it (and clears
+it), or the schedule sees the new visit.
+
+A **recurring timer** (``State.every``) re-arms itself when it fires and the workflow stays
+in the state: next due is the first ``due_at + k * every`` after now (missed intervals are
+skipped, never fired in a burst).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from statewright.definition.machine import Machine
+from statewright.errors import (
+    IllegalTransition,
+    InvalidInput,
+    InvalidPayload,
+    TimerNotFound,
+    VersionConflict,
+    WorkflowFinished,
+    WorkflowNotFound,
+)
+from statewright.types import TimerRecord, TimerSpec, WorkflowRow
+
+if TYPE_CHECKING:
+    from statewright.engine.core import Engine
+
+log = logging.getLogger(__name__)
+
+MAX_SCHEDULE_ROUNDS = 8
+"""Re-reads a schedule may take while transitions keep moving the workflow to new visits."""
+
+_TIMER_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+
+
+def next_occurrence(due_at: float, every: float, now: float) -> float:
+    """The first ``due_at + k * every`` (k >= 1) later than ``now``: a recurring timer's next
+    due time, skipping the intervals missed while nobody looked (never a burst)."""
+    k = max(1, math.floor((now - due_at) / every) + 1)
+    nxt = due_at + k * every
+    while nxt <= now:  # float rounding
+        nxt += every
+    return nxt
+
+
+def rearmed(timer: TimerRecord, now: float) -> TimerSpec | None:
+    """A fired recurring timer as re-armed for its next interval (None for a one-shot)."""
+    if timer.every is None:
+        return None
+    return TimerSpec(
+        next_occurrence(timer.due_at, timer.every, now),
+        timer.event,
+        timer.payload,
+        key=timer.key,
+        every=timer.every,
+        keep=timer.keep,
+    )
+
+
+def timer_spec(
+    engine: Engine,
+    machine: Machine,
+    state: str | None,
+    event: str,
+    *,
+    after: float | None,
+    at: float | None,
+    payload: Mapping[str, Any] | None,
+    key: str | None,
+    keep: bool,
+) -> TimerSpec:
+    """Check a timer to schedule in ``state`` and build it (nothing is written).
+
+    The event must be declared; a timer that is not ``keep`` fires in this state, so the event
+    must also have an edge out of it (a keep timer may fire in a later state; with ``state``
+    None, the state is not known yet and only the declaration is checked). The payload is
+    checked against the event's schema and the engine's limits now, not at firing time.
+
+    Raises IllegalTransition, InvalidPayload, InvalidInput (ValueTooDeep, ValueTooLarge).
+    """
+    if (after is None) == (at is None):
+        raise InvalidInput("a timer needs exactly one of 'after' (seconds) or 'at' (a time)")
+    when = after if after is not None else at
+    if isinstance(when, bool) or not isinstance(when, int | float) or not math.isfinite(when):
+        raise InvalidInput(f"a timer's time must be a finite number, got {when!r}")
+    if after is not None and after < 0:
+        raise InvalidInput(f"'after' must not be negative, got {after!r}")
+    if not isinstance(keep, bool):
+        raise InvalidInput("'keep' must be true or false")
+    key = event if key is None else key
+    if not isinstance(key, str) or not _TIMER_KEY.fullmatch(key):
+        raise InvalidInput(f"invalid timer key {key!r}: 1-200 printable ASCII characters")
+    ev = machine.events.get(event) if isinstance(event, str) else None
+    if ev is None:
+        raise IllegalTransition(state or "?", str(event), [], "the machine declares no such event")
+    if state is not None and not keep and not machine.can(state, event):
+        raise IllegalTransition(
+            state,
+            event,
+            [e for e in machine.events if machine.can(state, e)],
+            "a timer that is not kept fires in this state, and no transition on it leaves it",
+        )
+    body: Mapping[str, Any] = {} if payload is None else payload
+    if not isinstance(body, Mapping):
+        raise InvalidPayload(event, f"expected a JSON object, got {type(body).__name__}")
+    engine.limits.check(dict(body), f"payload of timer {key!r}")
+    ev.validate_payload(dict(body))
+    due = engine.clock.now() + after if after is not None else float(at)  # type: ignore[arg-type]
+    return TimerSpec(float(due), event, dict(body), key=key, keep=keep)
+
+
+async def schedule(
+    engine: Engine,
+    workflow_id: str,
+    event: str,
+    *,
+    after: float | None,
+    at: float | None,
+    payload: Mapping[str, Any] | None,
+    key: str | None,
+    keep: bool,
+    actor: str,
+) -> TimerRecord:
+    """See :meth:`Engine.schedule`."""
+    row: WorkflowRow | None = None
+    for _ in range(MAX_SCHEDULE_ROUNDS):
+        row = await engine.get(workflow_id)
+        if row.terminal:
+            raise WorkflowFinished(workflow_id, row.state)
+        machine = engine.type_of(row.type, row.machine_version).machine
+        spec = timer_spec(
+            engine,
+            machine,
+            row.state,
+            event,
+            after=after,
+            at=at,
+            payload=payload,
+            key=key,
+            keep=keep,
+        )
+        record = await engine.store.schedule_timer(
+            workflow_id,
+            spec,
+            state=row.state,
+            entered_at=row.state_entered_at,
+            at=engine.clock.now(),
+        )
+        if record is not None:
+            log.info(
+                "timer scheduled",
+                extra={
+                    "action": "timer_scheduled",
+                    "workflow_id": workflow_id,
+                    "event": event,
+                    "key": record.key,
+                    "due_at": record.due_at,
+                    "keep": keep,
+                    "actor": actor,
+                },
+            )
+            return record
+        # A transition moved the workflow to another visit since the read: read it again.
+    raise VersionConflict(workflow_id, row.version if row else 0, None)
+
+
+async def cancel(engine: Engine, workflow_id: str, key: str, *, actor: str) -> bool:
+    """See :meth:`Engine.cancel_timer`."""
+    if not isinstance(key, str) or not _TIMER_KEY.fullmatch(key):
+        raise InvalidInput(f"invalid timer key {key!r}: 1-200 printable ASCII characters")
+    removed = await engine.store.cancel_timer(workflow_id, key, at=engine.clock.now())
+    if removed:
+        log.info(
+            "timer cancelled",
+            extra={
+                "action": "timer_cancelled",
+                "workflow_id": workflow_id,
+                "key": key,
+                "actor": actor,
+            },
+        )
+    return removed
+
+
+async def cancel_or_raise(engine: Engine, workflow_id: str, key: str, *, actor: str) -> None:
+    """:func:`cancel`, raising TimerNotFound when there was no such timer."""
+    if not await cancel(engine, workflow_id, key, actor=actor):
+        raise TimerNotFound(workflow_id, key)
+
+
+async def listing(engine: Engine, workflow_id: str) -> list[TimerRecord]:
+    """See :meth:`Engine.timers`."""
+    if await engine.store.get_workflow(workflow_id) is None:
+        raise WorkflowNotFound(workflow_id)
+    return await engine.store.timers(workflow_id)

@@ -1,0 +1,104 @@
+"""Data into a running workflow over HTTP, on both stores: a webhook's payload reaches the
+context through the event's ``assign`` action (never through a caller's ``context``), and an
+explicit context patch is an operator's logged transition."""
+
+from __future__ import annotations
+
+import httpx
+
+from statewright import Engine
+from tests.http.conftest import auth
+from tests.http.test_api import error_of, unchanged
+
+ORDER = {"sku": "BOOK-42", "quantity": 1, "amount_cents": 2599}
+TO_WAREHOUSE = [
+    ("reserve_inventory", {"reservation_id": "r-1"}),
+    ("authorize_payment", {"authorization_id": "a-1"}),
+    ("capture_payment", {"charge_id": "ch-1"}),
+    ("trigger_fulfillment", {"fulfilment_id": "f-1"}),
+]
+
+
+async def at_the_warehouse(engine: Engine, wid: str) -> None:
+    await engine.start("order_fulfilment", ORDER, workflow_id=wid)
+    for event, payload in TO_WAREHOUSE:
+        await engine.send(wid, event, payload, actor="billing-service")
+
+
+async def test_a_webhook_payload_lands_in_the_context_through_the_events_action(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    await at_the_warehouse(engine, "o-1")
+    r = await client.post(
+        "/v1/workflows/o-1/events",
+        json={"event": "ship", "payload": {"tracking_number": "TRK-1"}},
+        headers=auth("system"),
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "shipped"
+    r = await client.get("/v1/workflows/o-1/context", headers=auth("boss"))
+    assert r.json()["tracking_number"] == "TRK-1"
+    last = (await engine.history("o-1"))[-1]
+    assert (last.event, last.context_patch) == ("ship", {"tracking_number": "TRK-1"})
+    await engine.check("o-1")  # replay = row after actions
+
+
+async def test_an_event_cannot_carry_a_context_patch(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    await at_the_warehouse(engine, "o-2")
+    async with unchanged(engine):
+        r = await client.post(
+            "/v1/workflows/o-2/events",
+            json={"event": "ship", "payload": {"tracking_number": "T"}, "context": {"x": 1}},
+            headers=auth("admin"),
+        )
+        assert r.status_code == 422
+
+
+async def test_operators_patch_the_context_as_a_logged_transition(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    await at_the_warehouse(engine, "o-3")
+    before = await engine.get("o-3")
+    body = {"patch": {"gift_note": "Happy birthday"}, "reason": "customer called"}
+    async with unchanged(engine):
+        for who in ("agent", "system", "viewer"):
+            r = await client.patch("/v1/workflows/o-3/context", json=body, headers=auth(who))
+            error_of(r, 403, "forbidden")
+        error_of(
+            await client.patch("/v1/workflows/o-3/context", json=body, headers=auth("other")),
+            404,
+            "workflow_not_found",
+        )
+        for bad in (
+            {"patch": {}, "reason": "r"},
+            {"patch": {"a": 1}},
+            {"patch": [1], "reason": "r"},
+            {"patch": {"a": 1}, "reason": ""},
+        ):
+            r = await client.patch("/v1/workflows/o-3/context", json=bad, headers=auth("boss"))
+            assert r.status_code == 422, r.text
+        stale = {**body, "expected_version": before.version - 1}
+        error_of(
+            await client.patch("/v1/workflows/o-3/context", json=stale, headers=auth("boss")),
+            409,
+            "version_conflict",
+        )
+    headers = {**auth("boss"), "Idempotency-Key": "patch-1"}
+    r = await client.patch("/v1/workflows/o-3/context", json=body, headers=headers)
+    assert r.status_code == 200, r.text
+    assert (r.json()["state"], r.json()["version"]) == (before.state, before.version + 1)
+    again = await client.patch("/v1/workflows/o-3/context", json=body, headers=headers)
+    assert again.status_code == 200, again.text
+    assert (await engine.get("o-3")).version == before.version + 1
+    last = (await engine.history("o-3"))[-1]
+    assert (last.event, last.actor, last.payload, last.context_patch) == (
+        "$patch_context",
+        "alice",
+        {"reason": "customer called"},
+        {"gift_note": "Happy birthday"},
+    )
+    r = await client.patch("/v1/workflows/o-3/context", json=body, headers=auth("admin"))
+    assert r.status_code == 200
+    await engine.check("o-3")
