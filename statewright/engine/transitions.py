@@ -379,7 +379,15 @@ class Transitions:
         raise VersionConflict(workflow_id, expected_version or 0, None)
 
     def _replay(self, row: WorkflowRow, prior: TransitionRecord, fire: Fire) -> Dispatched:
-        if prior.event != fire.event or not same_json(prior.payload, dict(fire.payload)):
+        # An operator's context patch is its patch as much as its reason (its payload).
+        other_patch = fire.event == CONTEXT_EVENT and not same_json(
+            prior.context_patch, dict(fire.context_patch or {})
+        )
+        if (
+            prior.event != fire.event
+            or not same_json(prior.payload, dict(fire.payload))
+            or other_patch
+        ):
             raise IdempotencyKeyReused(
                 row.id,
                 prior.idempotency_key or "",

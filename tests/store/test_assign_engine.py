@@ -8,6 +8,7 @@ import pytest
 
 from statewright import (
     ActionFailed,
+    IdempotencyKeyReused,
     Engine,
     InvalidInput,
     MachineBuilder,
@@ -112,6 +113,10 @@ async def test_an_operator_context_patch_is_one_logged_transition(store: Store) 
         "c1", {"note": "x"}, actor="alice", reason="r", idempotency_key="k1"
     )
     assert same.version == again.version
+    with pytest.raises(IdempotencyKeyReused):
+        await engine.patch_context(
+            "c1", {"note": "y"}, actor="alice", reason="r", idempotency_key="k1"
+        )
 
 
 async def test_bad_context_patches_are_refused_and_change_nothing(store: Store) -> None:
