@@ -249,6 +249,7 @@ class Access:
             row, self.allowed_for(row), summary=self.summary(row), redactor=self.redactor(row)
         )
         view["id"] = self.public_id(row.id)
+        view["version_registered"] = self.known_machine(row) is not None
         return view
 
     # -- redaction (see statewright.redaction) ------------------------------------------------
@@ -293,9 +294,21 @@ class Access:
     def machine_of(self, row: WorkflowRow) -> Machine:
         return self.engine.type_of(row.type, row.machine_version).machine
 
+    def known_machine(self, row: WorkflowRow) -> Machine | None:
+        """``row``'s machine, or None when its type or version is not registered here (an old
+        version after an upgrade, a type this process does not load): reads still show the
+        workflow, as one nothing can be fired on until its version is registered again."""
+        try:
+            return self.machine_of(row)
+        except UnknownWorkflowType:
+            return None
+
     def allowed_for(self, row: WorkflowRow) -> list[str]:
-        """The events that could fire now and that this caller may fire."""
-        machine = self.machine_of(row)
+        """The events that could fire now and that this caller may fire (none for a workflow
+        whose version is not registered)."""
+        machine = self.known_machine(row)
+        if machine is None:
+            return []
         return [
             e
             for e in machine.allowed_events(row.state, row.context)

@@ -770,7 +770,12 @@ class Engine:
         if row.terminal:
             return False
         now = self.clock.now() if now is None else now
-        state = self.type_of(row.type, row.machine_version).machine.states[row.state]
+        try:
+            state = self.type_of(row.type, row.machine_version).machine.states.get(row.state)
+        except UnknownWorkflowType:
+            state = None
+        if state is None:  # a version or state this engine does not have: the default
+            return now - row.state_entered_at > self.default_stuck_after
         return now - row.state_entered_at > self.stuck_threshold(state)
 
     def _stuck_rules(self) -> dict[tuple[str, str], tuple[float | None, dict[int, float | None]]]:

@@ -233,6 +233,11 @@ class WorkflowOut(BaseModel):
     summary_text: str | None = Field(
         default=None, description="A short text its type's summary gives, or null."
     )
+    version_registered: bool = Field(
+        default=True,
+        description="False when this server does not have the workflow's machine version "
+        "(an old version after an upgrade): it is shown, but no event can be fired on it.",
+    )
     allowed_events: list[str] | None = Field(
         default=None, description="Events that could fire now and that the caller may fire."
     )

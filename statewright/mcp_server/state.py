@@ -63,7 +63,9 @@ async def automatic(
 
 async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> dict[str, Any]:
     """The LLM-shaped view of one workflow (see the module docstring)."""
-    machine = access.machine_of(row)
+    machine = access.known_machine(row)
+    if machine is None:
+        return _unregistered_view(access, row)
     store = access.engine.store
     steps = await store.steps(row.id, limit=STEPS_SHOWN + 1)
     recent = await store.history(row.id, after_version=max(0, row.version - RECENT))
@@ -171,6 +173,32 @@ def _step(s: StepRecord, red: Redactor) -> dict[str, Any]:
         s.finished_at if s.finished_at is not None else s.started_at
     )
     return out
+
+
+def _unregistered_view(access: Access, row: WorkflowRow) -> dict[str, Any]:
+    """A workflow whose machine version this server does not have (an old version after an
+    upgrade): what is known of it, and that nothing can be done with it here."""
+    summary = access.summary(row)
+    view: dict[str, Any] = {
+        "workflow_id": access.public_id(row.id),
+        "type": row.type,
+        "machine_version": row.machine_version,
+        "state": row.state,
+        "terminal": row.terminal,
+        "version": row.version,
+        "allowed_actions": [],
+        "automatic": False,
+        "waiting_for": "nothing"
+        if row.terminal
+        else (
+            f"an operator: version {row.machine_version} of {row.type!r} is not registered "
+            "in this server, so no action can be taken on it here"
+        ),
+        "summary": summary.data,
+    }
+    if summary.text is not None:
+        view["summary_text"] = summary.text
+    return view
 
 
 def _others(access: Access, row: WorkflowRow) -> list[dict[str, Any]]:
