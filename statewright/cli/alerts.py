@@ -3,26 +3,45 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from statewright.cli.loading import with_engine
-from statewright.cli.options import Settings
+from statewright.cli.options import Command, Settings
 from statewright.cli.output import emit_json, out
 from statewright.errors import InvalidInput
-from statewright.observability.alerts import AlertThresholds, evaluate_alerts
 
-_DEFAULTS = AlertThresholds()
+DEFAULTS_MARK = "{threshold defaults}"
+"""Stands for the thresholds' defaults in --threshold's help until :class:`AlertsCommand`
+fills them in."""
 
 
 def _defaults() -> str:
+    from statewright.observability.alerts import AlertThresholds
+
+    defaults = AlertThresholds()
     parts = []
-    for f in dataclasses.fields(_DEFAULTS):
-        value = getattr(_DEFAULTS, f.name)
+    for f in dataclasses.fields(defaults):
+        value = getattr(defaults, f.name)
         shown = ",".join(sorted(value)) if isinstance(value, frozenset) else f"{value:g}"
         parts.append(f"{f.name}={shown}")
     return "; ".join(parts)
+
+
+class AlertsCommand(Command):
+    """The ``alerts`` command, whose --threshold help lists the defaults of
+    :class:`~statewright.observability.alerts.AlertThresholds`. They are filled in when the
+    command's parameters are first asked for (its help, or a run), not when the command
+    table is built: that would import statewright.observability for every command."""
+
+    def get_params(self, ctx: Any) -> Any:
+        params = super().get_params(ctx)
+        for param in params:
+            text = getattr(param, "help", None)
+            if isinstance(text, str) and DEFAULTS_MARK in text:
+                param.help = text.replace(DEFAULTS_MARK, _defaults())  # type: ignore[attr-defined]
+        return params
 
 
 def _parse(items: list[str]) -> dict[str, str]:
@@ -54,7 +73,7 @@ def alerts(
             show_envvar=True,
             help="Change a threshold (repeatable; the variable takes space-separated "
             "NAME=VALUE items). Seconds for durations and windows; state sets as "
-            f"comma-separated names. Defaults: {_defaults()}.",
+            f"comma-separated names. Defaults: {DEFAULTS_MARK}.",
         ),
     ] = None,
 ) -> None:
@@ -71,7 +90,9 @@ def alerts(
     Exit codes: 0 no alert fires; 1 at least one alert fires (or the store could not be read:
     then an error line is on stderr and nothing on stdout); 2 a bad option.
     """
-    thresholds = _DEFAULTS.with_overrides(_parse(threshold or []))
+    from statewright.observability.alerts import AlertThresholds, evaluate_alerts
+
+    thresholds = AlertThresholds().with_overrides(_parse(threshold or []))
     found = with_engine(s, lambda e: evaluate_alerts(e, thresholds, tenant=tenant))
     if s.json:
         emit_json({"status": "firing" if found else "ok", "alerts": found})

@@ -5,17 +5,18 @@ from __future__ import annotations
 import enum
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from statewright.cli.loading import DEFINITION_SUFFIXES, load_definition, with_engine
 from statewright.cli.options import Settings
-from statewright.cli.output import emit_json, out
-from statewright.definition import Machine, to_dot, to_mermaid
-from statewright.engine import Engine
+from statewright.cli.output import emit_json, escape, out
 from statewright.errors import DefinitionError, InvalidInput
+
+if TYPE_CHECKING:
+    from statewright.definition import Machine
+    from statewright.engine import Engine
 
 
 class DiagramFormat(enum.StrEnum):
@@ -72,6 +73,8 @@ def diagram(
         machine, current = file_machine, None
     else:
         machine, current = with_engine(s, resolve)
+    from statewright.definition import to_dot, to_mermaid
+
     render = to_dot if fmt is DiagramFormat.dot else to_mermaid
     text = render(machine, current)
     if s.json:

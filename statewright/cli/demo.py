@@ -8,7 +8,6 @@ once, and its replayed log equal to its row. Exit code 1 if any check fails.
 
 from __future__ import annotations
 
-import asyncio
 import shlex
 import shutil
 import sys
@@ -17,21 +16,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 
 import statewright
-from statewright.cli.demo_checks import Check, run_checks
-from statewright.cli.demo_crash import Crash, recover_and_finish, run_and_kill
 from statewright.cli.loading import import_file
 from statewright.cli.options import Settings
-from statewright.cli.output import emit_json, out, table
-from statewright.clock import ManualClock
-from statewright.engine import Engine
+from statewright.cli.output import emit_json, escape, out, table
 from statewright.errors import InvalidInput
-from statewright.store import SQLiteStore, store_from_url
+
+if TYPE_CHECKING:
+    from statewright.cli.demo_checks import Check
+    from statewright.cli.demo_crash import Crash
 
 DEMO_DB = ".statewright/demo.db"
 DEMO_TYPES = {"order_fulfilment", "refund_approval"}
@@ -69,6 +66,8 @@ def _examples_dir(given: Path | None) -> Path:
 
 
 def _db_file(db: str | None) -> Path:
+    from statewright.store import store_from_url
+
     store = store_from_url(db or DEMO_DB)
     path = getattr(store, "path", ":memory:")
     if path == ":memory:":
@@ -78,6 +77,10 @@ def _db_file(db: str | None) -> Path:
 
 def _fresh(files: DemoFiles) -> None:
     """Delete the previous demo's files; refuse to touch a database that is not a demo's."""
+    import asyncio
+
+    from statewright.store import SQLiteStore
+
     db = files.db
     if db.exists():
 
@@ -128,6 +131,8 @@ def demo(
             out.print()
             out.rule(f"[bold]{title}", align="left")
 
+    import asyncio
+
     started = time.monotonic()
     checks, rows = asyncio.run(_scenario(orders, refunds, files, say, section))
     ok = all(c.ok for c in checks)
@@ -150,6 +155,12 @@ def demo(
 async def _scenario(
     orders: ModuleType, refunds: ModuleType, files: DemoFiles, say: Say, section: Say
 ) -> tuple[list[Check], list[dict[str, Any]]]:
+    from statewright.cli.demo_checks import run_checks
+    from statewright.cli.demo_crash import recover_and_finish, run_and_kill
+    from statewright.clock import ManualClock
+    from statewright.engine import Engine
+    from statewright.store import SQLiteStore
+
     db = files.db
     gateway = orders.FakePaymentGateway(files.services)
     payments = refunds.FakePaymentsAPI(files.services)

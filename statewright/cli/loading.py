@@ -15,7 +15,6 @@ The built-in ``agent_task`` machine is always registered (an app may replace it)
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import importlib.util
 import json
@@ -24,19 +23,20 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
-
-import yaml
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from statewright.cli.options import Settings
-from statewright.clock import Clock
-from statewright.definition import Machine, from_dict, load_path
-from statewright.engine import Engine, WorkflowType, agent_task_type
 from statewright.errors import InvalidInput
-from statewright.store import store_from_url
+
+# The engine, the store and the definition formats are imported by the functions that use
+# them: command modules import this one, and `statewright --help` should not load them.
+if TYPE_CHECKING:
+    from statewright.clock import Clock
+    from statewright.definition import Machine
+    from statewright.engine import Engine, WorkflowType
 
 T = TypeVar("T")
-Loaded = WorkflowType | Machine
+Loaded: TypeAlias = "WorkflowType | Machine"
 DEFINITION_SUFFIXES = (".json", ".yaml", ".yml")
 
 
@@ -50,6 +50,8 @@ def load_app(spec: str | None) -> list[Loaded]:
 
 
 def _load_one(item: str) -> list[Loaded]:
+    from statewright.engine import WorkflowType
+
     if item.lower().endswith(DEFINITION_SUFFIXES):
         machine, redact = load_definition(_existing(item))
         return [WorkflowType(machine, redact=redact) if redact else machine]
@@ -71,6 +73,10 @@ def _load_one(item: str) -> list[Loaded]:
 
 def load_definition(path: str | Path) -> tuple[Machine, tuple[str, ...]]:
     """A definition file's machine, and the ``redact`` list it may hold beside it."""
+    import yaml
+
+    from statewright.definition import from_dict, load_path
+
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -126,9 +132,12 @@ def _import_module(name: str) -> ModuleType:
 
 
 def _collect(obj: Any, item: str) -> list[Loaded]:
-    if isinstance(obj, Loaded):
+    from statewright.definition import Machine
+    from statewright.engine import WorkflowType
+
+    if isinstance(obj, WorkflowType | Machine):
         return [obj]
-    if isinstance(obj, list | tuple) and all(isinstance(x, Loaded) for x in obj):
+    if isinstance(obj, list | tuple) and all(isinstance(x, WorkflowType | Machine) for x in obj):
         return list(obj)
     raise InvalidInput(
         f"--app {item!r}: expected a WorkflowType, a Machine or a list of them, "
@@ -138,6 +147,9 @@ def _collect(obj: Any, item: str) -> list[Loaded]:
 
 def build_engine(settings: Settings, clock: Clock | None = None) -> Engine:
     """An engine on ``--db`` with the built-in machine and the ``--app`` types registered."""
+    from statewright.engine import Engine, agent_task_type
+    from statewright.store import store_from_url
+
     types = load_app(settings.app)
     engine = Engine(store_from_url(settings.db), clock=clock)
     engine.register(agent_task_type(), *types)
@@ -146,6 +158,8 @@ def build_engine(settings: Settings, clock: Clock | None = None) -> Engine:
 
 def with_engine(settings: Settings, fn: Callable[[Engine], Awaitable[T]]) -> T:
     """Open the engine, run ``fn`` on it, close it: one command's whole life."""
+    import asyncio
+
     engine = build_engine(settings)
 
     async def go() -> T:

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from statewright.access import LOCAL, Principal, TokenRegistry
 from statewright.cli.loading import build_engine
 from statewright.cli.options import Settings
-from statewright.engine.core import Engine
-from statewright.engine.worker import Worker
 from statewright.errors import InvalidInput, Unauthorized
+
+if TYPE_CHECKING:
+    from statewright.access import Principal
+    from statewright.engine.core import Engine
+    from statewright.engine.worker import Worker
 
 WORKER_GRACE = 5.0
 """Seconds running handlers get to persist when the client goes away (stdin closes)."""
@@ -53,12 +54,16 @@ def mcp(
     per event the caller's roles may fire (named <machine>__<event>; approval events only
     for approvers). Resources: each machine's definition (JSON) and Mermaid diagram.
     """
+    import asyncio
+
     principal = _principal(token, tokens)
     engine = build_engine(s)
     asyncio.run(serve_stdio(engine, principal, worker=worker, concurrency=concurrency))
 
 
 def _principal(token: str | None, tokens_file: str | None) -> Principal:
+    from statewright.access import LOCAL, TokenRegistry
+
     if tokens_file is None:
         if token:
             raise InvalidInput("--token needs --tokens FILE, the tokens it is checked against")
@@ -74,8 +79,11 @@ async def serve_stdio(
 ) -> None:
     """Open ``engine``, serve MCP on this process's stdin/stdout, close it when they close."""
     # Imported here: the SDK is only needed by this command.
+    import asyncio
+
     from mcp.server.stdio import stdio_server
 
+    from statewright.engine.worker import Worker
     from statewright.mcp_server import create_server
 
     async with engine:

@@ -12,15 +12,19 @@ from __future__ import annotations
 import functools
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from statewright.cli.output import fail, logs_to_stderr
-from statewright.store import DEFAULT_DB
 
+DEFAULT_DB = ".statewright/statewright.db"
+""":data:`statewright.store.DEFAULT_DB`, for the help text: importing the store would load the
+SQLite store's code for every ``--help`` (tests/integration/test_cli_start.py checks that the
+two agree)."""
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
 
@@ -151,3 +155,67 @@ def command(fn: Callable[..., None], *, log_level: str = "error") -> Callable[..
 def _source(ctx: typer.Context, name: str) -> str | None:
     source = ctx.get_parameter_source(name)
     return None if source is None else source.name
+
+
+class _Plain:
+    """Typer's coercion of one parameter's value, without Pydantic where none is needed.
+
+    Typer coerces every value with a Pydantic ``TypeAdapter`` built on first use, so any
+    command line would import Pydantic (tens of milliseconds, more than most commands take).
+    A missing value, or one already of the parameter's type (``str``, ``bool``; ``int`` or
+    ``float`` within its ``min``/``max``), is what that adapter returns unchanged: it is
+    returned here. Any other value goes to Typer's own coercion, its messages included.
+    """
+
+    def __init__(self, annotation: type, low: float | None, high: float | None) -> None:
+        self.annotation = annotation
+        self.low = low
+        self.high = high
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value is None or (type(value) is self.annotation and self._in_range(value)):
+            return value
+        param._runtime_param = None  # Typer's own coercion from now on
+        return param.get_runtime_param().coerce(value, param=param, ctx=ctx)
+
+    def _in_range(self, value: Any) -> bool:
+        if self.annotation in (str, bool):
+            return True
+        return (self.low is None or value >= self.low) and (
+            self.high is None or value <= self.high
+        )
+
+
+def plain_coercion(params: Iterable[Any]) -> None:
+    """Give the single-valued ``str``, ``bool``, ``int`` and ``float`` parameters :class:`_Plain`
+    coercion (any other parameter, or a Typer without these internals, keeps Typer's)."""
+    for param in params:
+        desc = getattr(param, "type_descriptor", None)
+        if desc is None or getattr(param, "_runtime_param", False) is not None:
+            continue
+        info = desc.parameter_info
+        if (
+            desc.annotation in (str, bool, int, float)
+            and desc.file_annotation is None
+            and info.parser is None
+            and not info.clamp
+            and not param.multiple
+            and param.nargs == 1
+        ):
+            param._runtime_param = _Plain(desc.annotation, info.min, info.max)
+
+
+class Command(TyperCommand):
+    """Every command's Click class: see :func:`plain_coercion`."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        plain_coercion(self.get_params(ctx))
+        return super().parse_args(ctx, args)
+
+
+class Group(TyperGroup):
+    """The root's Click class (its global options): see :func:`plain_coercion`."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        plain_coercion(self.get_params(ctx))
+        return super().parse_args(ctx, args)

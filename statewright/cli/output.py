@@ -16,12 +16,9 @@ import json
 import logging
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from statewright import jsonvalue
 from statewright.errors import (
@@ -35,10 +32,40 @@ from statewright.errors import (
     WorkflowBusy,
     WorkflowFinished,
 )
-from statewright.observability.logs import STANDARD_ATTRS, JsonFormatter
 
-out = Console(highlight=False, soft_wrap=True)  # lines stay whole: greppable, copyable
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+# Rich is imported when something is first printed, not when a command module is imported:
+# `statewright --help` never loads it (see tests/integration/test_cli_start.py).
+
+
+class _LazyConsole:
+    """A :class:`rich.console.Console` made on first use, with these options."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
+out = cast("Console", _LazyConsole(highlight=False, soft_wrap=True))  # whole lines: greppable
+err = cast("Console", _LazyConsole(stderr=True, highlight=False, soft_wrap=True))
+
+
+def escape(text: str) -> str:
+    """:func:`rich.markup.escape`: ``text`` printed as is, never read as markup."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
 
 REFUSED = (
     InvalidInput,
@@ -174,6 +201,8 @@ def compact(value: Any, limit: int = 80) -> str:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    from rich.table import Table
+
     t = Table(title=title, title_justify="left", show_lines=False)
     for c in columns:
         t.add_column(c, overflow="fold")
@@ -192,18 +221,17 @@ class _StderrHandler(logging.Handler):
             self.handleError(record)
 
 
-_STANDARD = STANDARD_ATTRS
-
-
 class _Formatter(logging.Formatter):
     """``LEVEL logger: message key=value ...`` with the structured ``extra`` fields."""
 
     def format(self, record: logging.LogRecord) -> str:
+        from statewright.observability.logs import STANDARD_ATTRS
+
         message = record.getMessage()
         extras = " ".join(
             f"{k}={v}"
             for k, v in vars(record).items()
-            if k not in _STANDARD and not (k == "action" and v == message)
+            if k not in STANDARD_ATTRS and not (k == "action" and v == message)
         )
         text = f"{record.levelname} {record.name}: {message}"
         text += f" {extras}" if extras else ""
@@ -232,7 +260,11 @@ _active: list[logging.Handler] = []
 
 def use_log_format(fmt: LogFormat | str) -> None:
     """Switch the handlers :func:`logs_to_stderr` installed to ``fmt`` (text or json)."""
-    formatter = JsonFormatter() if LogFormat(fmt) is LogFormat.json else _Formatter()
+    from statewright.observability.logs import JsonFormatter
+
+    formatter: logging.Formatter = (
+        JsonFormatter() if LogFormat(fmt) is LogFormat.json else _Formatter()
+    )
     for handler in _active:
         handler.setFormatter(formatter)
 

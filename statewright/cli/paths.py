@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from statewright.cli.loading import DEFINITION_SUFFIXES, load_app
 from statewright.cli.options import Settings
-from statewright.cli.output import emit_json, err, out
-from statewright.definition import Machine, load_path
+from statewright.cli.output import emit_json, err, escape, out
 from statewright.errors import InvalidInput
-from statewright.testing.paths import format_path, simple_paths, transition_cover
+
+if TYPE_CHECKING:
+    from statewright.definition import Machine
 
 
 def _machine(s: Settings, target: str) -> Machine:
+    from statewright.definition import Machine, load_path
+
     if target.lower().endswith(DEFINITION_SUFFIXES) or Path(target).is_file():
         if not Path(target).is_file():
             raise InvalidInput(f"no such file {target!r}")
@@ -61,6 +63,8 @@ def paths(
     driving it supplies payloads that pass them. Transitions that cannot be reached from
     the initial state are listed on stderr.
     """
+    from statewright.testing.paths import format_path, simple_paths, transition_cover
+
     machine = _machine(s, target)
     if all_paths:
         found = simple_paths(machine, max_length=max_length)

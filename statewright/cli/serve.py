@@ -14,16 +14,21 @@ import logging
 from typing import Annotated
 
 import typer
-import uvicorn
 
-from statewright.access import TokenRegistry
 from statewright.cli.loading import build_engine
 from statewright.cli.options import Settings
 from statewright.cli.output import LogFormat, LogFormatOption, err, use_log_format
 from statewright.errors import InvalidInput
-from statewright.http import WorkerOptions, create_app, limits
 
+# uvicorn and statewright.http (FastAPI, Starlette, pydantic, the MCP SDK) are imported by
+# serve() itself: every other command, and `statewright --help`, would pay for them here.
 log = logging.getLogger("statewright.http")
+
+# statewright.http.limits' defaults, repeated for the options below: importing that module
+# loads FastAPI (tests/integration/test_cli_start.py checks that the values agree).
+MAX_BODY_BYTES = 1_048_576
+MAX_HEADER_BYTES = 16_384
+PARSER_HEADROOM = 4
 
 
 def _loopback(host: str) -> bool:
@@ -90,7 +95,7 @@ def serve(
             help="The largest request body taken; a larger one is refused (413 "
             "payload_too_large) and never read past the limit.",
         ),
-    ] = limits.MAX_BODY_BYTES,
+    ] = MAX_BODY_BYTES,
     max_header_bytes: Annotated[
         int,
         typer.Option(
@@ -98,9 +103,9 @@ def serve(
             envvar="STATEWRIGHT_MAX_HEADER_BYTES",
             show_envvar=True,
             help="The largest total of request headers taken (431 headers_too_large above "
-            f"it; heads over {limits.PARSER_HEADROOM}x this get the HTTP parser's plain 400).",
+            f"it; heads over {PARSER_HEADROOM}x this get the HTTP parser's plain 400).",
         ),
-    ] = limits.MAX_HEADER_BYTES,
+    ] = MAX_HEADER_BYTES,
     metrics_auth: Annotated[
         bool,
         typer.Option(
@@ -114,6 +119,11 @@ def serve(
     log_format: LogFormatOption = LogFormat.text,
 ) -> None:
     """Serve the HTTP API, dashboard (/), probes and /metrics until SIGINT/SIGTERM."""
+    import uvicorn
+
+    from statewright.access import TokenRegistry
+    from statewright.http import WorkerOptions, create_app, limits
+
     use_log_format(log_format)
     registry = TokenRegistry.from_file(tokens) if tokens else None
     if registry is None and not _loopback(host):

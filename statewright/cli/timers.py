@@ -8,11 +8,10 @@ import re
 from typing import Annotated
 
 import typer
-from rich.markup import escape
 
 from statewright.cli.loading import with_engine
 from statewright.cli.options import Settings
-from statewright.cli.output import compact, emit_json, out, parse_json_object, table, when
+from statewright.cli.output import compact, emit_json, escape, out, parse_json_object, table, when
 from statewright.errors import InvalidInput, TimerNotFound
 
 IdArg = Annotated[str, typer.Argument(help="Workflow id.", show_default=False)]

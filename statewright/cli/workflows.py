@@ -8,12 +8,9 @@ crash, a timeout, or ``error[outcome_unknown]``), it applies nothing twice and s
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Group
-from rich.markup import escape
-from rich.panel import Panel
 
 from statewright.cli.loading import with_engine
 from statewright.cli.options import Settings
@@ -21,15 +18,18 @@ from statewright.cli.output import (
     compact,
     duration,
     emit_json,
+    escape,
     out,
     parse_json_object,
     plain,
     table,
     when,
 )
-from statewright.engine import Engine
 from statewright.errors import UnknownWorkflowType
-from statewright.types import CancelRequest, WorkflowFilter, WorkflowRow
+
+if TYPE_CHECKING:
+    from statewright.engine import Engine
+    from statewright.types import CancelRequest, WorkflowRow
 
 IdArg = Annotated[str, typer.Argument(help="Workflow id.", show_default=False)]
 KeyOption = Annotated[
@@ -252,6 +252,9 @@ async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
 
 def show(s: Settings, workflow_id: IdArg) -> None:
     """Show a workflow: state, version, context, allowed events, timers, steps, last error."""
+    from rich.console import Group
+    from rich.panel import Panel
+
     d = with_engine(s, lambda e: _details(e, workflow_id))
     if s.json:
         emit_json(d)
@@ -363,6 +366,8 @@ def list_(
     limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many.")] = 100,
 ) -> None:
     """List workflows, longest in their state first."""
+    from statewright.types import WorkflowFilter
+
     where = WorkflowFilter(type=type_, state=state, limit=limit)
     rows = with_engine(s, lambda e: e.list_workflows(where))
     if s.json:

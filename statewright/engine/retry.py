@@ -81,7 +81,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, timedelta
-from email.utils import parsedate_to_datetime
 from typing import Any, Literal, TypeAlias
 
 from statewright.errors import FatalError, RequestNotSent, TransientError
@@ -404,6 +403,8 @@ def _seconds(value: object, now: float | None) -> float | None:
         try:
             seconds = float(text)
         except ValueError:
+            from email.utils import parsedate_to_datetime
+
             try:
                 when = parsedate_to_datetime(text)
             except (TypeError, ValueError, IndexError, OverflowError):

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -227,3 +228,17 @@ def test_initial_terminal_state_is_fine() -> None:
         "one", states=[State("only", initial=True, terminal=True)], events=[], transitions=[]
     )
     assert m.terminal_states == ("only",)
+
+
+def test_the_schemas_known_valid_are_valid_json_schemas() -> None:
+    """Machines whose payload schemas are all known valid skip importing jsonschema at build
+    (a CLI start cost); the built-in machines' schemas are, and must really be valid."""
+    from jsonschema import Draft202012Validator
+
+    from statewright.definition.builtin.agent_task import agent_task_machine
+    from statewright.definition.validate import _KNOWN_VALID
+
+    agent_task_machine()
+    assert _KNOWN_VALID
+    for text in _KNOWN_VALID:
+        Draft202012Validator.check_schema(json.loads(text))

@@ -7,6 +7,7 @@ descriptions are written for the LLM that sees them as its next allowed actions.
 from __future__ import annotations
 
 from statewright.definition.machine import Machine, MachineBuilder
+from statewright.definition.validate import known_valid_schema
 from statewright.errors import DefinitionError, Problem
 
 __all__ = ["RETRY_BUDGET_GUARD", "agent_task_machine"]
@@ -140,7 +141,7 @@ def agent_task_machine(
         "retry budget), optional 'error' and 'retry_after' (seconds). Goes to 'retrying' "
         "while attempt <= max_attempts, else to 'failed'.",
         roles=_AGENT,
-        payload_schema=_ERROR_TRANSIENT_SCHEMA,
+        payload_schema=known_valid_schema(_ERROR_TRANSIENT_SCHEMA),
     )
     b.event(
         "complete",
@@ -187,10 +188,14 @@ def agent_task_machine(
         "Someone cancelled the task (payload: reason); a running step may save partial "
         "results first; the task ends in 'failed'.",
         roles=("operator", "system"),
-        payload_schema={
-            "type": "object",
-            "properties": {"reason": {"type": "string", "description": "Why it was cancelled."}},
-        },
+        payload_schema=known_valid_schema(
+            {
+                "type": "object",
+                "properties": {
+                    "reason": {"type": "string", "description": "Why it was cancelled."}
+                },
+            }
+        ),
     )
     b.event("retry", "The backoff is over: try the work again in 'running'.", roles=_AGENT)
     if reprobe_interval is not None:

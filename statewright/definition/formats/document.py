@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from functools import cache
-from importlib import resources
 from typing import Any
 
 from statewright.definition.data import plain
@@ -45,6 +44,8 @@ __all__ = [
 @cache
 def machine_schema() -> dict[str, Any]:
     """The JSON Schema of a machine document (a fresh parse, cached)."""
+    from importlib import resources
+
     package = resources.files("statewright.definition.formats")
     text = package.joinpath("machine.schema.json").read_text("utf-8")
     schema: dict[str, Any] = json.loads(text)

@@ -12,8 +12,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from statewright.definition.formats.document import from_dict, to_dict
 from statewright.definition.machine import AssignFn, GuardFn, Machine
 from statewright.errors import DefinitionError, InvalidInput, Problem
@@ -48,6 +46,8 @@ def loads_json(
 
 def dumps_yaml(machine: Machine) -> str:
     """The machine as a YAML document (block style, keys in document order)."""
+    import yaml
+
     return yaml.safe_dump(to_dict(machine), sort_keys=False, allow_unicode=True)
 
 
@@ -57,6 +57,8 @@ def loads_yaml(
     actions: Mapping[str, AssignFn] | None = None,
 ) -> Machine:
     """Parse (``yaml.safe_load``: no object tags) and build a machine from YAML text."""
+    import yaml
+
     try:
         data: Any = yaml.safe_load(text)
     except yaml.YAMLError as exc:
