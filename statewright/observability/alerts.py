@@ -29,7 +29,7 @@ from typing import Any, Literal, get_type_hints
 from statewright.engine.core import Engine
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import InvalidInput, UnknownWorkflowType
-from statewright.types import WorkflowFilter
+from statewright.types import StuckCutoff, WorkflowFilter
 
 Severity = Literal["warning", "critical"]
 RULES = (
@@ -167,13 +167,18 @@ class _Rules:
     async def aged(self, rule: str, category: str, limit: float, what: str) -> list[Alert]:
         """Live workflows of ``category`` states that entered them before ``now - limit``."""
         before = self.now - limit
-        counts = await self.store.count_by_state(
-            terminal=False, tenant=self.tenant, entered_before=before
-        )
+        # The live (type, state) groups from the kept counts (no row read), then true counts of
+        # the old ones in this category's groups only: one range of an index each.
+        live = await self.store.count_by_state(terminal=False)
+        cutoffs = [
+            StuckCutoff(type_name, state, before)
+            for type_name, state, _ in live
+            if self.category(type_name, state) == category
+        ]
+        if not cutoffs:
+            return []
         alerts = []
-        for type_name, state, n in counts:
-            if self.category(type_name, state) != category:
-                continue
+        for type_name, state, n, entered in await self.store.count_stuck(cutoffs, self.tenant):
             rows = await self.store.list_workflows(
                 WorkflowFilter(
                     type=type_name,
@@ -184,7 +189,7 @@ class _Rules:
                     limit=max(1, self.th.samples),
                 )
             )
-            oldest = self.now - rows[0].state_entered_at if rows else limit
+            oldest = self.now - entered
             alerts.append(
                 Alert(
                     rule=rule,

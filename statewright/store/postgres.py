@@ -3,8 +3,9 @@
 psycopg 3 (async) over a connection pool in autocommit mode, so an operation that is one
 statement is one round trip, its commit included. Each transition is such a statement: CTEs do
 the compare-and-swap, the log append, the timer changes, the inbox consumption and the
-wake-up together (``apply_transition`` in ``sql/postgres/queries.sql``). Workers claim with
-``FOR UPDATE SKIP LOCKED`` and wake up on LISTEN/NOTIFY (:mod:`.postgres_listen`).
+wake-up together (``apply_transition`` in ``sql/postgres/queries.sql``). Concurrent transitions
+of one store share a round trip and a commit (group commit, :mod:`.postgres_batch`). Workers
+claim with ``FOR UPDATE SKIP LOCKED`` and wake up on LISTEN/NOTIFY (:mod:`.postgres_listen`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from statewright.errors import (
     WorkflowNotFound,
 )
 from statewright.store import sqlbuild, timerdue
+from statewright.store.postgres_batch import GroupCommit
 from statewright.store.postgres_listen import Listener
 from statewright.store.postgres_rows import (
     cancel_request,
@@ -51,7 +53,6 @@ from statewright.store.postgres_rows import (
     timer_change_params,
     timer_params,
     timer_record,
-    transition_params,
     transition_record,
     workflow_row,
 )
@@ -79,6 +80,7 @@ from statewright.types import (
 log = logging.getLogger(__name__)
 
 Q = load_queries("postgres")
+
 
 _SNAPSHOT_ROUNDS = 4
 """Runs of a timer-changing write whose snapshot missed a concurrent update of its row."""
@@ -116,6 +118,8 @@ class PostgresStore:
             so the store recovers within seconds of the server's return instead of after a
             backoff as long as the outage.
         connect_kwargs: extra arguments for every connection (``psycopg.AsyncConnection``).
+        group_commit: concurrent transitions share one round trip and one commit
+            (:mod:`.postgres_batch`; counters on ``batcher``). False sends each alone.
     """
 
     dialect = "postgres"
@@ -129,6 +133,7 @@ class PostgresStore:
         timeout: float = 10.0,
         reconnect_timeout: float = 5.0,
         connect_kwargs: dict[str, Any] | None = None,
+        group_commit: bool = True,
     ) -> None:
         self.dsn = dsn
         self.min_size = min_size
@@ -141,6 +146,8 @@ class PostgresStore:
         self.listener = Listener(dsn, self.connect_kwargs)
         """Shared by every ``wait_for_work`` of this store: one LISTEN connection."""
         self._pool_check: asyncio.Task[None] | None = None
+        self.batcher = GroupCommit(self, enabled=group_commit)
+        """Group commit of ``apply_transition`` (see :mod:`.postgres_batch`)."""
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.where!r})"
@@ -297,6 +304,16 @@ class PostgresStore:
             "at": float(new.at),
             "run_at": None if new.run_at is None else float(new.run_at),
             "actor": new.actor,
+            "event": new.event,
+            "payload": None if new.payload is None else dumps(new.payload),
+            "step_key": [s.key for s in new.steps],
+            "step_name": [s.step for s in new.steps],
+            "step_result": [None if s.result is None else dumps(s.result) for s in new.steps],
+            "step_attempts": [s.attempts for s in new.steps],
+            "step_started": [float(s.started_at) for s in new.steps],
+            "step_finished": [
+                None if s.finished_at is None else float(s.finished_at) for s in new.steps
+            ],
             "tenant": new.tenant,
             "idempotency_key": new.idempotency_key,
             **timer_params(new.timers),
@@ -321,7 +338,11 @@ class PostgresStore:
         return None if row is None else workflow_row(row)
 
     async def apply_transition(self, write: TransitionWrite) -> WorkflowRow:
-        params = transition_params(write)
+        # Alone, one statement; concurrent ones share a transaction (see postgres_batch).
+        return await self.batcher.apply(write)
+
+    async def _apply_alone(self, write: TransitionWrite, params: dict[str, Any]) -> WorkflowRow:
+        """One transition as one autocommit statement (``params``: its transition_params)."""
         async with self._connection(write=True) as conn:
             for _ in range(_SNAPSHOT_ROUNDS):
                 try:
@@ -420,9 +441,8 @@ class PostgresStore:
                     await conn.execute(Q["log_lock"])
                     await conn.execute(Q["log_horizon"])
                     await conn.execute("COMMIT")
-                    cur = await conn.execute(
-                        Q["transitions_since"], {"seq": seq, "limit": limit, "tenant": tenant}
-                    )
+                    since = sqlbuild.transitions_since(seq, limit, tenant, "postgres")
+                    cur = await conn.execute(*since)
                 rows = await cur.fetchall()
             except BaseException:
                 await _rollback(conn)
@@ -438,13 +458,27 @@ class PostgresStore:
     ) -> list[tuple[str, str, int, float]]:
         groups = sqlbuild.stuck_groups(cutoffs)
         out = []
-        async with self._connection() as conn:
+        async with self._serial() as conn:
             for sql, params, chunk in sqlbuild.count_stuck(groups, "postgres", tenant):
                 for r in await (await conn.execute(sql, params)).fetchall():
                     if r["n"]:
                         g = chunk[r["g"]]
                         out.append((g.type, g.state, r["n"], r["oldest"]))
         return out
+
+    @asynccontextmanager
+    async def _serial(self) -> AsyncIterator[Conn]:
+        """A connection in a read transaction without parallel workers, for the counts over
+        index ranges: each range is cheap, and starting workers for a UNION of them (which
+        the planner likes on a big table) costs several times the counting itself."""
+        async with self._connection() as conn:
+            try:
+                async with conn.transaction():
+                    await conn.execute("SET LOCAL max_parallel_workers_per_gather = 0")
+                    yield conn
+            except BaseException:
+                await _rollback(conn)
+                raise
 
     async def stuck_workflows(
         self,
@@ -476,20 +510,30 @@ class PostgresStore:
         entered_after: float | None = None,
         entered_before: float | None = None,
     ) -> list[tuple[str, str, int]]:
-        params = {
-            "terminal": terminal,
-            "tenant": tenant,
-            "after": None if entered_after is None else float(entered_after),
-            "before": None if entered_before is None else float(entered_before),
-        }
-        rows = await self._fetchall(Q["count_by_state"], params)
-        return [(r["type"], r["state"], r["n"]) for r in rows]
+        # The kept counts (workflow_counts); with a time range or a tenant, one range of an
+        # index per (type, state) they name.
+        async with self._serial() as conn:
+            cur = await conn.execute(Q["workflow_counts"])
+            kept = [(r["type"], r["state"], r["terminal"], r["n"]) for r in await cur.fetchall()]
+            if tenant is None and entered_after is None and entered_before is None:
+                return sqlbuild.kept_counts(kept, terminal)
+            out = []
+            groups = sqlbuild.count_groups(kept, terminal)
+            for sql, params, chunk in sqlbuild.count_in_groups(
+                groups, "postgres", tenant, entered_after, entered_before
+            ):
+                for r in await (await conn.execute(sql, params)).fetchall():
+                    if r["n"]:
+                        out.append((chunk[r["g"]].type, chunk[r["g"]].state, r["n"]))
+        return out
 
     async def live_event_counts(
         self, since: float, events: Sequence[str], tenant: str | None = None
     ) -> list[tuple[str, str, str, int]]:
-        params = {"since": float(since), "events": list(events), "tenant": tenant}
-        rows = await self._fetchall(Q["live_event_counts"], params)
+        built = sqlbuild.live_event_counts(since, events, tenant, "postgres")
+        if built is None:
+            return []
+        rows = await self._fetchall(*built)
         return [(r["workflow_id"], r["type"], r["event"], r["n"]) for r in rows]
 
     # -- rejections log ----------------------------------------------------------------------
@@ -523,16 +567,14 @@ class PostgresStore:
     async def count_rejections(
         self, since: float, tenant: str | None = None
     ) -> list[tuple[str, str, int]]:
-        rows = await self._fetchall(
-            Q["count_rejections"], {"since": float(since), "tenant": tenant}
-        )
+        rows = await self._fetchall(*sqlbuild.count_rejections(since, tenant, "postgres"))
         return [(r["type"], r["code"], r["n"]) for r in rows]
 
     async def rejections(
         self, since: float, tenant: str | None = None, limit: int = 100
     ) -> list[RejectionRecord]:
-        params = {"since": float(since), "tenant": tenant, "limit": limit}
-        return [RejectionRecord(**r) for r in await self._fetchall(Q["rejections"], params)]
+        built = sqlbuild.rejections(since, tenant, limit, "postgres")
+        return [RejectionRecord(**r) for r in await self._fetchall(*built)]
 
     async def _fetchall(self, query: str, params: dict[str, Any]) -> list[DictRow]:
         async with self._connection() as conn:

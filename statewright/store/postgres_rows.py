@@ -16,6 +16,7 @@ from statewright.types import (
     DeferWrite,
     InboxItem,
     Lease,
+    StepFinish,
     StepRecord,
     TimerRecord,
     TimerSpec,
@@ -112,6 +113,33 @@ def transition_params(w: TransitionWrite) -> dict[str, Any]:
         "idempotency_key": w.idempotency_key,
         **lease_params(w.lease),
         **timer_change_params(w, w.clear_timers),
+        **step_finish_params(w.step_finish),
+    }
+
+
+_STEP_FINISH_KEYS = (
+    "step_key",
+    "step_attempt",
+    "step_status",
+    "step_result",
+    "step_error",
+    "step_outcome",
+    "step_at",
+)
+
+
+def step_finish_params(finish: StepFinish | None) -> dict[str, Any]:
+    """The step outcome a transition carries (all NULL when none)."""
+    if finish is None:
+        return dict.fromkeys(_STEP_FINISH_KEYS)
+    return {
+        "step_key": finish.key,
+        "step_attempt": finish.attempt,
+        "step_status": finish.status,
+        "step_result": None if finish.result is None else dumps(finish.result),
+        "step_error": finish.error,
+        "step_outcome": finish.outcome,
+        "step_at": float(finish.at),
     }
 
 

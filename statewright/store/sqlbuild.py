@@ -14,9 +14,18 @@ terminal, or nothing           ``workflows_terminal_age (terminal, ...)``: witho
                                filter, the two ranges (live, ended) merged
 stuck (type, state, cutoff)    ``workflows_state_age``: ``state_entered_at < cutoff``
 parked                         ``workflows_parked (type, state) WHERE parked IS NOT NULL``
+retry counter (min_attempts)   ``workflows_retrying (...) WHERE attempts > 0``
+counts by type and state       ``workflow_counts`` (kept by triggers); with a time range or a
+                               tenant, one range of ``workflows_state_age`` per group
+log after a cursor             the primary key ``seq``
+recent events (flapping)       ``transitions_event_at (event, at)``
+rejections since a time        ``rejections_at`` / ``rejections_tenant_at``
 =============================  ==============================================================
 
-A listing by type alone reads that type's range of ``workflows_state_age`` and sorts it.
+A listing by type alone reads that type's range of ``workflows_state_age`` and sorts it. On
+SQLite, which runs without planner statistics, the index is named (``INDEXED BY``) wherever
+another one could look as good to the planner; ``tests/store/test_plans.py`` checks the plan
+of every statement here and of every named query on 100,000 workflows.
 """
 
 from __future__ import annotations
@@ -70,6 +79,16 @@ def list_workflows(where: WorkflowFilter, dialect: Dialect) -> tuple[str, dict[s
         at, wid = where.after
         clauses.append(f"(state_entered_at, id) > ({p(float(at))}, {p(str(wid))})")
     limit, offset = int(where.limit), int(where.offset)
+    if where.min_attempts is not None and where.min_attempts >= 1 and where.type is None:
+        # Workflows being retried are few: the partial index workflows_retrying has them all,
+        # in listing order (SQLite, without statistics, would read a whole range of another).
+        clauses.insert(0, "attempts > 0")
+        if where.terminal is not None:
+            clauses.append(f"terminal = {p.flag(where.terminal)}")
+        table = "workflows INDEXED BY workflows_retrying" if dialect == "sqlite" else "workflows"
+        sql = f"SELECT * FROM {table}" + _where(clauses) + ORDER
+        sql += f" LIMIT {p(limit)}" + (f" OFFSET {p(offset)}" if offset else "")
+        return sql, p.values
     if any(v is not None for v in (where.terminal, where.type, where.state, where.tenant)):
         if where.terminal is not None:
             clauses.append(f"terminal = {p.flag(where.terminal)}")
@@ -209,3 +228,158 @@ def steps(
     if limit is not None:
         sql += f" LIMIT {p(int(limit))}"
     return sql, p.values
+
+
+# -- counts by (type, state) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CountGroup:
+    """One ``(type, state)`` of ``workflow_counts`` to count over a range of
+    ``workflows_state_age`` (``terminal``: the flag to check on the rows, None when every row
+    of the group has the wanted one)."""
+
+    type: str
+    state: str
+    terminal: bool | None = None
+
+
+def kept_counts(
+    rows: Sequence[tuple[str, str, Any, int]], terminal: bool | None
+) -> list[tuple[str, str, int]]:
+    """``(type, state, n)`` from the rows of the ``workflow_counts`` query (``(type, state,
+    terminal, n)``, the kept counts), of live or ended workflows when ``terminal`` is given."""
+    out: dict[tuple[str, str], int] = {}
+    for type_, state, ended, n in rows:
+        if terminal is None or bool(ended) == terminal:
+            out[(type_, state)] = out.get((type_, state), 0) + int(n)
+    return [(t, s, n) for (t, s), n in sorted(out.items()) if n > 0]
+
+
+def count_groups(
+    rows: Sequence[tuple[str, str, Any, int]], terminal: bool | None
+) -> list[CountGroup]:
+    """The groups whose rows a filtered count must read (from the kept counts): those with
+    workflows of the wanted ``terminal`` flag; the flag is checked on the rows only where the
+    group has both."""
+    flags: dict[tuple[str, str], set[bool]] = {}
+    for type_, state, ended, n in rows:
+        if int(n) > 0:
+            flags.setdefault((type_, state), set()).add(bool(ended))
+    out = []
+    for (type_, state), seen in sorted(flags.items()):
+        if terminal is None:
+            out.append(CountGroup(type_, state))
+        elif terminal in seen:
+            out.append(CountGroup(type_, state, terminal if len(seen) > 1 else None))
+    return out
+
+
+def count_in_groups(
+    groups: Sequence[CountGroup],
+    dialect: Dialect,
+    tenant: str | None,
+    after: float | None,
+    before: float | None,
+) -> Iterator[tuple[str, dict[str, Any], list[CountGroup]]]:
+    """Statements counting each group's workflows entered in ``[after, before)`` (of one
+    tenant), ``GROUPS_PER_STATEMENT`` groups at a time: rows ``(g, n)``. Each count is a range
+    of ``workflows_state_age (type, state, state_entered_at)``, read from the index alone
+    unless a tenant or a terminal flag must be checked on the rows."""
+    table = "workflows INDEXED BY workflows_state_age" if dialect == "sqlite" else "workflows"
+    for start in range(0, len(groups), GROUPS_PER_STATEMENT):
+        chunk = list(groups[start : start + GROUPS_PER_STATEMENT])
+        p = Params(dialect)
+        selects = []
+        for i, g in enumerate(chunk):
+            parts = [f"type = {p(g.type)}", f"state = {p(g.state)}"]
+            if after is not None:
+                parts.append(f"state_entered_at >= {p(float(after))}")
+            if before is not None:
+                parts.append(f"state_entered_at < {p(float(before))}")
+            if tenant is not None:
+                parts.append(f"tenant = {p(tenant)}")
+            if g.terminal is not None:
+                parts.append(f"terminal = {p.flag(g.terminal)}")
+            selects.append(f"SELECT {i} AS g, count(*) AS n FROM {table}{_where(parts)}")
+        yield " UNION ALL ".join(selects), p.values, chunk
+
+
+# -- the log and the rejections ----------------------------------------------------------------
+
+
+def transitions_since(
+    seq: int, limit: int, tenant: str | None, dialect: Dialect
+) -> tuple[str, dict[str, Any]]:
+    """The global log after a cursor in ``seq`` order (a range of the primary key), of one
+    tenant's workflows when given (each entry's workflow looked up by its key). On PostgreSQL
+    only up to the session's log horizon (see ``log_horizon`` in its queries.sql)."""
+    p = Params(dialect)
+    clauses = [f"seq > {p(int(seq))}"]
+    if dialect == "postgres":
+        clauses.append("seq <= current_setting('statewright.log_horizon')::bigint")
+    if tenant is not None:
+        clauses.append(
+            "EXISTS (SELECT 1 FROM workflows w"
+            f" WHERE w.id = t.workflow_id AND w.tenant = {p(tenant)})"
+        )
+    sql = f"SELECT * FROM transitions t{_where(clauses)} ORDER BY seq LIMIT {p(int(limit))}"
+    return sql, p.values
+
+
+def live_event_counts(
+    since: float, events: Sequence[str], tenant: str | None, dialect: Dialect
+) -> tuple[str, dict[str, Any]] | None:
+    """How often each live workflow took some events since a time: ranges of
+    ``transitions_event_at (event, at)``, each entry's workflow looked up by its key (None: no
+    events, nothing to count)."""
+    if not events:
+        return None
+    p = Params(dialect)
+    if dialect == "sqlite":
+        # CROSS JOIN keeps the log as the outer loop (SQLite would otherwise rather read every
+        # live workflow and look its log up).
+        source = "transitions t INDEXED BY transitions_event_at CROSS JOIN workflows w"
+        names = ", ".join(p(e) for e in events)
+        clauses = [f"t.event IN ({names})", "w.terminal = 0"]
+    else:
+        source = "transitions t JOIN workflows w ON w.id = t.workflow_id"
+        clauses = [f"t.event = ANY({p(list(events))}::text[])", "NOT w.terminal"]
+    clauses.insert(1, f"t.at >= {p(float(since))}")
+    if dialect == "sqlite":
+        clauses.append("w.id = t.workflow_id")
+    if tenant is not None:
+        clauses.append(f"w.tenant = {p(tenant)}")
+    sql = (
+        f"SELECT w.id AS workflow_id, w.type, t.event, count(*) AS n FROM {source}"
+        f"{_where(clauses)} GROUP BY w.id, w.type, t.event ORDER BY w.id, t.event"
+    )
+    return sql, p.values
+
+
+def _rejections_where(p: Params, since: float, tenant: str | None) -> str:
+    index = "rejections_at" if tenant is None else "rejections_tenant_at"
+    table = f"rejections INDEXED BY {index}" if p.dialect == "sqlite" else "rejections"
+    clauses = [] if tenant is None else [f"tenant = {p(tenant)}"]
+    clauses.append(f"at >= {p(float(since))}")
+    return table + _where(clauses)
+
+
+def count_rejections(
+    since: float, tenant: str | None, dialect: Dialect
+) -> tuple[str, dict[str, Any]]:
+    """Refused events per ``(type, code)`` since a time: a range of ``rejections_at`` (or, of
+    one tenant, ``rejections_tenant_at``)."""
+    p = Params(dialect)
+    table = _rejections_where(p, since, tenant)
+    sql = f"SELECT type, code, count(*) AS n FROM {table} GROUP BY type, code ORDER BY type, code"
+    return sql, p.values
+
+
+def rejections(
+    since: float, tenant: str | None, limit: int, dialect: Dialect
+) -> tuple[str, dict[str, Any]]:
+    """The latest refused events since a time, newest first (the same range, sorted)."""
+    p = Params(dialect)
+    table = _rejections_where(p, since, tenant)
+    return f"SELECT * FROM {table} ORDER BY seq DESC LIMIT {p(int(limit))}", p.values

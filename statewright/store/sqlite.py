@@ -335,14 +335,27 @@ class SQLiteStore:
                         "version": 1,
                         "from_state": None,
                         "to_state": new.state,
-                        "event": "$start",
-                        "payload": context,
+                        "event": new.event,
+                        "payload": context if new.payload is None else _dumps(new.payload),
                         "actor": new.actor,
                         "context_patch": context,
                         "at": new.at,
                         "idempotency_key": new.idempotency_key,
                     },
                 )
+                for step in new.steps:
+                    conn.execute(
+                        Q["insert_done_step"],
+                        {
+                            "key": step.key,
+                            "workflow_id": new.id,
+                            "step": step.step,
+                            "result": None if step.result is None else _dumps(step.result),
+                            "attempts": step.attempts,
+                            "started_at": step.started_at,
+                            "finished_at": step.finished_at,
+                        },
+                    )
                 if new.timers:
                     self._add_timers(conn, new.id, new.timers)
                     conn.execute(Q["refresh_next_due"], {"id": new.id, "run_at": new.run_at})
@@ -502,7 +515,29 @@ class SQLiteStore:
             conn.execute(Q["refresh_next_due"], {"id": w.workflow_id, "run_at": w.run_at})
         if w.consume_inbox_ids:
             self._consume(conn, w.workflow_id, w.consume_inbox_ids, w.at)
+        if w.step_finish is not None:
+            self._finish_with(conn, w.workflow_id, w.step_finish)
         return self._after(conn, w, context)
+
+    @staticmethod
+    def _finish_with(conn: sqlite3.Connection, workflow_id: str, finish: StepFinish) -> None:
+        """A step's outcome carried by a transition: the compare-and-swap above proved the
+        lease in this same transaction, so only the attempt is checked here."""
+        params = {
+            "key": finish.key,
+            "attempt": finish.attempt,
+            "status": finish.status,
+            "result": None if finish.result is None else _dumps(finish.result),
+            "error": finish.error,
+            "outcome": finish.outcome,
+            "at": finish.at,
+        }
+        if conn.execute(Q["finish_carried_step"], params).rowcount != 1:
+            # Raised inside the write's savepoint: the transition rolls back with it.
+            raise LeaseLost(
+                workflow_id,
+                f"step {finish.key!r}: attempt {finish.attempt} is no longer executing",
+            )
 
     @staticmethod
     def _after(conn: sqlite3.Connection, w: TransitionWrite, context: str) -> WorkflowRow:
@@ -569,8 +604,8 @@ class SQLiteStore:
     async def transitions_since(
         self, seq: int, limit: int = 500, tenant: str | None = None
     ) -> list[TransitionRecord]:
-        params = {"seq": seq, "limit": limit, "tenant": tenant}
-        rows = await self.conn.read(lambda c: c.execute(Q["transitions_since"], params).fetchall())
+        sql, params = sqlbuild.transitions_since(seq, limit, tenant, "sqlite")
+        rows = await self.conn.read(lambda c: c.execute(sql, params).fetchall())
         return [_transition(r) for r in rows]
 
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
@@ -629,20 +664,33 @@ class SQLiteStore:
         entered_after: float | None = None,
         entered_before: float | None = None,
     ) -> list[tuple[str, str, int]]:
-        params = {
-            "terminal": None if terminal is None else int(terminal),
-            "tenant": tenant,
-            "after": entered_after,
-            "before": entered_before,
-        }
-        rows = await self.conn.read(lambda c: c.execute(Q["count_by_state"], params).fetchall())
-        return [(r["type"], r["state"], r["n"]) for r in rows]
+        # The kept counts (workflow_counts); with a time range or a tenant, one range of an
+        # index per (type, state) they name.
+        ranged = tenant is not None or entered_after is not None or entered_before is not None
+
+        def fn(conn: sqlite3.Connection) -> list[tuple[str, str, int]]:
+            kept = [tuple(r) for r in conn.execute(Q["workflow_counts"]).fetchall()]
+            if not ranged:
+                return sqlbuild.kept_counts(kept, terminal)
+            out = []
+            groups = sqlbuild.count_groups(kept, terminal)
+            for sql, params, chunk in sqlbuild.count_in_groups(
+                groups, "sqlite", tenant, entered_after, entered_before
+            ):
+                for r in conn.execute(sql, params).fetchall():
+                    if r["n"]:
+                        out.append((chunk[r["g"]].type, chunk[r["g"]].state, r["n"]))
+            return out
+
+        return await self.conn.read(fn)
 
     async def live_event_counts(
         self, since: float, events: Sequence[str], tenant: str | None = None
     ) -> list[tuple[str, str, str, int]]:
-        params = {"since": since, "events": json.dumps(list(events)), "tenant": tenant}
-        rows = await self.conn.read(lambda c: c.execute(Q["live_event_counts"], params).fetchall())
+        built = sqlbuild.live_event_counts(since, events, tenant, "sqlite")
+        if built is None:
+            return []
+        rows = await self.conn.read(lambda c: c.execute(*built).fetchall())
         return [(r["workflow_id"], r["type"], r["event"], r["n"]) for r in rows]
 
     # -- rejections log ----------------------------------------------------------------------
@@ -676,15 +724,15 @@ class SQLiteStore:
     async def count_rejections(
         self, since: float, tenant: str | None = None
     ) -> list[tuple[str, str, int]]:
-        params = {"since": since, "tenant": tenant}
-        rows = await self.conn.read(lambda c: c.execute(Q["count_rejections"], params).fetchall())
+        sql, params = sqlbuild.count_rejections(since, tenant, "sqlite")
+        rows = await self.conn.read(lambda c: c.execute(sql, params).fetchall())
         return [(r["type"], r["code"], r["n"]) for r in rows]
 
     async def rejections(
         self, since: float, tenant: str | None = None, limit: int = 100
     ) -> list[RejectionRecord]:
-        params = {"since": since, "tenant": tenant, "limit": limit}
-        rows = await self.conn.read(lambda c: c.execute(Q["rejections"], params).fetchall())
+        sql, params = sqlbuild.rejections(since, tenant, limit, "sqlite")
+        rows = await self.conn.read(lambda c: c.execute(sql, params).fetchall())
         return [_rejection(r) for r in rows]
 
     # -- workers -----------------------------------------------------------------------------
@@ -947,6 +995,19 @@ class SQLiteStore:
             params = {"key": key, "workflow_id": workflow_id, "step": step, "at": at}
             if row is None:
                 conn.execute(Q["insert_step"], params | {"fence": fenced["fence"]})
+                # What the INSERT wrote, without reading it back.
+                return StepRecord(
+                    key=key,
+                    workflow_id=workflow_id,
+                    step=step,
+                    status="executing",
+                    result=None,
+                    error=None,
+                    attempts=1,
+                    started_at=at,
+                    finished_at=None,
+                    fence=None if lease is None else lease.fence,
+                )
             else:
                 conn.execute(Q["restart_step"], {"key": key, "at": at, "fence": fenced["fence"]})
             return _step(conn.execute(Q["get_step"], {"key": key}).fetchone())

@@ -2,14 +2,21 @@
 every listing, page and count the API serves is a range of an index, never a full scan, on
 both stores. Checked on the plans the databases choose (SQLite ``EXPLAIN QUERY PLAN`` without
 statistics, as the store runs; PostgreSQL ``EXPLAIN`` after ``VACUUM ANALYZE``, as autovacuum
-leaves it, both as a custom and as a generic plan), and on the pages' contents."""
+leaves it, both as a custom and as a generic plan), and on the pages' contents.
+
+Every named query of both queries.sql files (the names read from the files, so a new one is
+checked as soon as it exists) and every statement sqlbuild makes for the product is planned on
+the same store and may not read all of ``workflows``, ``transitions`` or ``steps``; a query
+that must is listed, with its reason, in :data:`ALLOWED_SCANS`."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from importlib import resources
 from typing import Any
 
 import psycopg
@@ -133,6 +140,8 @@ async def _plan(store: Store, sql: str, params: dict[str, Any]) -> list[str]:
     # without the values.
     generic = re.sub(r"%\((\w+)\)s", number, sql)
     async with await psycopg.AsyncConnection.connect(store.dsn, autocommit=True) as conn:
+        # what the store sets before reading the log (transitions_since reads up to it)
+        await conn.execute("SELECT set_config('statewright.log_horizon', '0', false)")
         custom = await (await conn.execute("EXPLAIN " + sql, params)).fetchall()
         general = await (await conn.execute("EXPLAIN (GENERIC_PLAN) " + generic)).fetchall()
     return [f"[custom] {r[0]}" for r in custom] + [f"[generic] {r[0]}" for r in general]
@@ -256,3 +265,187 @@ async def test_pages_of_a_big_store_are_exact(big_store: Store) -> None:
     assert sum(n for _, _, n, _ in counted) == N // 5 + 1
     parked = await big_store.count_parked()
     assert sum(n for _, _, n in parked) == N // 1000
+
+
+# -- every named query, and every statement sqlbuild makes for the product ---------------------
+
+ALLOWED_SCANS: dict[tuple[str, str], str] = {
+    # (dialect, query name): why this statement may read a whole table. None must: an entry
+    # here needs a reason, and one that no longer scans fails the test (remove it).
+}
+EXPECTED_INDEX: dict[str, str] = {
+    # Named queries whose plan must use one index, not merely avoid a full scan: a search of
+    # the wrong index (all live workflows, by `terminal`) costs as much as a scan.
+    "claim_due": "workflows_due",
+    "expired_leases": "workflows_lease",
+}
+_ID = "wf-000123"
+PARAM_VALUES: dict[str, Any] = {
+    "id": _ID,
+    "workflow_id": _ID,
+    "key": "k",
+    "seq": 0,
+    "limit": 100,
+    "after": 0,
+    "since": T0,
+    "now": T0 + 10,
+    "until": T0 + 100,
+    "at": T0,
+    "due_at": T0,
+    "worker": "w1",
+    "owner": "w1",
+    "fence": 1,
+    "attempt": 1,
+    "expected_version": 1,
+    "version": 1,
+    "machine_version": 1,
+    "state": "state1",
+    "to_state": "state1",
+    "from_state": "state0",
+    "wake_state": "state1",
+    "type": "type1",
+    "event": "go",
+    "payload": "{}",
+    "context": "{}",
+    "context_patch": "{}",
+    "progress": "{}",
+    "tenant": "tenant1",
+    "terminal": False,
+    "attempts": 0,
+    "timer_id": 1,
+    "fired_timer_id": 1,
+    "actor": "a",
+    "code": "illegal_transition",
+    "message": "m",
+    "name": "n",
+    "step": "s",
+    "status": "done",
+    "reason": "r",
+    "release_lease": False,
+    "require_unleased": False,
+    "clear_timers": False,
+    "timers_exact": False,
+    "all": False,
+    "keep": False,
+}
+LIST_VALUES: dict[str, list[Any]] = {
+    # parameters that are lists (PostgreSQL arrays; JSON text on SQLite)
+    "ids": ["wf-000001", "wf-000002"],
+    "keys": ["k"],
+    "held": [["wf-000001", 1]],
+    "skip": [],
+    "inbox_ids": [],
+    "drop_keys": [],
+    "types": ["type1"],
+    "fences": [1],
+    "events": ["go"],
+}
+_PARAM = {"sqlite": re.compile(r"(?<!:):(\w+)"), "postgres": re.compile(r"%\((\w+)\)s")}
+
+
+def _value(name: str, dialect: str) -> Any:
+    if name in LIST_VALUES:
+        value = LIST_VALUES[name]
+        return json.dumps(value) if dialect == "sqlite" else value
+    if name.startswith("timer_"):  # the arrays of timers to arm
+        return "[]" if dialect == "sqlite" else []
+    value = PARAM_VALUES.get(name)  # anything else: NULL (an optional value)
+    return int(value) if dialect == "sqlite" and isinstance(value, bool) else value
+
+
+def _scan(dialect: str, sql: str, plan: list[str]) -> list[str]:
+    """The plan lines that read all of workflows, transitions or steps (under any alias)."""
+    if dialect == "postgres":
+        return [ln for ln in plan if FULL_SCAN["postgres"].search(ln)]
+    names = {"workflows", "transitions", "steps"}
+    for _table, alias in re.findall(
+        r"\b(workflows|transitions|steps)\s+(?:AS\s+)?([a-z_]\w*)", sql, re.IGNORECASE
+    ):
+        if alias.upper() not in _KEYWORDS:
+            names.add(alias)
+    scan = re.compile(rf"^SCAN ({'|'.join(sorted(names))})\b(?! USING (COVERING )?INDEX)")
+    return [ln for ln in plan if scan.search(ln.strip())]
+
+
+_KEYWORDS = {
+    "WHERE", "SET", "ON", "USING", "INDEXED", "VALUES", "JOIN", "CROSS", "LEFT", "INNER", "GROUP",
+    "ORDER", "LIMIT", "UNION", "RETURNING", "AND", "OR", "WITH", "SELECT", "FROM", "AS", "FOR",
+}  # fmt: skip
+
+
+def _named(dialect: str) -> list[str]:
+    """Every ``-- name:`` of the dialect's queries.sql, read from the file itself."""
+    text = resources.files("statewright.store").joinpath(f"sql/{dialect}/queries.sql")
+    return re.findall(r"^-- name: (\w+)\s*$", text.read_text(), re.MULTILINE)
+
+
+async def test_every_named_query_reads_indexes_only(big_store: Store) -> None:
+    d = "sqlite" if isinstance(big_store, SQLiteStore) else "postgres"
+    queries = load_queries(d)
+    names = _named(d)
+    assert names and sorted(names) == sorted(queries), "queries.sql and load_queries disagree"
+    problems, scanned = [], set()
+    for name in names:
+        sql = queries[name]
+        params = {p: _value(p, d) for p in _PARAM[d].findall(sql)}
+        plan = await _plan(big_store, sql, params)
+        text = "\n".join(plan)
+        if _scan(d, sql, plan):
+            scanned.add(name)
+            if (d, name) not in ALLOWED_SCANS:
+                problems.append(f"{name}: a full scan\n{text}")
+        index = EXPECTED_INDEX.get(name)
+        if index is not None and not re.search(rf"\b{index}\b", text):
+            problems.append(f"{name}: not on {index}\n{text}")
+    stale = {n for (dd, n) in ALLOWED_SCANS if dd == d} - scanned
+    assert not stale, f"allowed to scan but no longer does (remove the entries): {stale}"
+    assert not problems, "\n\n".join(problems)
+
+
+def _built(d: sqlbuild.Dialect) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(what, sql, params)``: every shape of statement sqlbuild makes for the product, beyond
+    the listings and stuck reads of :func:`_queries`."""
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    for tenant in (None, "tenant3"):
+        since = sqlbuild.transitions_since(10, 500, tenant, d)
+        out.append((f"transitions since, tenant {tenant}", *since))
+        out.append((f"rejections, tenant {tenant}", *sqlbuild.rejections(T0, tenant, 200, d)))
+        counted = sqlbuild.count_rejections(T0, tenant, d)
+        out.append((f"count rejections, tenant {tenant}", *counted))
+        # the last 15 minutes (the big workflow's log runs to T0 + HISTORY)
+        built = sqlbuild.live_event_counts(T0 + HISTORY - 900, ["err", "go"], tenant, d)
+        assert built is not None
+        out.append((f"live event counts, tenant {tenant}", *built))
+        retrying = WorkflowFilter(terminal=False, min_attempts=3, tenant=tenant, limit=1000)
+        out.append((f"retrying, tenant {tenant}", *sqlbuild.list_workflows(retrying, d)))
+        samples = WorkflowFilter(
+            type="type1", state="state3", terminal=False, tenant=tenant, entered_before=T0 + 9,
+            limit=5,
+        )  # fmt: skip
+        out.append((f"alert samples, tenant {tenant}", *sqlbuild.list_workflows(samples, d)))
+        kept = [(t, s, flag, 1) for t in TYPES for s in STATES for flag in (0, 1)]
+        for terminal, after, before in ((False, None, T0 + 9), (True, T0 + 9, None)):
+            groups = sqlbuild.count_groups(kept, terminal)
+            for sql, params, _ in sqlbuild.count_in_groups(groups, d, tenant, after, before):
+                out.append((f"counts of terminal={terminal}, tenant {tenant}", sql, params))
+    return out
+
+
+async def test_every_built_statement_reads_indexes_only(big_store: Store) -> None:
+    d = "sqlite" if isinstance(big_store, SQLiteStore) else "postgres"
+    problems = []
+    for what, sql, params in _built(d):
+        plan = await _plan(big_store, sql, params)
+        if _scan(d, sql, plan):
+            problems.append(f"{what}: a full scan\n" + "\n".join(plan))
+    assert not problems, "\n\n".join(problems)
+
+
+async def test_kept_counts_match_the_rows(big_store: Store) -> None:
+    # The triggers kept workflow_counts through the bulk insert: what /metrics reads.
+    counted = await big_store.count_by_state()
+    assert sum(n for *_, n in counted) == N + 1
+    assert ("type1", "state3", N // 50) in counted
+    ended = await big_store.count_by_state(terminal=True, entered_after=T0 + 4990)
+    recent = sum(1 for i in range(N) if i % 10 == 9 and i % 5000 >= 4990)
+    assert sum(n for *_, n in ended) == recent

@@ -47,13 +47,24 @@ WITH new_timers AS (
 ), logged AS (
     INSERT INTO transitions (workflow_id, version, from_state, to_state, event, payload, actor,
                              context_patch, at, idempotency_key)
-    SELECT id, 1, NULL, state, '$start', context, %(actor)s::text, context, %(at)s::float8,
+    SELECT id, 1, NULL, state, %(event)s::text, coalesce(%(payload)s::jsonb, context),
+           %(actor)s::text, context, %(at)s::float8,
            %(idempotency_key)s::text
       FROM ins, appending
 ), armed AS (
     INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep)
     SELECT ins.id, t.due_at, t.event, t.payload, t.key, t.every, t.keep
       FROM ins, new_timers t ORDER BY t.ord
+), copied AS (
+    -- done steps written with it (a fork's copies of its source's), same transaction
+    INSERT INTO steps (key, workflow_id, step, status, result, attempts, started_at,
+                       finished_at)
+    SELECT s.key, ins.id, s.step, 'done', s.result, s.attempts, s.started_at, s.finished_at
+      FROM ins, unnest(%(step_key)s::text[], %(step_name)s::text[], %(step_result)s::jsonb[],
+                       %(step_attempts)s::int[], %(step_started)s::float8[],
+                       %(step_finished)s::float8[])
+           AS s(key, step, result, attempts, started_at, finished_at)
+    ON CONFLICT (key) DO NOTHING
 )
 SELECT ins.*, TRUE AS created,
        CASE WHEN ins.next_due_at IS NOT NULL THEN pg_notify('statewright_work', '') END
@@ -77,7 +88,9 @@ SELECT w.*, FALSE, NULL FROM workflows w
 -- returned so it runs after it). A fired timer must still be pending. When the write changes
 -- timers (timers_exact), it also requires the row version its snapshot saw (xmin): a timer
 -- scheduled on its own commits with an update of the row, so a write whose snapshot missed
--- it matches nothing here and the store runs it again on a fresh snapshot.
+-- it matches nothing here and the store runs it again on a fresh snapshot. A step outcome
+-- carried by the transition (the handler's last step, done) is recorded with it, only if that
+-- attempt is still executing (else the compare-and-swap matches nothing).
 WITH items AS (
     SELECT id FROM inbox
      WHERE workflow_id = %(id)s AND id = ANY(%(inbox_ids)s::bigint[]) AND consumed_at IS NULL
@@ -122,7 +135,18 @@ WITH items AS (
                         WHERE id = %(fired_timer_id)s::bigint AND workflow_id = %(id)s))
        AND (NOT %(timers_exact)s
             OR xmin = (SELECT w.xmin FROM workflows w WHERE w.id = %(id)s))
+       AND (%(step_key)s::text IS NULL
+            OR EXISTS (SELECT 1 FROM steps
+                        WHERE key = %(step_key)s::text AND workflow_id = %(id)s
+                          AND status = 'executing' AND attempts = %(step_attempt)s::integer))
     RETURNING *
+), finished AS (
+    UPDATE steps
+       SET status = %(step_status)s::text, result = %(step_result)s::jsonb,
+           error = %(step_error)s::text, outcome = %(step_outcome)s::text,
+           finished_at = %(step_at)s::float8
+     WHERE key = %(step_key)s::text AND status = 'executing'
+       AND attempts = %(step_attempt)s::integer AND EXISTS (SELECT 1 FROM moved)
 ), appending AS (
     SELECT pg_advisory_xact_lock_shared(hashtext('statewright.log')) FROM moved
 ), logged AS (
@@ -166,52 +190,38 @@ SELECT pg_advisory_xact_lock(hashtext('statewright.log'));
 SELECT set_config('statewright.log_horizon', coalesce(max(seq), 0)::text, false)
   FROM transitions;
 
--- name: transitions_since
--- The global log after a cursor, in commit order: seq values are taken before commit, so a
--- later seq can commit first; reading only up to the horizon means a cursor never skips one.
-SELECT * FROM transitions
- WHERE seq > %(seq)s AND seq <= current_setting('statewright.log_horizon')::bigint
-   AND (%(tenant)s::text IS NULL
-        OR workflow_id IN (SELECT id FROM workflows WHERE tenant = %(tenant)s::text))
- ORDER BY seq LIMIT %(limit)s;
+-- The log after a cursor (read up to the horizon: seq values are taken before commit, so a
+-- later seq can commit first; reading only up to the horizon means a cursor never skips one),
+-- counts by state, recent events and rejections are built from the filters given by
+-- statewright/store/sqlbuild.py.
 
--- name: count_by_state
--- Workflows per (type, state), of one tenant and entered in a time range when given.
-SELECT type, state, count(*) AS n FROM workflows
- WHERE (%(terminal)s::boolean IS NULL OR terminal = %(terminal)s::boolean)
-   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
-   AND (%(after)s::float8 IS NULL OR state_entered_at >= %(after)s::float8)
-   AND (%(before)s::float8 IS NULL OR state_entered_at < %(before)s::float8)
- GROUP BY type, state ORDER BY type, state;
-
--- name: live_event_counts
--- How often each live workflow took some events since a time (retry flapping).
-SELECT w.id AS workflow_id, w.type, t.event, count(*) AS n
-  FROM workflows w JOIN transitions t ON t.workflow_id = w.id
- WHERE NOT w.terminal AND t.at >= %(since)s::float8
-   AND t.event = ANY(%(events)s::text[])
-   AND (%(tenant)s::text IS NULL OR w.tenant = %(tenant)s::text)
- GROUP BY w.id, w.type, t.event ORDER BY w.id, t.event;
+-- name: workflow_counts
+-- Workflows per (type, state, terminal), kept by the triggers of migration 0007 (one row per
+-- writing backend's slot, summed here): no row of workflows is read.
+SELECT type, state, terminal, sum(n)::bigint AS n FROM workflow_counts
+ GROUP BY type, state, terminal HAVING sum(n) <> 0 ORDER BY type, state, terminal;
 
 -- name: claim_due
 -- Lease the due, unleased, live workflows, earliest first; rows another worker is claiming
 -- right now are skipped, so no workflow is handed to two workers. Each claim gets a new
--- fencing token.
+-- fencing token. The ids are collected first (ARRAY: run once), then updated by primary key:
+-- planned without the values (a generic plan), `id IN (subquery)` may become a hash join
+-- over every workflow.
 UPDATE workflows SET lease_owner = %(worker)s, lease_expires_at = %(until)s, fence = fence + 1
- WHERE id IN (SELECT id FROM workflows
-               WHERE next_due_at <= %(now)s AND lease_owner IS NULL AND NOT terminal
-               ORDER BY next_due_at LIMIT %(limit)s
-                 FOR UPDATE SKIP LOCKED)
+ WHERE id = ANY(ARRAY(SELECT id FROM workflows
+                       WHERE next_due_at <= %(now)s AND lease_owner IS NULL AND NOT terminal
+                       ORDER BY next_due_at LIMIT %(limit)s
+                         FOR UPDATE SKIP LOCKED))
 RETURNING *;
 
 -- name: claim_due_of_types
 -- claim_due restricted to some workflow types.
 UPDATE workflows SET lease_owner = %(worker)s, lease_expires_at = %(until)s, fence = fence + 1
- WHERE id IN (SELECT id FROM workflows
-               WHERE next_due_at <= %(now)s AND lease_owner IS NULL AND NOT terminal
-                 AND type = ANY(%(types)s::text[])
-               ORDER BY next_due_at LIMIT %(limit)s
-                 FOR UPDATE SKIP LOCKED)
+ WHERE id = ANY(ARRAY(SELECT id FROM workflows
+                       WHERE next_due_at <= %(now)s AND lease_owner IS NULL AND NOT terminal
+                         AND type = ANY(%(types)s::text[])
+                       ORDER BY next_due_at LIMIT %(limit)s
+                         FOR UPDATE SKIP LOCKED))
 RETURNING *;
 
 -- name: renew_leases
@@ -489,18 +499,6 @@ SELECT * FROM inbox
 INSERT INTO rejections (workflow_id, type, tenant, state, event, code, actor, message, at)
 VALUES (%(workflow_id)s, %(type)s, %(tenant)s, %(state)s, %(event)s, %(code)s, %(actor)s,
         %(message)s, %(at)s);
-
--- name: count_rejections
--- Refused events per (type, code) since a time, of one tenant when given.
-SELECT type, code, count(*) AS n FROM rejections
- WHERE at >= %(since)s::float8 AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
- GROUP BY type, code ORDER BY type, code;
-
--- name: rejections
--- The latest refused events since a time, newest first.
-SELECT * FROM rejections
- WHERE at >= %(since)s::float8 AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
- ORDER BY seq DESC LIMIT %(limit)s;
 
 -- name: take_over
 -- Take a lease over from a lost worker (expired before a time, when given): a new claim with

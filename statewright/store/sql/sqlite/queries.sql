@@ -79,36 +79,21 @@ SELECT version FROM workflows WHERE id = :id;
 SELECT * FROM transitions WHERE workflow_id = :id AND version > :after ORDER BY version
 LIMIT :limit;
 
--- name: transitions_since
--- The global log after a cursor, in commit order (of one tenant's workflows when given: each
--- entry's workflow is looked up by its key, rather than listing all of the tenant's first).
-SELECT * FROM transitions t
- WHERE seq > :seq
-   AND (:tenant IS NULL
-        OR EXISTS (SELECT 1 FROM workflows w WHERE w.id = t.workflow_id AND w.tenant = :tenant))
- ORDER BY seq LIMIT :limit;
+-- The log after a cursor, counts by state, recent events and rejections are built from the
+-- filters given by statewright/store/sqlbuild.py.
 
--- name: count_by_state
--- Workflows per (type, state), of one tenant and entered in a time range when given.
-SELECT type, state, count(*) AS n FROM workflows
- WHERE (:terminal IS NULL OR terminal = :terminal) AND (:tenant IS NULL OR tenant = :tenant)
-   AND (:after IS NULL OR state_entered_at >= :after)
-   AND (:before IS NULL OR state_entered_at < :before)
- GROUP BY type, state ORDER BY type, state;
-
--- name: live_event_counts
--- How often each live workflow took some events since a time (retry flapping).
-SELECT w.id AS workflow_id, w.type, t.event, count(*) AS n
-  FROM workflows w JOIN transitions t ON t.workflow_id = w.id
- WHERE w.terminal = 0 AND t.at >= :since
-   AND t.event IN (SELECT value FROM json_each(:events))
-   AND (:tenant IS NULL OR w.tenant = :tenant)
- GROUP BY w.id, w.type, t.event ORDER BY w.id, t.event;
+-- name: workflow_counts
+-- Workflows per (type, state, terminal), kept by the triggers of migration 0008: no row of
+-- workflows is read.
+SELECT type, state, terminal, sum(n) AS n FROM workflow_counts
+ GROUP BY type, state, terminal HAVING sum(n) <> 0 ORDER BY type, state, terminal;
 
 -- name: claim_due
 -- Lease the due, unleased workflows, earliest first; each claim gets a new fencing token.
+-- The partial index is named: without statistics SQLite would rather read every live
+-- workflow in workflows_terminal_age (an equality on terminal) than a range of it.
 UPDATE workflows SET lease_owner = :worker, lease_expires_at = :until, fence = fence + 1
- WHERE id IN (SELECT id FROM workflows
+ WHERE id IN (SELECT id FROM workflows INDEXED BY workflows_due
                WHERE next_due_at IS NOT NULL AND next_due_at <= :now AND lease_owner IS NULL
                  AND terminal = 0
                ORDER BY next_due_at LIMIT :limit)
@@ -218,6 +203,12 @@ SELECT * FROM steps WHERE key = :key;
 SELECT 1 FROM workflows
  WHERE id = :workflow_id AND (:fence IS NULL OR (lease_owner = :owner AND fence = :fence));
 
+-- name: insert_done_step
+-- A done step written with a new workflow (a fork's copy); an existing key is left alone.
+INSERT OR IGNORE INTO steps (key, workflow_id, step, status, result, attempts, started_at,
+                             finished_at)
+VALUES (:key, :workflow_id, :step, 'done', :result, :attempts, :started_at, :finished_at);
+
 -- name: insert_step
 -- Record a step as executing before its action runs.
 INSERT INTO steps (key, workflow_id, step, status, attempts, started_at, fence)
@@ -239,6 +230,13 @@ UPDATE steps SET status = :status, result = :result, error = :error, outcome = :
                                    WHERE w.id = steps.workflow_id AND w.lease_owner = :owner
                                      AND w.fence = :fence))
 RETURNING *;
+
+-- name: finish_carried_step
+-- A step's outcome carried by a transition, in its transaction: the transition's fenced
+-- compare-and-swap proved the lease, so only the attempt is checked (no RETURNING: cheaper).
+UPDATE steps SET status = :status, result = :result, error = :error, outcome = :outcome,
+                 finished_at = :at
+ WHERE key = :key AND status = 'executing' AND attempts = :attempt;
 
 -- name: resolve_step
 -- An operator's verdict on a step whose outcome was unknown (never on a done step, never
@@ -296,18 +294,6 @@ UPDATE workflows SET progress = :progress
 -- Log an event the engine refused.
 INSERT INTO rejections (workflow_id, type, tenant, state, event, code, actor, message, at)
 VALUES (:workflow_id, :type, :tenant, :state, :event, :code, :actor, :message, :at);
-
--- name: count_rejections
--- Refused events per (type, code) since a time, of one tenant when given.
-SELECT type, code, count(*) AS n FROM rejections
- WHERE at >= :since AND (:tenant IS NULL OR tenant = :tenant)
- GROUP BY type, code ORDER BY type, code;
-
--- name: rejections
--- The latest refused events since a time, newest first.
-SELECT * FROM rejections
- WHERE at >= :since AND (:tenant IS NULL OR tenant = :tenant)
- ORDER BY seq DESC LIMIT :limit;
 
 -- name: get_workflow_head
 -- A workflow's state and terminal flag (without decoding its context).

@@ -44,6 +44,8 @@ CREATE INDEX workflows_due ON workflows (next_due_at)
     WHERE next_due_at IS NOT NULL AND lease_owner IS NULL;
 CREATE INDEX workflows_lease ON workflows (lease_expires_at)
     WHERE lease_owner IS NOT NULL;
+-- workflows whose retry counter is not 0 (retry flapping), in listing order
+CREATE INDEX workflows_retrying ON workflows (state_entered_at, id) WHERE attempts > 0;
 
 CREATE TABLE transitions (
     seq           INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -63,6 +65,8 @@ CREATE UNIQUE INDEX transitions_workflow_version ON transitions (workflow_id, ve
 -- a client's idempotency key: one transition per key and workflow
 CREATE UNIQUE INDEX transitions_idempotency ON transitions (workflow_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
+-- recent transitions of some events (retry flapping)
+CREATE INDEX transitions_event_at ON transitions (event, at);
 
 CREATE TRIGGER transitions_append_only_update BEFORE UPDATE ON transitions
 BEGIN SELECT RAISE(ABORT, 'the transition log is append-only'); END;
@@ -128,3 +132,36 @@ CREATE TABLE rejections (
 -- "refusals in the last window", of every tenant or of one
 CREATE INDEX rejections_at ON rejections (at);
 CREATE INDEX rejections_tenant_at ON rejections (tenant, at);
+
+-- workflows per (type, state, terminal), kept by triggers (/metrics, alert rules)
+CREATE TABLE workflow_counts (
+    type     TEXT    NOT NULL,
+    state    TEXT    NOT NULL,
+    terminal INTEGER NOT NULL,
+    slot     INTEGER NOT NULL,
+    n        INTEGER NOT NULL,
+    PRIMARY KEY (type, state, terminal, slot)
+) WITHOUT ROWID;
+INSERT INTO workflow_counts (type, state, terminal, slot, n)
+SELECT type, state, terminal, 0, count(*) FROM workflows GROUP BY type, state, terminal;
+
+CREATE TRIGGER workflows_count_insert AFTER INSERT ON workflows
+BEGIN
+    INSERT INTO workflow_counts (type, state, terminal, slot, n)
+    VALUES (new.type, new.state, new.terminal, 0, 1)
+    ON CONFLICT (type, state, terminal, slot) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER workflows_count_update AFTER UPDATE OF type, state, terminal ON workflows
+WHEN old.type IS NOT new.type OR old.state IS NOT new.state OR old.terminal IS NOT new.terminal
+BEGIN
+    UPDATE workflow_counts SET n = n - 1
+     WHERE type = old.type AND state = old.state AND terminal = old.terminal AND slot = 0;
+    INSERT INTO workflow_counts (type, state, terminal, slot, n)
+    VALUES (new.type, new.state, new.terminal, 0, 1)
+    ON CONFLICT (type, state, terminal, slot) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER workflows_count_delete AFTER DELETE ON workflows
+BEGIN
+    UPDATE workflow_counts SET n = n - 1
+     WHERE type = old.type AND state = old.state AND terminal = old.terminal AND slot = 0;
+END;
