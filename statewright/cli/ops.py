@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import signal
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from statewright.cli.loading import db_path, with_engine
 from statewright.cli.options import Settings
@@ -18,14 +16,16 @@ from statewright.cli.output import (
     duration,
     emit_json,
     err,
+    escape,
     out,
     table,
     use_log_format,
 )
-from statewright.engine import Engine, Worker, recover
-from statewright.engine.core import Stuck
 from statewright.errors import InvalidInput
-from statewright.observability.tracing import attach_tracing
+
+if TYPE_CHECKING:
+    from statewright.engine import Engine, Worker
+    from statewright.engine.core import Stuck
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +172,9 @@ def worker(
     if once and until_idle:
         raise InvalidInput("--once and --until-idle exclude each other")
     use_log_format(log_format)
+    # Imported here: OpenTelemetry is only needed by this command.
+    from statewright.engine import Worker, recover
+    from statewright.observability.tracing import attach_tracing
 
     async def go(engine: Engine) -> dict[str, Any]:
         attach_tracing(engine)  # span events per transition when a tracer provider is set
@@ -191,13 +194,15 @@ def worker(
         elif not s.json:
             err.print(f"worker {w.id} on {escape(db_path(engine))}: {escape(', '.join(w.types))}")
         recovered = await recover(engine, worker_id=w.id, lease_seconds=lease_seconds)
+        # w.processed counts handler runs (and timers fired), a chain's each: the claims
+        # run_once / run_until_idle return would count a chain once.
         if once:
-            processed = await w.run_once()
+            await w.run_once()
         elif until_idle:
-            processed = await w.run_until_idle()
+            await w.run_until_idle()
         else:
-            processed = await _run_until_signalled(w, grace)
-        return {"worker_id": w.id, "recovered": len(recovered), "processed": processed}
+            await _run_until_signalled(w, grace)
+        return {"worker_id": w.id, "recovered": len(recovered), "processed": w.processed}
 
     result = with_engine(s, go)
     if s.json:
@@ -210,6 +215,8 @@ def worker(
 
 
 async def _run_until_signalled(w: Worker, grace: float | None) -> int:
+    import asyncio
+
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM)
     received = 0

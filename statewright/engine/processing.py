@@ -59,6 +59,23 @@ class Slot:
     timed_out: bool = False
     lost: bool = False
     """The lease is gone (another worker took the workflow over): write nothing more."""
+    runs: int = 0
+    """Handlers run under this claim (a chain: see :func:`process`)."""
+    claimed_at: float = 0.0
+    """``time.monotonic()`` of the claim."""
+
+    def __post_init__(self) -> None:
+        self.claimed_at = time.monotonic()
+
+    def chain_to(self, row: WorkflowRow) -> None:
+        """Run the next handler under the same claim, on the row the transition returned."""
+        self.row = row
+        # ``run`` stays the finished run until the next one replaces it: the heartbeat may
+        # hold this slot across an await and expects a run on a slot it saw running.
+        self.handler = None
+        self.killer = self.timer = None
+        self.killed_for_cancel = self.timed_out = False
+        self.deadline = None
 
     @property
     def lease(self) -> Lease:
@@ -128,6 +145,20 @@ class Slot:
 
 
 async def process(w: Worker, slot: Slot) -> None:
+    """Process a claimed workflow; while its handler's transition keeps the lease (the next
+    state has a handler too: see :meth:`Worker.may_chain`), go on with the next state under
+    the same claim."""
+    while True:
+        after = await _process_row(w, slot)
+        if after is None or slot.lost or slot.abandoned:
+            return
+        w.processed += 1
+        slot.chain_to(after)
+
+
+async def _process_row(w: Worker, slot: Slot) -> WorkflowRow | None:
+    """Process ``slot.row``; the row to run the next handler on, if its transition kept
+    the lease for it."""
     engine, store, row = w.engine, w.engine.store, slot.row
     lease = slot.lease
     # An unknown version keeps its lease: released, this worker would claim it again at once;
@@ -135,7 +166,7 @@ async def process(w: Worker, slot: Slot) -> None:
     wtype = engine.type_of(row.type, row.machine_version)
     if w.stopping:  # claimed but not started: hand it back so another worker takes it now
         await store.release_lease(row.id, lease)
-        return
+        return None
     if row.cancel is not None:
         request = await pending(engine, wtype, row.id, row.state, row.cancel)
         if request is not None:
@@ -143,7 +174,7 @@ async def process(w: Worker, slot: Slot) -> None:
                 await fire_cancel(
                     engine, row, wtype, request, request.actor or w.actor, park=False, lease=lease
                 )
-                return
+                return None
             except (IllegalTransition, InvalidPayload):
                 pass  # a guard refuses it here: run as usual (the handler sees it too)
     now = engine.clock.now()
@@ -155,22 +186,22 @@ async def process(w: Worker, slot: Slot) -> None:
         due = [t for t in due if t.every is None or t.due_at <= row.next_due_at]
     if due:
         await _fire_timer(w, wtype, row, due[0], lease, handler is not None)
-        return
+        return None
     if handler is None or row.next_due_at is None or row.next_due_at > now:
         # Nothing to run (a timer was consumed meanwhile): re-arm from the pending timers.
         try:
             rearmed = await engine.transitions.let_go(row, lease)
         except VersionConflict:
             await store.release_lease(row.id, lease)
-            return
+            return None
         except LeaseLost:
-            return
+            return None
         await after_write(w, wtype, rearmed)
-        return
+        return None
     if w.stopping:
         await store.release_lease(row.id, lease)
-        return
-    await _run_handler(w, slot, wtype, handler)
+        return None
+    return await _run_handler(w, slot, wtype, handler)
 
 
 async def _fire_timer(
@@ -258,10 +289,17 @@ async def _settle(threaded: asyncio.Future[Any], label: str) -> HandlerResult:
     return result  # type: ignore[no-any-return]
 
 
-async def _run_handler(w: Worker, slot: Slot, wtype: WorkflowType, handler: Handler) -> None:
+async def _run_handler(
+    w: Worker, slot: Slot, wtype: WorkflowType, handler: Handler
+) -> WorkflowRow | None:
+    """Run the handler and write its outcome; the row to chain on (see :func:`process`)."""
     engine, store, row = w.engine, w.engine.store, slot.row
     lease = slot.lease
     run = slot.run = Run(engine, wtype, row, executor=w.executor)
+    # The last step's done record rides with the transition the handler returns; anything
+    # else the handler does, and every other way this run ends, writes it first.
+    run.carry_done = True
+    slot.runs += 1
     deadline = wtype.deadline_for(row.state)
     slot.deadline = time.monotonic() + deadline
     slot.handler = _start(w, slot, run, handler)
@@ -269,26 +307,27 @@ async def _run_handler(w: Worker, slot: Slot, wtype: WorkflowType, handler: Hand
     try:
         result = await slot.handler
     except Cancelled as exc:
+        await run.flush()
         if slot.abandoned and not slot.killed_for_cancel and run.cancel_request is None:
             # The handler turned the worker's shutdown into Cancelled: that stops the worker,
             # not the workflow.
             await store.release_lease(row.id, lease)
-            return
+            return None
         await _cancelled(w, slot, wtype, cancel_reason(exc))
-        return
+        return None
     except asyncio.CancelledError:
         me = asyncio.current_task()
         if me is not None and me.cancelling():
             raise  # this task itself is being cancelled, not just the handler
         await _stopped(w, slot, wtype)
-        return
+        return None
     except LeaseLost:
         _log_lost(slot)
-        return
+        return None
     except Exception as exc:
         if slot.lost:
             _log_lost(slot)
-            return
+            return None
         log.warning(
             "handler failed",
             extra={
@@ -298,16 +337,18 @@ async def _run_handler(w: Worker, slot: Slot, wtype: WorkflowType, handler: Hand
                 "error": describe(exc),
             },
         )
+        await run.flush()
         await after_write(w, wtype, await handle_failure(engine, row, exc, lease=lease))
-        return
+        return None
     finally:
         slot.end()
     if slot.lost:
         _log_lost(slot)
-        return
+        return None
     taken = tuple(run.taken)
-    try:
-        if result is None:
+    if result is None:
+        try:
+            await run.flush()
             idle = await engine.transitions.defer(
                 row,
                 Defer(
@@ -318,8 +359,16 @@ async def _run_handler(w: Worker, slot: Slot, wtype: WorkflowType, handler: Hand
                     cancel_timer_keys=run.cancelled_timers,
                 ),
             )
-            await after_write(w, wtype, idle)
-            return
+        except VersionConflict:
+            await store.release_lease(row.id, lease)
+            return None
+        except LeaseLost:
+            _log_lost(slot)
+            return None
+        await after_write(w, wtype, idle)
+        return None
+    chain = w.may_chain(slot)
+    try:
         nxt = Next(result) if isinstance(result, str) else result
         after = await engine.transitions.fire(
             row,
@@ -333,21 +382,42 @@ async def _run_handler(w: Worker, slot: Slot, wtype: WorkflowType, handler: Hand
                 consume_inputs=taken,
                 add_timers=run.scheduled,
                 cancel_timer_keys=run.cancelled_timers,
+                step_finish=run.pending_finish,
+                keep_lease_if_due=chain,
             ),
         )
     except VersionConflict:
         # Someone moved the workflow meanwhile (an external event): this result is dropped,
-        # and the inputs the run took stay for the next run.
+        # and the inputs the run took stay for the next run. The finished step stays done.
+        await run.flush()
         await store.release_lease(row.id, lease)
-        return
+        return None
     except LeaseLost:
         _log_lost(slot)
-        return
+        return None
     except (IllegalTransition, InvalidPayload) as exc:
+        await run.flush()
         failed = FatalError(f"handler returned {exc.message}")
         await after_write(w, wtype, await handle_failure(engine, row, failed, lease=lease))
-        return
+        return None
+    except Exception:
+        # The transition failed (a store error; or its outcome is unknown): record the step's
+        # outcome on its own if that can still be done. If not, the step stays *executing*
+        # and is reconciled before the handler runs again, as after a crash.
+        try:
+            await run.flush()
+        except Exception:
+            log.warning(
+                "step outcome not recorded",
+                exc_info=True,
+                extra={"action": "step_finish_failed", "workflow_id": row.id},
+            )
+        raise
+    run.carried()
+    if chain and after.lease == lease:
+        return after  # the next state's handler runs under this claim
     await after_write(w, wtype, after)
+    return None
 
 
 async def _stopped(w: Worker, slot: Slot, wtype: WorkflowType) -> None:
@@ -366,9 +436,11 @@ async def _stopped(w: Worker, slot: Slot, wtype: WorkflowType) -> None:
             "handler deadline exceeded",
             extra={"action": "handler_deadline", "workflow_id": row.id, "state": row.state},
         )
+        await _flush(slot)
         after = await handle_failure(engine, row, exc, lease=slot.lease)
         await after_write(w, wtype, after)
     elif slot.killed_for_cancel:
+        await _flush(slot)
         await _cancelled(w, slot, wtype, None)
     else:
         # Shutdown grace expired: leave the workflow as it is for another worker; steps the
@@ -377,7 +449,14 @@ async def _stopped(w: Worker, slot: Slot, wtype: WorkflowType) -> None:
             "handler cancelled at shutdown",
             extra={"action": "handler_abandoned", "workflow_id": row.id, "state": row.state},
         )
+        await _flush(slot)
         await engine.store.release_lease(row.id, slot.lease)
+
+
+async def _flush(slot: Slot) -> None:
+    """Write the run's pending done record (a finished step) before what follows."""
+    if slot.run is not None:
+        await slot.run.flush()
 
 
 def _log_lost(slot: Slot) -> None:

@@ -131,6 +131,15 @@ class _Begun:
     started: float
 
 
+@dataclass
+class _Pending:
+    """A finished step's *done* record not written yet (see :attr:`Run.carry_done`)."""
+
+    finish: StepFinish
+    name: str
+    elapsed: float
+
+
 def describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:1000]
 
@@ -169,6 +178,11 @@ class Run:
         self._cancel_raw: CancelRequest | None = None
         self._cancel_seen = False
         self._call_user: UserCall = self._invoke
+        self.carry_done = False
+        """Keep the last finished step's *done* record pending, for the worker to commit it
+        with the transition the handler returns (one commit fewer). Whatever else the handler
+        does next through this run writes it first (:meth:`flush`)."""
+        self._pending: _Pending | None = None
 
     @property
     def id(self) -> str:
@@ -198,6 +212,29 @@ class Run:
         if self.stopped is not None:
             raise self.stopped
 
+    # -- the pending done record ---------------------------------------------------------------
+
+    @property
+    def pending_finish(self) -> StepFinish | None:
+        """The finished step's outcome not written yet (None: nothing pending)."""
+        return None if self._pending is None else self._pending.finish
+
+    async def flush(self) -> None:
+        """Write the pending *done* record now, on its own, fenced by the lease (worker use:
+        before anything that needs it durable, and when the transition that was to carry it
+        is refused). Raises LeaseLost when the lease (or that attempt) is gone."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        await self.engine.store.step_finish(pending.finish, self.lease)
+        self.engine.observers.step_finished(self.workflow, pending.name, pending.elapsed)
+
+    def carried(self) -> None:
+        """The pending record was committed with the handler's transition (worker use)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self.engine.observers.step_finished(self.workflow, pending.name, pending.elapsed)
+
     # -- cancel --------------------------------------------------------------------------------
 
     @property
@@ -221,6 +258,7 @@ class Run:
         the worker then fires the cancel event with the partial results.
         """
         self._check_live()
+        await self.flush()
         found = await self.engine.store.cancel_requests([self.workflow.id])
         await self.note_cancel(found.get(self.workflow.id))
         if self._cancel is not None:
@@ -307,6 +345,7 @@ class Run:
         changes and shown by ``statewright show``. A report the store cannot take is logged
         and dropped; only a lost lease (the workflow was taken over) raises LeaseLost."""
         self._check_live()
+        await self.flush()
         try:
             self.engine.limits.check(fields, "progress report")
             await self.engine.store.record_progress(
@@ -357,7 +396,7 @@ class Run:
             raise InvalidInput(f"step name must be non-empty and contain no ':': {name!r}")
         if timeout is not None and not timeout > 0:
             raise InvalidInput(f"a step's timeout must be positive, not {timeout!r}")
-        await self.check_cancel()
+        await self.check_cancel()  # writes a pending done record first
         begun = await self._prepare(name, reconcile, safe_to_repeat)
         if not isinstance(begun, _Begun):
             return begun.result
@@ -423,7 +462,13 @@ class Run:
         error: str | None,
         outcome: Any,
     ) -> StepRecord:
-        finish = StepFinish(
+        finish = self._outcome(begun, status, result, error, outcome)
+        return await self.engine.store.step_finish(finish, self.lease)
+
+    def _outcome(
+        self, begun: _Begun, status: str, result: Any, error: str | None, outcome: Any
+    ) -> StepFinish:
+        return StepFinish(
             key=str(begun.key),
             attempt=begun.record.attempts,
             status="done" if status == "done" else "failed",
@@ -432,7 +477,6 @@ class Run:
             outcome=outcome,
             at=self.now(),
         )
-        return await self.engine.store.step_finish(finish, self.lease)
 
     async def _failed(self, begun: _Begun, exc: BaseException) -> None:
         outcome = self.type.retry.outcome(exc)
@@ -464,10 +508,15 @@ class Run:
 
     async def _done(self, begun: _Begun, name: str, result: Any) -> Any:
         await self._keepable(begun, name, result)
+        elapsed = time.perf_counter() - begun.started
+        if self.carry_done and self._pending is None:
+            # Kept for the handler's transition: the step stays *executing* in the ledger
+            # until then (a crash meanwhile is reconciled like one during the call).
+            finish = self._outcome(begun, "done", result, None, None)
+            self._pending = _Pending(finish, name, elapsed)
+            return result
         await self._finish(begun, "done", result, None, None)
-        self.engine.observers.step_finished(
-            self.workflow, name, time.perf_counter() - begun.started
-        )
+        self.engine.observers.step_finished(self.workflow, name, elapsed)
         return result
 
     async def _invoke(
@@ -497,6 +546,7 @@ class Run:
         idle): if the run fails or the worker dies first, it is delivered again.
         """
         self._check_live()
+        await self.flush()
         item = await self.engine.store.next_input(self.workflow.id, name, self.taken)
         if item is None:
             return None

@@ -66,6 +66,12 @@ class Worker:
             renewed (for it to wind down); then the lease lapses (default: ``lease_seconds``).
         loop_lag_threshold: seconds an ``async def`` handler may block the event loop before
             a WARNING names it (the lag is also reported to observers as a metric).
+        chain_limit: handlers run under one claim. A handler whose transition enters a state
+            with a handler of its own keeps the lease, and the worker runs that handler next
+            without a new claim, up to this many runs and ``chain_seconds`` since the claim;
+            then the lease is released as usual and the workflow waits its turn among the
+            due ones (1: never chain).
+        chain_seconds: see ``chain_limit``.
     """
 
     def __init__(
@@ -81,6 +87,8 @@ class Worker:
         threads: int | None = None,
         deadline_grace: float | None = None,
         loop_lag_threshold: float = 1.0,
+        chain_limit: int = 32,
+        chain_seconds: float = 1.0,
     ) -> None:
         self.engine = engine
         self.concurrency = concurrency
@@ -96,6 +104,8 @@ class Worker:
         self.id = worker_id or new_worker_id()
         LIVE_WORKERS.add(self.id)
         self.processed = 0
+        self.chain_limit = chain_limit
+        self.chain_seconds = chain_seconds
         self._slots: dict[str, Slot] = {}
         self._stopping = asyncio.Event()
         self._deadline: float | None = None
@@ -123,6 +133,17 @@ class Worker:
     def slots(self) -> list[Slot]:
         """The workflows this worker is processing now, with their handlers."""
         return list(self._slots.values())
+
+    def may_chain(self, slot: Slot) -> bool:
+        """Whether the slot's next handler may run under its current claim (see
+        ``chain_limit``): not when stopping, and not past the bounds."""
+        return (
+            not self.stopping
+            and not slot.lost
+            and not slot.abandoned
+            and slot.runs < self.chain_limit
+            and time.monotonic() - slot.claimed_at < self.chain_seconds
+        )
 
     def stop(self, grace: float | None = None) -> None:
         """Stop claiming; let in-flight handlers finish and persist, then release all leases.
@@ -182,7 +203,8 @@ class Worker:
         raise RuntimeError(f"still busy after {max_rounds} rounds (a loop of transitions?)")
 
     async def run_once(self) -> int:
-        """Claim one round of due workflows and process them concurrently."""
+        """Claim one round of due workflows and process them concurrently; returns how many
+        were claimed (:attr:`processed` counts the handlers run, chains included)."""
         slots = await self._claim(self.concurrency)
         if slots:
             await asyncio.gather(*(s.task for s in slots if s.task is not None))
@@ -221,7 +243,14 @@ class Worker:
                     wait_on.add(waiter)
                 else:  # full: wait for a slot to free up
                     wait_on.update(s.task for s in self._slots.values() if s.task is not None)
-                await asyncio.wait(wait_on, return_when=asyncio.FIRST_COMPLETED)
+                # Not past the next recovery round (slots busy with long chains or handlers
+                # must not delay taking over a dead worker's workflows).
+                until_recovery = (
+                    max(0.0, last_recovery + self.lease_seconds - now) if recover else None
+                )
+                await asyncio.wait(
+                    wait_on, timeout=until_recovery, return_when=asyncio.FIRST_COMPLETED
+                )
         finally:
             for task in (stopping, waiter):
                 if task is not None:

@@ -1,0 +1,444 @@
+"""Whole workflows/s through real worker processes, next to the raw write ceiling of the same
+work measured in the same run.
+
+    .venv/bin/python bench/bench_workflows.py [--stores sqlite,postgres] [--states 10]
+        [--workflows 3000] [--processes 2] [--concurrency 32] [--json out.json]
+
+Workload: a machine ``s0 --next--> s1 --next--> ... s{K-1} --next--> done`` where every
+state has an ``async def`` handler that runs one durable step (``await run.step(state,
+action)``, the action returns a small dict) and returns ``Next("next")``. ``--workflows``
+workflows are started beforehand (all due at once); then ``--processes`` worker processes
+(``multiprocessing``, spawned: each its own interpreter, engine, store connection and
+``Worker(concurrency=...)``, as ``statewright worker`` runs them) are released together, and
+the clock stops when the last workflow is terminal (the parent polls the store with raw SQL
+every 20 ms). workflows/s = workflows / that wall time; steps/s = K x workflows/s.
+
+Raw ceiling ("raw"), measured in the same run on the same database server or disk: the
+fewest durable writes the same work needs when a step's *executing* record must commit
+before its call (that is what makes reconcile possible) and everything else can share the
+transition's commit. Per workflow: one claim (UPDATE of the row), then per state one commit
+with the step's *executing* INSERT and one commit with the transition (CAS UPDATE of the
+row, log INSERT, step *done* UPDATE). No engine, no Python per workflow beyond binding
+parameters. SQLite: stdlib ``sqlite3``, one thread, the same PRAGMAs, ``--concurrency``
+workflows advanced together in each commit (what group commit at that concurrency could do at
+best). PostgreSQL: ``--concurrency`` threads, each its own autocommit psycopg connection and
+its own workflows, one statement (one round trip, one commit) per write.
+
+SQLite files go to /tmp unless it is tmpfs (then ``<repo>/.statewright/bench``); PostgreSQL
+comes from ``--dsn`` / ``STATEWRIGHT_PG_DSN``, else a throwaway ``pgserver`` is started (a real
+PostgreSQL from a wheel; unix socket, fsync on). It is a script, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+MEMORY_FS = {"tmpfs", "ramfs", "devtmpfs"}
+POLL = 0.02
+
+
+# -- the workload ----------------------------------------------------------------------------
+
+
+def workflow_type(states: int) -> Any:
+    from statewright import MachineBuilder, Next, Run, WorkflowType
+
+    builder = MachineBuilder("chain")
+    for i in range(states):
+        builder.state(f"s{i}", initial=i == 0)
+    builder.state("done", terminal=True).event("next")
+    for i in range(states):
+        builder.transition("next", f"s{i}", f"s{i + 1}" if i + 1 < states else "done")
+
+    async def action(key: str) -> dict[str, Any]:
+        return {"ok": True}
+
+    async def handler(run: Run) -> Next:
+        await run.step(run.state, action)
+        return Next("next")
+
+    return WorkflowType(builder.build(), {f"s{i}": handler for i in range(states)})
+
+
+def open_store(kind: str, where: str, pool: int = 4) -> Any:
+    if kind == "sqlite":
+        from statewright import SQLiteStore
+
+        return SQLiteStore(where)
+    from statewright.store.postgres import PostgresStore
+
+    return PostgresStore(where, max_size=pool)
+
+
+def worker_main(
+    kind: str, where: str, states: int, concurrency: int, ready: Any, go: Any, stop: Any, out: Any
+) -> None:
+    """One worker process: an engine and a Worker, released by ``go``, stopped by ``stop``."""
+
+    async def main() -> None:
+        from statewright import Engine, Worker
+
+        store = open_store(kind, where, pool=max(4, concurrency // 4))
+        async with Engine(store, [workflow_type(states)]) as engine:
+            worker = Worker(engine, concurrency=concurrency, poll_interval=0.1)
+            ready.put(os.getpid())
+            while not go.is_set():
+                await asyncio.sleep(0.005)
+            task = asyncio.create_task(worker.run())
+            while not stop.is_set():
+                await asyncio.sleep(0.05)
+            worker.stop()
+            await task
+            commits = getattr(getattr(store, "conn", None), "commits", None)
+            out.put({"pid": os.getpid(), "processed": worker.processed, "commits": commits})
+
+    asyncio.run(main())
+
+
+def terminal_count(kind: str, where: str, conn: Any) -> int:
+    sql = "SELECT count(*) FROM workflows WHERE terminal" + (" = 1" if kind == "sqlite" else "")
+    return int(conn.execute(sql).fetchone()[0])
+
+
+def engine_run(args: argparse.Namespace, kind: str, where: str) -> dict[str, Any]:
+    from statewright import Engine
+
+    async def seed() -> None:
+        async with Engine(open_store(kind, where), [workflow_type(args.states)]) as engine:
+            for i in range(args.workflows):
+                await engine.start("chain", {"n": i}, workflow_id=f"w{i:07d}")
+
+    asyncio.run(seed())
+    ctx = mp.get_context("spawn")
+    ready, out = ctx.Queue(), ctx.Queue()
+    go, stop = ctx.Event(), ctx.Event()
+    procs = [
+        ctx.Process(
+            target=worker_main,
+            args=(kind, where, args.states, args.concurrency, ready, go, stop, out),
+        )
+        for _ in range(args.processes)
+    ]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.get(timeout=120)
+    if kind == "sqlite":
+        watch: Any = sqlite3.connect(where, isolation_level=None)
+    else:
+        import psycopg
+
+        watch = psycopg.connect(where, autocommit=True)
+    started = time.perf_counter()
+    go.set()
+    deadline = started + args.timeout
+    done = 0
+    while done < args.workflows:
+        if time.perf_counter() > deadline:
+            stop.set()
+            raise SystemExit(f"timed out: {done}/{args.workflows} workflows finished")
+        time.sleep(POLL)
+        done = terminal_count(kind, where, watch)
+    elapsed = time.perf_counter() - started
+    stop.set()
+    reports = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    watch.close()
+    commits = [r["commits"] for r in reports]
+    return {
+        "seconds": elapsed,
+        "workflows_per_s": args.workflows / elapsed,
+        "steps_per_s": args.workflows * args.states / elapsed,
+        "commits": None if None in commits else sum(commits),
+        "processed": sum(r["processed"] for r in reports),
+    }
+
+
+# -- the raw ceiling -------------------------------------------------------------------------
+
+SQLITE_CLAIM = """UPDATE workflows SET lease_owner = 'raw', lease_expires_at = :until,
+       fence = fence + 1 WHERE id = :id"""
+SQLITE_STEP_BEGIN = """INSERT INTO steps (key, workflow_id, step, status, attempts, started_at)
+VALUES (:key, :id, :step, 'executing', 1, :at)"""
+SQLITE_MOVE = """UPDATE workflows SET state = :to, context = :ctx, version = version + 1,
+       attempts = 0, updated_at = :at, state_entered_at = :at, next_due_at = :due,
+       terminal = :terminal, lease_owner = CASE WHEN :terminal THEN NULL ELSE lease_owner END
+ WHERE id = :id AND version = :v"""
+SQLITE_LOG = """INSERT INTO transitions (workflow_id, version, from_state, to_state, event,
+       payload, actor, context_patch, at)
+VALUES (:id, :v + 1, :frm, :to, 'next', '{}', 'raw', NULL, :at)"""
+SQLITE_STEP_DONE = """UPDATE steps SET status = 'done', result = :result, finished_at = :at
+ WHERE key = :key AND status = 'executing' AND attempts = 1"""
+
+
+def sqlite_raw(args: argparse.Namespace, path: str) -> float:
+    """Workflows/s of the fewest commits the work needs, ``concurrency`` workflows a commit."""
+    from statewright import Engine
+
+    async def seed() -> None:  # the schema and the rows, as the engine makes them
+        async with Engine(open_store("sqlite", path), [workflow_type(args.states)]) as engine:
+            for i in range(args.workflows):
+                await engine.start("chain", {"n": i}, workflow_id=f"r{i:07d}")
+
+    asyncio.run(seed())
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    ctx = json.dumps({"n": 0}, separators=(",", ":"), sort_keys=True)
+    result = json.dumps({"ok": True}, separators=(",", ":"), sort_keys=True)
+    ids = [f"r{i:07d}" for i in range(args.workflows)]
+    started = time.perf_counter()
+    for b in range(0, len(ids), args.concurrency):
+        batch = ids[b : b + args.concurrency]
+        now = time.time()
+        conn.execute("BEGIN IMMEDIATE")
+        for wid in batch:
+            conn.execute(SQLITE_CLAIM, {"id": wid, "until": now + 30})
+        conn.execute("COMMIT")
+        for s in range(args.states):
+            frm, to = f"s{s}", f"s{s + 1}" if s + 1 < args.states else "done"
+            terminal = int(to == "done")
+            conn.execute("BEGIN IMMEDIATE")
+            for wid in batch:
+                conn.execute(
+                    SQLITE_STEP_BEGIN, {"key": f"{wid}:{frm}", "id": wid, "step": frm, "at": now}
+                )
+            conn.execute("COMMIT")
+            conn.execute("BEGIN IMMEDIATE")
+            for wid in batch:
+                p = {"id": wid, "v": s + 1, "frm": frm, "to": to, "at": now, "ctx": ctx}
+                p.update(due=None if terminal else now, terminal=terminal)
+                assert conn.execute(SQLITE_MOVE, p).rowcount == 1
+                conn.execute(SQLITE_LOG, p)
+                conn.execute(
+                    SQLITE_STEP_DONE, {"key": f"{wid}:{frm}", "result": result, "at": now}
+                )
+            conn.execute("COMMIT")
+    elapsed = time.perf_counter() - started
+    conn.close()
+    return len(ids) / elapsed
+
+
+PG_CLAIM = """UPDATE workflows SET lease_owner = 'raw', lease_expires_at = %(until)s,
+       fence = fence + 1 WHERE id = %(id)s"""
+PG_STEP_BEGIN = """INSERT INTO steps (key, workflow_id, step, status, attempts, started_at)
+VALUES (%(key)s, %(id)s, %(step)s, 'executing', 1, %(at)s)"""
+PG_MOVE = """WITH moved AS (
+    UPDATE workflows SET state = %(to)s, context = %(ctx)s::jsonb, version = version + 1,
+           attempts = 0, updated_at = %(at)s, state_entered_at = %(at)s,
+           next_due_at = %(due)s::float8, terminal = %(terminal)s,
+           lease_owner = CASE WHEN %(terminal)s THEN NULL ELSE lease_owner END
+     WHERE id = %(id)s AND version = %(v)s
+    RETURNING id, version
+), logged AS (
+    INSERT INTO transitions (workflow_id, version, from_state, to_state, event, payload, actor,
+                             context_patch, at)
+    SELECT id, version, %(frm)s, %(to)s, 'next', '{}'::jsonb, 'raw', NULL, %(at)s FROM moved
+)
+UPDATE steps SET status = 'done', result = %(result)s::jsonb, finished_at = %(at)s
+ WHERE key = %(key)s AND status = 'executing' AND EXISTS (SELECT 1 FROM moved)"""
+
+
+def pg_raw(args: argparse.Namespace, dsn: str) -> float:
+    """Workflows/s of the fewest commits the work needs: ``concurrency`` threads, each with
+    its own connection and workflows, one autocommit statement per write."""
+    import psycopg
+
+    from statewright import Engine
+
+    async def seed() -> None:
+        async with Engine(open_store("postgres", dsn), [workflow_type(args.states)]) as engine:
+            for i in range(args.workflows):
+                await engine.start("chain", {"n": i}, workflow_id=f"r{i:07d}")
+
+    asyncio.run(seed())
+    ids = [f"r{i:07d}" for i in range(args.workflows)]
+    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(args.concurrency)]
+    barrier = threading.Barrier(args.concurrency + 1)
+    ctx, result = json.dumps({"n": 0}), json.dumps({"ok": True})
+
+    def client(c: int) -> None:
+        conn = conns[c]
+        barrier.wait()
+        for wid in ids[c :: args.concurrency]:
+            now = time.time()
+            conn.execute(PG_CLAIM, {"id": wid, "until": now + 30})
+            for s in range(args.states):
+                frm, to = f"s{s}", f"s{s + 1}" if s + 1 < args.states else "done"
+                terminal = to == "done"
+                key = f"{wid}:{frm}"
+                conn.execute(PG_STEP_BEGIN, {"key": key, "id": wid, "step": frm, "at": now})
+                p = {"id": wid, "v": s + 1, "frm": frm, "to": to, "at": now, "ctx": ctx}
+                p.update(due=None if terminal else now, terminal=terminal, key=key, result=result)
+                assert conn.execute(PG_MOVE, p).rowcount == 1
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(args.concurrency)]
+    for t in threads:
+        t.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    for conn in conns:
+        conn.close()
+    return len(ids) / elapsed
+
+
+# -- places ----------------------------------------------------------------------------------
+
+
+def disk_dir(given: str | None) -> Path:
+    if given:
+        return Path(given)
+    fs = ""
+    try:
+        with open("/proc/mounts") as mounts:
+            best = ""
+            for line in mounts:
+                parts = line.split()
+                if "/tmp".startswith(parts[1]) and len(parts[1]) > len(best):
+                    best, fs = parts[1], parts[2]
+    except OSError:
+        pass
+    if fs in MEMORY_FS:
+        path = REPO / ".statewright" / "bench"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    return Path(tempfile.gettempdir())
+
+
+class Postgres:
+    """The server to use: ``--dsn``, ``STATEWRIGHT_PG_DSN``, or a throwaway pgserver; a fresh
+    database per run."""
+
+    def __init__(self, dsn: str | None) -> None:
+        self.server: Any = None
+        if not dsn:
+            os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.mkdtemp())
+            import pgserver
+
+            self.server = pgserver.get_server(  # type: ignore[attr-defined]
+                tempfile.mkdtemp(prefix="sw-bench-pg-"), cleanup_mode="stop"
+            )
+            dsn = self.server.get_uri()
+        self.dsn = dsn
+        self.n = 0
+
+    def fresh(self) -> str:
+        import psycopg
+        from psycopg.conninfo import make_conninfo
+
+        self.n += 1
+        name = f"sw_bench_wf_{os.getpid()}_{self.n}"
+        with psycopg.connect(self.dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name}")
+            admin.execute(f"CREATE DATABASE {name}")
+        return make_conninfo(self.dsn, dbname=name)
+
+    def describe(self) -> str:
+        import psycopg
+
+        with psycopg.connect(self.dsn, autocommit=True) as admin:
+            got = [admin.execute(f"SHOW {s}").fetchone() for s in ("server_version", "fsync")]
+        return f"PostgreSQL {got[0][0] if got[0] else '?'}, fsync={got[1][0] if got[1] else '?'}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stores", default="sqlite,postgres")
+    parser.add_argument("--states", type=int, default=10)
+    parser.add_argument("--workflows", type=int, default=3000)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=1, help="rounds; medians are printed")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument("--dsn", default=os.environ.get("STATEWRIGHT_PG_DSN"))
+    parser.add_argument("--dir", default=None, help="where SQLite files go")
+    parser.add_argument("--no-raw", action="store_true", help="skip the raw ceiling")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+
+    import statewright
+
+    print(
+        f"statewright from {Path(statewright.__file__).parent}, Python "
+        f"{sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, {os.cpu_count()} CPUs"
+    )
+    print(
+        f"{args.workflows} workflows of {args.states} states (one step each), "
+        f"{args.processes} worker processes x concurrency {args.concurrency}"
+    )
+    results: list[dict[str, Any]] = []
+    pg: Postgres | None = None
+    for kind in args.stores.split(","):
+        rounds: list[dict[str, Any]] = []
+        if kind == "postgres":
+            pg = Postgres(args.dsn)
+            print(pg.describe())
+        for _ in range(args.repeat):
+            tmp = tempfile.mkdtemp(prefix="sw-bench-wf-", dir=disk_dir(args.dir))
+            try:
+                where = f"{tmp}/engine.db" if kind == "sqlite" else pg.fresh()  # type: ignore[union-attr]
+                figure = engine_run(args, kind, where)
+                if not args.no_raw:
+                    if kind == "sqlite":
+                        figure["raw_workflows_per_s"] = sqlite_raw(args, f"{tmp}/raw.db")
+                    else:
+                        figure["raw_workflows_per_s"] = pg_raw(args, pg.fresh())  # type: ignore[union-attr]
+                rounds.append(figure)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            print(f"  round: {json.dumps({k: v for k, v in figure.items()}, default=str)}")
+        med = {
+            k: statistics.median(r[k] for r in rounds)
+            for k in rounds[0]
+            if all(isinstance(r[k], int | float) for r in rounds)
+        }
+        med["store"] = kind
+        results.append(med)
+    head = (
+        f"{'store':>8}  {'workflows/s':>11}  {'steps/s':>8}  {'commits/wf':>10}  "
+        f"{'raw wf/s':>8}  {'raw steps/s':>11}  {'engine/raw':>10}"
+    )
+    print(
+        "\nengine vs raw ceiling (raw = claim + per state: step executing commit, then "
+        "transition + log + step done commit)"
+    )
+    print(head)
+    print("-" * len(head))
+    for r in results:
+        raw = r.get("raw_workflows_per_s")
+        commits = r.get("commits")
+        per_wf = "-" if commits is None else f"{commits / args.workflows:.2f}"
+        raw_wf = "-" if raw is None else f"{raw:,.0f}"
+        raw_steps = "-" if raw is None else f"{raw * args.states:,.0f}"
+        ratio = "-" if raw is None else f"{r['workflows_per_s'] / raw:.0%}"
+        print(
+            f"{r['store']:>8}  {r['workflows_per_s']:>11,.0f}  {r['steps_per_s']:>8,.0f}  "
+            f"{per_wf:>10}  {raw_wf:>8}  {raw_steps:>11}  {ratio:>10}"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
+    if pg is not None and pg.server is not None:
+        pg.server.cleanup()
+
+
+if __name__ == "__main__":
+    main()
