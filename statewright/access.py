@@ -623,6 +623,48 @@ class Access:
         row = await self.get(workflow_id)
         return await self.engine.timers(row.id)
 
+    async def fork(
+        self,
+        workflow_id: str,
+        *,
+        reason: str,
+        version: int | None = None,
+        new_id: str | None = None,
+    ) -> WorkflowRow:
+        """Start a new workflow, in the same tenant, from a past version of one (roles
+        operator/admin); see :meth:`Engine.fork`."""
+        row = await self.get(workflow_id)
+        self._operator("fork workflows")
+        store_id = None if new_id is None else ids.qualify(row.tenant, ids.check_id(new_id))
+        return await self.engine.fork(
+            row.id, actor=self.principal.actor, reason=reason, version=version, new_id=store_id
+        )
+
+    async def move_to(
+        self,
+        workflow_id: str,
+        state: str,
+        *,
+        reason: str,
+        expected_version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> WorkflowRow:
+        """Move a workflow to a named state outside the machine's edges, one logged ``$move``
+        transition (role admin only: it can skip any rule the machine states)."""
+        row = await self.get(workflow_id)
+        if ADMIN not in self.principal.roles:
+            raise Forbidden(
+                f"{self.principal.actor!r} may not move workflows by hand (needs the admin role)"
+            )
+        return await self.engine.move_to(
+            row.id,
+            state,
+            actor=self.principal.actor,
+            reason=reason,
+            expected_version=expected_version,
+            idempotency_key=idempotency_key,
+        )
+
     async def patch_context(
         self,
         workflow_id: str,

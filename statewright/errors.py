@@ -136,6 +136,19 @@ class InvalidInput(StatewrightError):
     code = "invalid_input"
 
 
+class UnknownState(InvalidInput):
+    """The machine has no such state (a move by hand, a diagram of a state, a migration map
+    naming a state the target version lacks)."""
+
+    code = "unknown_state"
+
+
+class VersionNotFound(InvalidInput):
+    """The workflow's log has no such version (a fork from a version it never reached)."""
+
+    code = "version_not_found"
+
+
 class ValueTooDeep(InvalidInput):
     """A JSON value nests deeper than the engine's ``max_depth``."""
 

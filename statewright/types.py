@@ -210,6 +210,14 @@ class NewWorkflow:
     tenant: str = "default"
     idempotency_key: str | None = None
     """The client's key, stored with the ``$start`` log entry."""
+    event: str = "$start"
+    """The first log entry's event: ``$start``, or ``$fork`` for a workflow started from a
+    past version of another."""
+    payload: Mapping[str, Any] | None = None
+    """The first log entry's payload (None: the context, as for ``$start``)."""
+    steps: tuple[StepRecord, ...] = ()
+    """Done steps written with it (a fork's copies of the steps its source had done), in the
+    same transaction: no worker can run the new workflow before they are there."""
 
 
 @dataclass(frozen=True)
@@ -257,6 +265,10 @@ class TransitionWrite:
     """The lifetime failure counter after the transition (None: unchanged)."""
     idempotency_key: str | None = None
     """The client's key, stored with the log entry (unique per workflow)."""
+    step_finish: StepFinish | None = None
+    """The outcome of the step the handler ran last (its *done* record), committed in this
+    transaction: applied only if the transition is, and only while that attempt is still
+    *executing* (else the whole write is refused, as for a lost lease)."""
 
 
 @dataclass(frozen=True)

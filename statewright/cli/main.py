@@ -1,4 +1,10 @@
-"""The Typer app: global options, the command table, and the console-script entry point."""
+"""The Typer app: global options, the command table, and the console-script entry point.
+
+Every command pays for what this module imports, ``statewright --help`` included: the command
+modules import only Typer and light statewright modules at their top, and each command
+imports the engine, the store, Rich, the HTTP service, the MCP SDK or OpenTelemetry when it
+runs (tests/integration/test_cli_start.py lists what must stay out).
+"""
 
 from __future__ import annotations
 
@@ -20,7 +26,9 @@ from statewright.cli import (
 )
 from statewright.cli.options import (
     AppOption,
+    Command,
     DbOption,
+    Group,
     JsonOption,
     LogLevelOption,
     Settings,
@@ -41,6 +49,7 @@ object).
 
 app = typer.Typer(
     name="statewright",
+    cls=Group,
     help=HELP,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -73,6 +82,8 @@ _COMMANDS: list[tuple[str, Callable[..., None], str]] = [
     ("resolve-step", operator.resolve_step, "error"),
     ("resume", operator.resume, "error"),
     ("patch-context", operator.patch_context, "error"),
+    ("move", operator.move, "error"),
+    ("fork", operator.fork, "error"),
     ("timers", timers.timers, "error"),
     ("schedule", timers.schedule, "error"),
     ("cancel-timer", timers.cancel_timer, "error"),
@@ -88,8 +99,10 @@ _COMMANDS: list[tuple[str, Callable[..., None], str]] = [
     ("mcp", mcp.mcp, "error"),
     ("demo", demo.demo, "error"),
 ]
+_CLASSES: dict[str, type[Command]] = {"alerts": alerts.AlertsCommand}
+"""Commands with a Click class of their own (the others': :class:`Command`)."""
 for _name, _fn, _level in _COMMANDS:
-    app.command(_name)(command(_fn, log_level=_level))
+    app.command(_name, cls=_CLASSES.get(_name, Command))(command(_fn, log_level=_level))
 
 
 def main() -> None:

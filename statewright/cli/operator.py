@@ -14,12 +14,10 @@ import logging
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from statewright.cli.loading import with_engine
 from statewright.cli.options import Settings
-from statewright.cli.output import compact, emit_json, out
-from statewright.engine.workflow_type import Applied, NotApplied
+from statewright.cli.output import compact, emit_json, escape, out
 from statewright.errors import InvalidInput
 
 log = logging.getLogger(__name__)
@@ -56,6 +54,8 @@ def resolve_step(
     """
     if (applied is None) == (not not_applied):
         raise InvalidInput("give exactly one of --applied RESULT_JSON and --not-applied")
+    from statewright.engine.workflow_type import Applied, NotApplied
+
     verdict = NotApplied() if applied is None else Applied(_json_value(applied, "--applied"))
     record = with_engine(
         s,
@@ -87,6 +87,80 @@ def resume(
     out.print(
         f"resumed [bold]{escape(row.id)}[/]: [bold cyan]{escape(row.state)}[/] runs again "
         "when a worker picks it up"
+    )
+
+
+def fork(
+    s: Settings,
+    workflow_id: IdArg,
+    reason: ReasonOption,
+    version: Annotated[
+        int | None,
+        typer.Option(help="The version to start from (default: the latest).", show_default=False),
+    ] = None,
+    new_id: Annotated[
+        str | None,
+        typer.Option(
+            "--id",
+            help="The new workflow's id (default: <id>.fork-<version>).",
+            show_default=False,
+        ),
+    ] = None,
+    actor: ActorOption = "cli",
+) -> None:
+    """Start a new workflow from a past version of this one: its state and context as of that
+    version, with the results of the steps done by then (they do not run again). Logged as
+    $fork with the source, version, actor and reason; the original is not touched."""
+    row = with_engine(
+        s,
+        lambda e: e.fork(workflow_id, actor=actor, reason=reason, version=version, new_id=new_id),
+    )
+    if s.json:
+        emit_json(row)
+        return
+    out.print(
+        f"forked [bold]{escape(workflow_id)}[/] into [bold]{escape(row.id)}[/]: "
+        f"[bold cyan]{escape(row.state)}[/]"
+    )
+
+
+def move(
+    s: Settings,
+    workflow_id: IdArg,
+    state: Annotated[str, typer.Argument(help="The state to move to.", show_default=False)],
+    reason: ReasonOption,
+    expected_version: Annotated[
+        int | None,
+        typer.Option(help="Refuse unless the workflow is at this version.", show_default=False),
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Makes a retry of this command apply nothing twice.", show_default=False
+        ),
+    ] = None,
+    actor: ActorOption = "cli",
+) -> None:
+    """Move a workflow to a named state outside the machine's edges (a last resort): one
+    transition, logged as $move with the actor and reason. The state is entered as by any
+    transition. Refused (exit code 2) for a finished workflow or a state its machine lacks."""
+    row = with_engine(
+        s,
+        lambda e: e.move_to(
+            workflow_id,
+            state,
+            actor=actor,
+            reason=reason,
+            expected_version=expected_version,
+            idempotency_key=idempotency_key,
+        ),
+    )
+    if s.json:
+        emit_json(row)
+        return
+    out.print(
+        f"moved [bold]{escape(row.id)}[/] to [bold cyan]{escape(row.state)}[/] "
+        f"(version {row.version})"
     )
 
 

@@ -7,6 +7,7 @@ the transition on the machine (pure), build one write, and let the store apply i
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import random
@@ -24,7 +25,8 @@ from statewright.engine.cancel import cancel as cancel_workflow
 from statewright.engine.hooks import Observers, TransitionEvent
 from statewright.engine.transitions import (
     CONTEXT_EVENT,
-    Defer,
+    MOVE_EVENT,
+    RESUME_EVENT,
     Dispatched,
     Fire,
     Transitions,
@@ -39,6 +41,8 @@ from statewright.errors import (
     ReplayMismatch,
     StatewrightError,
     UnknownWorkflowType,
+    VersionConflict,
+    VersionNotFound,
     WorkflowBusy,
     WorkflowExists,
     WorkflowFinished,
@@ -607,28 +611,46 @@ class Engine:
             await self.resume(workflow_id, actor=actor, reason=f"step {step!r} resolved")
         return rec
 
-    async def resume(self, workflow_id: str, *, actor: str, reason: str) -> WorkflowRow:
+    async def resume(
+        self,
+        workflow_id: str,
+        *,
+        actor: str,
+        reason: str,
+        idempotency_key: str | None = None,
+    ) -> WorkflowRow:
         """Make a workflow due again, typically a parked one: its state's handler runs once
         more (its finished steps return their results; the failure counters are kept).
+
+        One logged transition, ``$resume`` (a self-transition: the state and its timers stay),
+        with the actor and ``{"reason": reason}``: the log says who resumed it and why.
 
         Raises WorkflowNotFound, WorkflowFinished, WorkflowBusy (a worker holds it),
         InvalidInput (no reason).
         """
-        if not isinstance(reason, str) or not reason.strip():
-            raise InvalidInput("resuming a workflow needs a reason")
+        _check_reason(reason, "resuming a workflow")
         row = await self.get(workflow_id)
         if row.terminal:
             raise WorkflowFinished(workflow_id, row.state)
         if row.lease_owner is not None:
             raise WorkflowBusy(f"a worker holds workflow {workflow_id!r}: nothing to resume")
-        after = await self.transitions.defer(
-            row,
-            Defer(
-                attempts=row.attempts,
-                next_due_at=self.clock.now(),
-                last_error=row.last_error,
-            ),
+        fire = Fire(
+            RESUME_EVENT,
+            {"reason": reason},
+            actor,
+            release_lease=False,
+            require_unleased=True,
+            idempotency_key=check_idempotency_key(idempotency_key),
         )
+        try:
+            sent = await self.transitions.send(workflow_id, fire, row=row)
+        except VersionConflict:
+            fresh = await self.get(workflow_id)
+            if fresh.lease_owner is not None:
+                raise WorkflowBusy(
+                    f"a worker holds workflow {workflow_id!r}: nothing to resume"
+                ) from None
+            raise
         log.warning(
             "workflow resumed",
             extra={
@@ -639,7 +661,51 @@ class Engine:
                 "parked": row.parked,
             },
         )
-        return after
+        return sent.row
+
+    async def move_to(
+        self,
+        workflow_id: str,
+        state: str,
+        *,
+        actor: str,
+        reason: str,
+        expected_version: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> WorkflowRow:
+        """Move a workflow to a named state of its machine, outside the machine's edges: an
+        operator's last resort (``Access`` allows it to admins only). One logged transition,
+        ``$move``, with the actor and ``{"reason": reason}``; the target state is entered as
+        by any transition (its timers armed, its handler due, the old state's timers
+        cleared; a terminal target finishes the workflow). Replay accepts it.
+
+        Raises WorkflowNotFound, WorkflowFinished, InvalidInput (no reason, no such state),
+        VersionConflict, IdempotencyKeyReused.
+        """
+        _check_reason(reason, "moving a workflow")
+        if not isinstance(state, str) or not state:
+            raise InvalidInput("name the state to move to")
+        fire = Fire(
+            MOVE_EVENT,
+            {"reason": reason, "to": state},
+            actor,
+            release_lease=False,
+            target=state,
+            idempotency_key=check_idempotency_key(idempotency_key),
+        )
+        sent = await self.transitions.send(workflow_id, fire, expected_version=expected_version)
+        log.warning(
+            "workflow moved by hand",
+            extra={
+                "action": "workflow_moved",
+                "workflow_id": workflow_id,
+                "actor": actor,
+                "reason": reason,
+                "to": state,
+                "replayed": sent.replayed,
+            },
+        )
+        return sent.row
 
     async def schedule(
         self,
@@ -693,6 +759,102 @@ class Engine:
         Raises WorkflowNotFound."""
         return await timer_ops.listing(self, workflow_id)
 
+    async def fork(
+        self,
+        workflow_id: str,
+        *,
+        actor: str,
+        reason: str,
+        version: int | None = None,
+        new_id: str | None = None,
+    ) -> WorkflowRow:
+        """Start a new workflow from a past version of an existing one: Temporal's reset,
+        LangGraph's checkpoints, from our log. The new workflow is in the state, with the
+        context, that the log gives at ``version`` (default: the latest); the steps the
+        original had *done* by then are copied under the new workflow's keys, so they return
+        their results there and do not run again (steps after that point run again: that is
+        what going back means). Its first log entry is ``$fork`` with the source, version,
+        reason and actor. The original is not touched.
+
+        ``new_id`` defaults to ``<id>.fork-<version>``; forking the same version to the same id
+        again returns that fork (a retry is safe: the workflow, its first log entry and its
+        steps are one write).
+
+        Raises WorkflowNotFound, UnknownWorkflowType (its version is not registered),
+        InvalidInput (no reason, a version out of range, a bad id), WorkflowExists (the id is
+        taken by something else).
+        """
+        _check_reason(reason, "forking a workflow")
+        source = await self.get(workflow_id)
+        at = source.version if version is None else version
+        if isinstance(at, bool) or not isinstance(at, int):
+            raise InvalidInput(f"version must be an integer, got {version!r}")
+        if not 1 <= at <= source.version:
+            raise VersionNotFound(
+                f"workflow {workflow_id!r} has versions 1..{source.version}, not {at}",
+                version=at,
+            )
+        wtype = self.type_of(source.type, source.machine_version)
+        machine = wtype.machine
+        records = await self.store.history(workflow_id, 0, at + 1)
+        state, context = _replayed_to(machine, records[:at], workflow_id)
+        fork_id = ids.check_ref(new_id or f"{workflow_id}.fork-{at}", source.tenant)
+        now = self.clock.now()
+        # The steps done while the workflow was at that version: before the next transition
+        # (for the latest version: all done so far).
+        cutoff = records[at].at if len(records) > at else now
+        copied = tuple(
+            dataclasses.replace(step, key=f"{fork_id}:{step.step}", workflow_id=fork_id)
+            for step in await self.store.steps(workflow_id)
+            if step.status == "done"
+            and step.finished_at is not None
+            and step.finished_at <= cutoff
+        )
+        target = machine.states[state]
+        payload = {"forked_from": workflow_id, "version": at, "reason": reason}
+        row, created = await self.store.create_workflow(
+            NewWorkflow(
+                id=fork_id,
+                type=source.type,
+                machine_version=source.machine_version,
+                state=state,
+                context=context,
+                actor=actor,
+                at=now,
+                terminal=target.terminal,
+                run_at=run_at_for(wtype, target, now),
+                timers=() if target.terminal else state_timers(target, now),
+                tenant=source.tenant,
+                event=FORK_EVENT,
+                payload=payload,
+                steps=copied,
+            )
+        )
+        if not created:
+            first = (await self.store.history(fork_id, 0, 1))[:1]
+            if (
+                not first
+                or first[0].event != FORK_EVENT
+                or not same_json(first[0].payload, payload)
+            ):
+                raise WorkflowExists(fork_id, row.type, f"a fork of {workflow_id} v{at}")
+            return row
+        log.warning(
+            "workflow forked",
+            extra={
+                "action": "workflow_forked",
+                "workflow_id": fork_id,
+                "forked_from": workflow_id,
+                "version": at,
+                "actor": actor,
+                "reason": reason,
+                "steps_copied": len(copied),
+            },
+        )
+        self.transitions.rows.put(row)
+        self.observers.transitioned(TransitionEvent(None, row, FORK_EVENT, actor))
+        return row
+
     async def patch_context(
         self,
         workflow_id: str,
@@ -715,10 +877,7 @@ class Engine:
         Raises WorkflowNotFound, WorkflowFinished, InvalidInput (no reason, an empty or
         non-object patch), ValueTooDeep / ValueTooLarge, VersionConflict, IdempotencyKeyReused.
         """
-        if not isinstance(reason, str) or not reason.strip():
-            raise InvalidInput("a context patch needs a reason")
-        if len(reason) > 1000:
-            raise InvalidInput("the reason is longer than 1000 characters")
+        _check_reason(reason, "a context patch")
         if not isinstance(patch, Mapping) or not patch:
             raise InvalidInput("a context patch must be a non-empty JSON object")
         if any(not isinstance(k, str) or not k for k in patch):
@@ -885,6 +1044,40 @@ class Engine:
         return replayed
 
 
+FORK_EVENT = "$fork"
+"""The first log entry of a workflow started from a past version of another (``fork``)."""
+
+
+def _replayed_to(
+    machine: Machine, records: list[TransitionRecord], workflow_id: str
+) -> tuple[str, JSON]:
+    """State and context after ``records`` (a log from its start), checked like replay."""
+    state: str | None = None
+    context: JSON = {}
+    version = 0
+    for rec in records:
+        problem = _replay_problem(machine, rec, state, version)
+        if problem:
+            raise ReplayMismatch(f"workflow {workflow_id!r} v{rec.version}: {problem}")
+        if rec.context_patch is not None:
+            context = (
+                dict(rec.context_patch)
+                if rec.from_state is None
+                else {**context, **rec.context_patch}
+            )
+        state, version = rec.to_state, rec.version
+    assert state is not None
+    return state, context
+
+
+def _check_reason(reason: object, what: str) -> None:
+    """An operator's reason: required, and kept in the log (bounded)."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInput(f"{what} needs a reason")
+    if len(reason) > 1000:
+        raise InvalidInput("the reason is longer than 1000 characters")
+
+
 def id_for_key(tenant: str, key: str) -> str:
     """The workflow id a start with an idempotency key and no id gets: derived from the
     tenant and the key, so every retry of that start names the same workflow."""
@@ -907,9 +1100,13 @@ def _replay_problem(
     if rec.from_state != state:
         return f"log says from {rec.from_state!r} but replay is in {state!r}"
     if rec.from_state is None:
+        if rec.event == FORK_EVENT:  # started from another workflow's past version
+            return None if rec.to_state in machine.states else f"forked into {rec.to_state!r}"
         return None if rec.to_state == machine.initial.name else "does not start in initial"
-    if rec.event == CONTEXT_EVENT:
-        return None if rec.to_state == state else "a context patch that changed the state"
+    if rec.event in (CONTEXT_EVENT, RESUME_EVENT):
+        return None if rec.to_state == state else f"a {rec.event} that changed the state"
+    if rec.event == MOVE_EVENT:
+        return None if rec.to_state in machine.states else f"a move to {rec.to_state!r}"
     if not any(t.target == rec.to_state for t in machine.transitions_from(state or "", rec.event)):
         return f"no edge {state!r} --{rec.event}--> {rec.to_state!r} in the machine"
     return None

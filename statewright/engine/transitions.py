@@ -39,6 +39,7 @@ from statewright.errors import (
     LeaseLost,
     StatewrightError,
     StoreError,
+    UnknownState,
     VersionConflict,
     WorkflowFinished,
     WorkflowNotFound,
@@ -46,6 +47,7 @@ from statewright.errors import (
 from statewright.types import (
     DeferWrite,
     Lease,
+    StepFinish,
     TimerSpec,
     TransitionRecord,
     TransitionWrite,
@@ -62,6 +64,14 @@ MAX_SEND_ROUNDS = 32
 CONTEXT_EVENT = "$patch_context"
 """The log's name for an operator's explicit context patch (see ``Engine.patch_context``):
 a self-transition that changes only the context, with the reason as its payload."""
+RESUME_EVENT = "$resume"
+"""An operator's resume (``Engine.resume``): a self-transition that makes the state's handler
+run again, with the reason as its payload."""
+MOVE_EVENT = "$move"
+"""An admin's move to a named state (``Engine.move_to``), outside the machine's edges."""
+OPERATOR_EVENTS = frozenset({CONTEXT_EVENT, RESUME_EVENT, MOVE_EVENT})
+"""Transitions people make outside the machine's events (no guard, no action); each is logged
+with its actor and reason like any other, and replay accepts them."""
 
 
 @dataclass(frozen=True)
@@ -100,10 +110,17 @@ class Fire:
     idempotency_key: str | None = None
     consume_inputs: tuple[int, ...] = ()
     """Inbox items the handler run took: consumed in the same transaction."""
+    target: str | None = None
+    """For an operator's move (:data:`MOVE_EVENT`): the state to move to."""
     if_allowed: bool = False
     """An external event that is not allowed in the workflow's state *now* (no edge from it,
     a terminal state, no guard passed: confirmed on a fresh read) is not applied and not a
     refusal: :meth:`Transitions.send` returns the row unchanged (``applied`` False)."""
+    step_finish: StepFinish | None = None
+    """A handler's last step outcome (its *done* record), committed with the transition."""
+    keep_lease_if_due: bool = False
+    """A worker's write that keeps its lease when the target state has a handler to run (the
+    worker runs it next under the same claim); released as usual otherwise."""
 
 
 @dataclass(frozen=True)
@@ -209,12 +226,18 @@ class Transitions:
         limits.check(payload, f"payload of {fire.event!r}")
         if fire.context_patch:
             limits.check(fire.context_patch, f"context patch of {fire.event!r}")
-        if fire.event == CONTEXT_EVENT:
-            # An operator's context patch: a self-transition outside the machine's events
-            # (so no guard or action), refused once the workflow has finished.
+        if fire.event in OPERATOR_EVENTS:
+            # An operator's action: outside the machine's events (so no guard or action),
+            # refused once the workflow has finished; a move names its target.
             if machine.states[row.state].terminal:
                 raise WorkflowFinished(row.id, row.state)
-            t = Transition((row.state,), CONTEXT_EVENT, row.state)
+            target_name = fire.target or row.state
+            if target_name not in machine.states:
+                raise UnknownState(
+                    f"machine {machine.name!r} v{machine.version} has no state {target_name!r}",
+                    state=target_name,
+                )
+            t = Transition((row.state,), fire.event, target_name)
         else:
             try:
                 t = machine.resolve(row.state, fire.event, row.context, payload)
@@ -232,6 +255,8 @@ class Transitions:
         if not target.terminal:
             timers += fire.add_timers  # a handler's schedules, armed in the state it enters
         run_at = run_at_for(wtype, target, now)
+        if fire.event == RESUME_EVENT:
+            run_at = now  # due again, as asked (a worker finds out whether anything runs)
         if fire.retry_delay is not None:
             if run_at is not None:
                 run_at = now + fire.retry_delay  # the handler itself is retried later
@@ -240,7 +265,9 @@ class Transitions:
         patch = fire.context_patch
         # The edge's actions run on the context as it was (the guards' view); their patch is
         # stored in the log with the caller's, so replay never runs them again.
-        assigned = None if t.event == CONTEXT_EVENT else machine.assigned(t, row.context, payload)
+        assigned = (
+            None if t.event in OPERATOR_EVENTS else machine.assigned(t, row.context, payload)
+        )
         if assigned is not None:
             try:
                 limits.check(assigned, f"context update of {fire.event!r}")
@@ -268,12 +295,14 @@ class Transitions:
             fired_timer_id=fire.fired_timer,
             add_timers=timers,
             cancel_timer_keys=fire.cancel_timer_keys,
-            release_lease=fire.release_lease,
+            release_lease=fire.release_lease
+            and not (fire.keep_lease_if_due and run_at is not None and fire.retry_delay is None),
             last_error=fire.last_error,
             consume_inbox_ids=fire.consume_inputs,
             lease=fire.lease,
             require_unleased=fire.require_unleased,
             idempotency_key=fire.idempotency_key,
+            step_finish=fire.step_finish,
         )
 
     # -- writes --------------------------------------------------------------------------------

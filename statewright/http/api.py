@@ -22,7 +22,7 @@ from statewright.access import Access
 from statewright.definition.machine import Machine
 from statewright.definition.render.mermaid import to_mermaid
 from statewright.engine.workflow_type import Applied, NotApplied
-from statewright.errors import StatewrightError
+from statewright.errors import UnknownState
 from statewright.http.deps import AccessDep, KnownQuery
 from statewright.http.errors import IDEMPOTENCY_KEY, REPLAYED
 from statewright.http.jsonbody import JSONBody
@@ -37,9 +37,11 @@ from statewright.http.schemas import (
     EventInfo,
     EventNotApplied,
     EventOut,
+    ForkIn,
     HistoryPage,
     InputIn,
     InputPosted,
+    MoveIn,
     ResolveAppliedIn,
     ResolveNotAppliedIn,
     ResumeIn,
@@ -101,12 +103,6 @@ _JSON_ERRORS: dict[int | str, dict[str, Any]] = {
     }
     for status, r in _ERRORS.items()
 }
-
-
-class UnknownState(StatewrightError):
-    """The machine has no such state."""
-
-    code = "unknown_state"
 
 
 router = APIRouter(prefix="/v1", responses=_ERRORS, dependencies=[KnownQuery])
@@ -616,6 +612,45 @@ async def cancel_timer(
 ) -> Response:
     await access.cancel_timer(workflow_id, key)
     return _body({"removed": True})
+
+
+@router.post(
+    "/workflows/{workflow_id}/fork",
+    response_model=WorkflowOut,
+    status_code=201,
+    summary="Operators: start a new workflow from a past version of this one",
+    description="The new workflow is in the state, with the context, that the log gives at "
+    "`version` (default: the latest), and has the results of the steps done by then (they do "
+    "not run again); its first log entry is `$fork` with the source, version, reason and "
+    "caller. Forking the same version to the same id again returns that fork. Needs the "
+    "operator or admin role.",
+)
+async def fork(workflow_id: WorkflowId, body: ForkIn, access: AccessDep) -> Response:
+    row = await access.fork(workflow_id, reason=body.reason, version=body.version, new_id=body.id)
+    return _body(_view(access, row), 201)
+
+
+@router.post(
+    "/workflows/{workflow_id}/move",
+    response_model=WorkflowOut,
+    summary="Admins: move a workflow to a named state, as one logged transition",
+    description="Outside the machine's edges: logged as a `$move` transition with the caller "
+    "as actor and the reason; the target state is entered as by any transition (its timers "
+    "armed, its handler due; a terminal state finishes the workflow). Needs the admin role; "
+    "409 for a finished workflow, 422 for a state the workflow's machine version lacks.",
+    responses=_replay_doc("The workflow after the move (or as it is now, for a retry)."),
+)
+async def move(
+    workflow_id: WorkflowId, body: MoveIn, access: AccessDep, key: IdempotencyKey = None
+) -> Response:
+    row = await access.move_to(
+        workflow_id,
+        body.state,
+        reason=body.reason,
+        expected_version=body.expected_version,
+        idempotency_key=key,
+    )
+    return _body(_view(access, row))
 
 
 @router.get(

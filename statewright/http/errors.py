@@ -22,6 +22,7 @@ STATUS = {
     "workflow_not_found": 404,
     "unknown_workflow_type": 404,
     "unknown_state": 404,
+    "version_not_found": 404,
     "illegal_transition": 409,
     "version_conflict": 409,
     "workflow_exists": 409,

@@ -176,6 +176,36 @@ class ResumeIn(_In):
     reason: str = Field(min_length=1, max_length=10_000, description="Why (for the audit).")
 
 
+class ForkIn(_In):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"version": 7, "reason": "retry after the fix"}]}
+    )
+
+    reason: str = Field(min_length=1, max_length=1000, description="Why (kept in the log).")
+    version: int | None = Field(
+        default=None, ge=1, description="The version to start from (default: the latest)."
+    )
+    id: str | None = Field(
+        default=None,
+        pattern=ID_PATTERN,
+        description="The new workflow's id (default: `<id>.fork-<version>`).",
+    )
+
+
+class MoveIn(_In):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"state": "retrying", "reason": "handler fixed; run it again"}]
+        }
+    )
+
+    state: str = Field(min_length=1, max_length=200, description="The state to move to.")
+    reason: str = Field(min_length=1, max_length=1000, description="Why (kept in the log).")
+    expected_version: int | None = Field(
+        default=None, ge=0, description="Refuse (409) unless the workflow is at this version."
+    )
+
+
 class ContextPatchIn(_In):
     model_config = ConfigDict(
         json_schema_extra={

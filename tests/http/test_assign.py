@@ -102,3 +102,61 @@ async def test_operators_patch_the_context_as_a_logged_transition(
     r = await client.patch("/v1/workflows/o-3/context", json=body, headers=auth("admin"))
     assert r.status_code == 200
     await engine.check("o-3")
+
+
+async def test_only_admins_move_a_workflow_by_hand(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    await at_the_warehouse(engine, "o-4")
+    url = "/v1/workflows/o-4/move"
+    body = {"state": "shipped", "reason": "the carrier lost the webhook"}
+    async with unchanged(engine):
+        for who in ("agent", "system", "viewer", "boss"):  # boss is an operator, not admin
+            error_of(await client.post(url, json=body, headers=auth(who)), 403, "forbidden")
+        bad = {"state": "nowhere", "reason": "r"}
+        error_of(await client.post(url, json=bad, headers=auth("admin")), 404, "unknown_state")
+        error_of(
+            await client.post(url, json={"state": "shipped"}, headers=auth("admin")),
+            422,
+            "invalid_input",
+        )
+    r = await client.post(url, json=body, headers=auth("admin"))
+    assert r.status_code == 200, r.text
+    assert r.json()["state"] == "shipped"
+    last = (await engine.history("o-4"))[-1]
+    assert (last.event, last.actor, last.payload["reason"]) == (
+        "$move",
+        "root",
+        "the carrier lost the webhook",
+    )
+    await engine.check("o-4")
+
+
+async def test_operators_fork_a_workflow_in_their_tenant(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    await at_the_warehouse(engine, "o-5")
+    url = "/v1/workflows/o-5/fork"
+    async with unchanged(engine):
+        for who in ("agent", "viewer"):
+            r = await client.post(url, json={"reason": "r"}, headers=auth(who))
+            error_of(r, 403, "forbidden")
+        error_of(
+            await client.post(url, json={"reason": "r"}, headers=auth("other")),
+            404,
+            "workflow_not_found",
+        )
+        error_of(
+            await client.post(url, json={"reason": "r", "version": 99}, headers=auth("boss")),
+            404,
+            "version_not_found",
+        )
+    body = {"reason": "start the warehouse part again", "version": 3, "id": "o-5b"}
+    r = await client.post(url, json=body, headers=auth("boss"))
+    assert r.status_code == 201, r.text
+    assert (r.json()["id"], r.json()["state"]) == ("o-5b", "payment_authorized")
+    first = (await engine.history("o-5b"))[0]
+    assert (first.event, first.actor, first.payload["forked_from"]) == ("$fork", "alice", "o-5")
+    await engine.check("o-5b")
+    again = await client.post(url, json=body, headers=auth("boss"))
+    assert again.status_code == 201 and again.json()["version"] == r.json()["version"]

@@ -413,7 +413,15 @@ async def test_an_operator_resumes_a_parked_workflow(
     assert r.status_code == 200, r.text
     wf = r.json()
     assert (wf["parked"], wf["state"], wf["next_due_at"]) == (None, "running", now)
-    assert len(await engine.history("t-1")) == 2  # no transition: the state is kept
+    last = (await engine.history("t-1"))[-1]  # audited: who resumed it, and why
+    assert (last.event, last.actor, last.payload, last.from_state, last.to_state) == (
+        "$resume",
+        "alice",
+        {"reason": "the gateway is back"},
+        "running",
+        "running",
+    )
+    await engine.check("t-1")  # replay understands it
 
     await claim(engine, "t-1")
     async with unchanged(engine):

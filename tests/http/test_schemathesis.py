@@ -193,6 +193,11 @@ BODIES: dict[tuple[str, str], tuple[dict[str, Any], str | None]] = {
     ("/v1/approvals", "POST"): ({"workflow_id": "seed-paused", "decision": "approve"}, None),
     ("/v1/workflows/{workflow_id}/resume", "POST"): ({"reason": "fixed upstream"}, None),
     ("/v1/workflows/{workflow_id}/timers", "POST"): ({"event": "fail", "after": 60}, "payload"),
+    ("/v1/workflows/{workflow_id}/fork", "POST"): ({"reason": "start over"}, None),
+    ("/v1/workflows/{workflow_id}/move", "POST"): (
+        {"state": "running", "reason": "by hand"},
+        None,
+    ),
     ("/v1/workflows/{workflow_id}/context", "PATCH"): (
         {"patch": {"note": "x"}, "reason": "fixed by hand"},
         "patch",

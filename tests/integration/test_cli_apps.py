@@ -134,7 +134,34 @@ def test_an_example_app_runs_under_the_cli_worker(cli: Cli) -> None:
     line = cli.error("--app", ORDERS, "patch-context", "o1", "[1]", "--reason", "x", code=2)
     assert line.startswith("error[invalid_input]")
     cli("--app", ORDERS, "replay", "o1")
-    assert "class shipped current" in cli("--app", ORDERS, "diagram", "--id", "o1").stdout
+    moved = cli.json(
+        "--app",
+        ORDERS,
+        "move",
+        "o1",
+        "delivered",
+        "--reason",
+        "carrier confirmed by phone",
+    )
+    assert moved["state"] == "delivered"
+    forked = cli.json(
+        "--app",
+        ORDERS,
+        "fork",
+        "o1",
+        "--version",
+        "2",
+        "--id",
+        "o1b",
+        "--reason",
+        "redo",
+    )
+    assert (forked["id"], forked["state"]) == ("o1b", "inventory_reserved")
+    cli("--app", ORDERS, "replay", "o1b")
+    line = cli.error("--app", ORDERS, "move", "o1", "nowhere", "--reason", "x", code=2)
+    assert line.startswith("error[unknown_state]") and "nowhere" in line
+    cli("--app", ORDERS, "replay", "o1")
+    assert "class delivered current" in cli("--app", ORDERS, "diagram", "--id", "o1").stdout
     # Without --app the row still shows; only what needs the machine is unknown.
     assert "pass --app" in cli("show", "o1").stdout
     assert cli.error("replay", "o1", code=1).startswith("error[unknown_workflow_type]")

@@ -227,7 +227,8 @@ def test_resume_makes_a_parked_workflow_due(cli: Cli) -> None:
     row = cli.json("resume", "t1", "--reason", "fixed the config", "--actor", "ops")
     assert (row["parked"], row["state"]) == (None, "running") and row["next_due_at"]
     assert "runs again" in cli("resume", "t1", "--reason", "again").stdout
-    assert events(cli, "t1") == ["$start", "start"]  # no transition
+    # Each resume is in the log (a self-transition), with its actor and reason.
+    assert events(cli, "t1") == ["$start", "start", "$resume", "$resume"]
     cli("send", "t1", "complete")
     assert cli.error("resume", "t1", "--reason", "x", code=2).startswith(
         "error[workflow_finished]"

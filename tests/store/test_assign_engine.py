@@ -8,8 +8,8 @@ import pytest
 
 from statewright import (
     ActionFailed,
-    IdempotencyKeyReused,
     Engine,
+    IdempotencyKeyReused,
     InvalidInput,
     MachineBuilder,
     ManualClock,
