@@ -1,6 +1,12 @@
 """Durable transitions/s and latency of the engine on PostgreSQL, next to the raw psycopg
 ceiling measured in the same run, and worker pickup latency (event committed -> handler starts).
 
+Two raw ceilings: ``raw`` (asyncio, one connection per client, BEGIN + UPDATE + INSERT + COMMIT
+pipelined: one round trip) and ``raw threads`` (one thread and one connection per client, the
+same CAS UPDATE + log INSERT as one autocommit statement: one round trip, one transaction per
+transition; the GIL is released while a thread waits for the server). Group commit on the
+engine's side should beat the latter at the same concurrency: it pays one commit for many.
+
     python bench/bench_postgres.py [--transitions 2000] [--clients 1,8] [--pickups 200]
 
 The server comes from ``--dsn`` / ``STATEWRIGHT_BENCH_PG_DSN``, else a throwaway one is started
@@ -16,6 +22,7 @@ import json
 import os
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -51,6 +58,19 @@ INSERT INTO transitions (workflow_id, version, from_state, to_state, event, payl
 VALUES (%(id)s, %(v)s + 1, %(frm)s, %(to)s, %(ev)s, %(payload)s::jsonb, 'bench', NULL, %(at)s)
 """
 
+ONE_STATEMENT = """
+WITH moved AS (
+    UPDATE workflows SET state = %(to)s, context = %(ctx)s::jsonb, version = version + 1,
+           attempts = 0, updated_at = %(at)s, state_entered_at = %(at)s, next_due_at = NULL
+     WHERE id = %(id)s AND version = %(v)s
+    RETURNING id, version
+)
+INSERT INTO transitions (workflow_id, version, from_state, to_state, event, payload, actor,
+                         context_patch, at)
+SELECT id, version, %(frm)s, %(to)s, %(ev)s, %(payload)s::jsonb, 'bench', NULL, %(at)s
+  FROM moved
+"""
+
 
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
@@ -73,15 +93,26 @@ async def timed_clients(
     return len(latencies) / (time.perf_counter() - started), latencies
 
 
-async def engine_run(dsn: str, clients: int, total: int) -> tuple[float, list[float]]:
-    async with Engine(PostgresStore(dsn, max_size=max(2, clients)), [MACHINE]) as engine:
+async def engine_run(
+    dsn: str, clients: int, total: int
+) -> tuple[float, list[float], tuple[int, int] | None]:
+    """Sends of ``clients`` tasks on one engine; with the (commits, writes) of the store's
+    group commit, when it has one."""
+    store = PostgresStore(dsn, max_size=max(2, clients))
+    async with Engine(store, [MACHINE]) as engine:
         for c in range(clients):
             await engine.start("pingpong", workflow_id=f"e{clients}-{c}")
 
         async def one(c: int, i: int) -> None:
             await engine.send(f"e{clients}-{c}", "go" if i % 2 == 0 else "back", PAYLOAD)
 
-        return await timed_clients(clients, total // clients, one)
+        batcher = getattr(store, "batcher", None)  # absent before group commit
+        before = (0, 0) if batcher is None else (batcher.commits, batcher.batched_writes)
+        ops, latencies = await timed_clients(clients, total // clients, one)
+        counts = None
+        if batcher is not None:
+            counts = (batcher.commits - before[0], batcher.batched_writes - before[1])
+        return ops, latencies, counts
 
 
 async def raw_run(dsn: str, clients: int, total: int) -> tuple[float, list[float]]:
@@ -117,6 +148,77 @@ async def raw_run(dsn: str, clients: int, total: int) -> tuple[float, list[float
     finally:
         for conn in conns:
             await conn.close()
+
+
+async def raw_threads_run(dsn: str, clients: int, total: int) -> tuple[float, list[float]]:
+    """The ceiling of one transaction per transition at this concurrency: ``clients`` threads,
+    each on its own connection, each transition one autocommit statement (CAS UPDATE + log
+    INSERT in one CTE): one round trip and one commit per transition."""
+    async with Engine(PostgresStore(dsn), [MACHINE]) as engine:  # creates the rows + schema
+        for c in range(clients):
+            await engine.start("pingpong", workflow_id=f"t{clients}-{c}")
+    per_client = total // clients
+    payload = json.dumps(PAYLOAD)
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(clients)]
+    start = threading.Barrier(clients + 1)
+
+    def client(c: int) -> None:
+        conn, mine = conns[c], latencies[c]
+        found = conn.execute("SELECT version FROM workflows WHERE id = %s", (f"t{clients}-{c}",))
+        version = found.fetchone()[0]  # type: ignore[index]
+        if version % 2 == 0:  # in state b: one step back first, untimed
+            conn.execute(
+                ONE_STATEMENT,
+                {
+                    "id": f"t{clients}-{c}",
+                    "v": version,
+                    "to": "a",
+                    "frm": "b",
+                    "at": time.time(),
+                    "ctx": "{}",
+                    "ev": "back",
+                    "payload": payload,
+                },
+            )
+            version += 1
+        start.wait()
+        for i in range(per_client):
+            frm, to = ("a", "b") if i % 2 == 0 else ("b", "a")
+            p = {
+                "id": f"t{clients}-{c}",
+                "v": version,
+                "to": to,
+                "frm": frm,
+                "at": time.time(),
+                "ctx": "{}",
+                "ev": "go" if i % 2 == 0 else "back",
+                "payload": payload,
+            }
+            t = time.perf_counter()
+            cur = conn.execute(ONE_STATEMENT, p)
+            mine.append(time.perf_counter() - t)
+            assert cur.rowcount == 1
+            version += 1
+
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        start.wait()
+        started = time.perf_counter()
+
+        def join_all() -> None:
+            for thread in threads:
+                thread.join()
+
+        await asyncio.to_thread(join_all)
+        elapsed = time.perf_counter() - started
+    finally:
+        for conn in conns:
+            conn.close()
+    flat = [x for mine in latencies for x in mine]
+    return len(flat) / elapsed, flat
 
 
 async def pickup_run(dsn: str, n: int, sync: bool) -> list[float]:
@@ -188,6 +290,27 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def ceiling_table(rows: list[dict[str, Any]]) -> str:
+    head = (
+        f"{'clients':>7}  {'engine ops/s':>12}  {'threads ops/s':>13}  {'thr p50':>7}  "
+        f"{'thr p99':>7}  {'engine/threads':>14}  {'commits':>7}  {'writes':>6}  "
+        f"{'writes/commit':>13}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        counts = r.get("group_commit")
+        commits, writes, per = ("-", "-", "-")
+        if counts is not None:
+            commits, writes = f"{counts[0]:,}", f"{counts[1]:,}"
+            per = f"{counts[1] / counts[0]:.1f}" if counts[0] else "-"
+        lines.append(
+            f"{r['clients']:>7}  {r['engine_ops']:>12,.0f}  {r['threads_ops']:>13,.0f}  "
+            f"{r['threads_p50']:>7.3f}  {r['threads_p99']:>7.3f}  "
+            f"{r['threads_ratio']:>13.0%}  {commits:>7}  {writes:>6}  {per:>13}"
+        )
+    return "\n".join(lines)
+
+
 async def main(args: argparse.Namespace) -> None:
     dsn = args.dsn or os.environ.get("STATEWRIGHT_BENCH_PG_DSN")
     server = None
@@ -207,8 +330,9 @@ async def main(args: argparse.Namespace) -> None:
     )
     rows = []
     for clients in [int(c) for c in args.clients.split(",")]:
-        e_ops, e_lat = await engine_run(dsn, clients, args.transitions)
+        e_ops, e_lat, counts = await engine_run(dsn, clients, args.transitions)
         r_ops, r_lat = await raw_run(dsn, clients, args.transitions)
+        t_ops, t_lat = await raw_threads_run(dsn, clients, args.transitions)
         rows.append(
             {
                 "clients": clients,
@@ -219,6 +343,11 @@ async def main(args: argparse.Namespace) -> None:
                 "raw_p50": pct(r_lat, 0.5),
                 "raw_p99": pct(r_lat, 0.99),
                 "ratio": e_ops / r_ops,
+                "threads_ops": t_ops,
+                "threads_p50": pct(t_lat, 0.5),
+                "threads_p99": pct(t_lat, 0.99),
+                "threads_ratio": e_ops / t_ops,
+                "group_commit": counts,
             }
         )
     print(
@@ -226,8 +355,14 @@ async def main(args: argparse.Namespace) -> None:
         "pipelined; one connection per client)"
     )
     print(table(rows))
+    print(
+        "engine vs the one-transaction-per-transition ceiling at the same concurrency (raw "
+        "threads = one thread and connection per client, CAS UPDATE + log INSERT as one "
+        "autocommit statement; commits/writes = the store's group commit, '-' without one)"
+    )
+    print(ceiling_table(rows))
     pickups: dict[str, list[float]] = {}
-    for kind in ("async", "sync"):
+    for kind in ("async", "sync") if args.pickups else ():
         pickups[kind] = found = await pickup_run(dsn, args.pickups, sync=kind == "sync")
         print(
             f"worker pickup latency, {kind} def handler (committed -> handler starts, "

@@ -396,8 +396,19 @@ class Run:
             raise InvalidInput(f"step name must be non-empty and contain no ':': {name!r}")
         if timeout is not None and not timeout > 0:
             raise InvalidInput(f"a step's timeout must be positive, not {timeout!r}")
-        await self.check_cancel()  # writes a pending done record first
-        begun = await self._prepare(name, reconcile, safe_to_repeat)
+        # A pending cancel request and the step's ledger entry, asked together (one trip to
+        # SQLite's connection thread, two concurrent queries on PostgreSQL); a pending done
+        # record is written first.
+        self._check_live()
+        await self.flush()
+        store = self.engine.store
+        found, record = await asyncio.gather(
+            store.cancel_requests([self.workflow.id]), store.get_step(self.key(name))
+        )
+        await self.note_cancel(found.get(self.workflow.id))
+        if self._cancel is not None:
+            raise Cancelled(self._cancel.reason)
+        begun = await self._prepare(name, reconcile, safe_to_repeat, record)
         if not isinstance(begun, _Begun):
             return begun.result
         label = f"step {self.type.name}/{self.state}/{name} {self.id}"
@@ -409,12 +420,16 @@ class Run:
         return await self._done(begun, name, result)
 
     async def _prepare(
-        self, name: str, reconcile: Reconciler | None, safe_to_repeat: bool
+        self,
+        name: str,
+        reconcile: Reconciler | None,
+        safe_to_repeat: bool,
+        record: StepRecord | None,
     ) -> _Begun | StepRecord:
-        """The done record to return, or the ledger entry of the attempt that may run now."""
+        """The done record to return, or the ledger entry of the attempt that may run now
+        (``record``: the step's ledger entry as just read)."""
         store = self.engine.store
         key = self.key(name)
-        record = await store.get_step(key)
         if record is not None and record.status == "done":
             return record
         verdict: Reconciled = None
