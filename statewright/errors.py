@@ -226,6 +226,29 @@ class WorkflowExists(StatewrightError):
         )
 
 
+class DefinitionChanged(StatewrightError):
+    """A machine version's definition is not the one the store recorded for it: workflows on
+    that version would no longer mean what their rows and logs say. Give the changed
+    definition a new version (and migrate), restore the old one, or, for an edit that only
+    adds states, events or edges, open with ``Engine(allow_compatible_changes=True)``."""
+
+    code = "definition_changed"
+
+    def __init__(self, machine: str, version: int, changes: list[str]) -> None:
+        self.machine = machine
+        self.version = version
+        self.changes = changes
+        super().__init__(
+            f"machine {machine!r} version {version} changed since it was registered in this "
+            f"store ({'; '.join(changes)}): give it a new version (and migrate its workflows), "
+            "or restore it; an edit that only adds may be allowed with "
+            "allow_compatible_changes=True",
+            machine=machine,
+            version=version,
+            changes=changes,
+        )
+
+
 class ReplayMismatch(StatewrightError):
     """Replaying the transition log does not give the stored row."""
 

@@ -36,6 +36,7 @@ from statewright.engine.transitions import (
 )
 from statewright.engine.workflow_type import Applied, NotApplied, WorkflowType
 from statewright.errors import (
+    DefinitionChanged,
     IdempotencyKeyReused,
     InvalidInput,
     ReplayMismatch,
@@ -139,8 +140,10 @@ class Engine:
         default_stuck_after: float = 86400.0,
         row_cache_size: int = 4096,
         limits: Limits | None = None,
+        allow_compatible_changes: bool = False,
     ) -> None:
         self.store = store
+        self.allow_compatible_changes = allow_compatible_changes
         self.limits = Limits() if limits is None else limits
         self.clock: Clock = clock or SystemClock()
         self.rng = rng or random.Random()
@@ -185,7 +188,52 @@ class Engine:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def open(self) -> None:
+        """Open the store, then check every registered machine version against the definition
+        the store recorded for it (recording it the first time): a version whose definition
+        changed is refused with :class:`DefinitionChanged` naming the machine, unless the
+        change only adds and ``allow_compatible_changes`` is set (then the new one is
+        recorded)."""
         await self.store.open()
+        try:
+            await self._check_definitions()
+        except BaseException:
+            await self.store.close()
+            raise
+
+    async def _check_definitions(self) -> None:
+        from statewright.definition.fingerprint import (
+            canonical_document,
+            fingerprint_of,
+            only_additions,
+        )
+
+        now = self.clock.now()
+        for versions in self._types.values():
+            for wtype in versions.values():
+                machine = wtype.machine
+                document = canonical_document(machine)
+                mine = fingerprint_of(document)
+                recorded, before = await self.store.record_definition(
+                    machine.name, machine.version, mine, document, now
+                )
+                if recorded == mine:
+                    continue
+                changes = only_additions(before, document)
+                if changes or not self.allow_compatible_changes:
+                    raise DefinitionChanged(
+                        machine.name, machine.version, changes or ["it only adds"]
+                    )
+                await self.store.record_definition(
+                    machine.name, machine.version, mine, document, now, replace=True
+                )
+                log.warning(
+                    "machine definition extended in place",
+                    extra={
+                        "action": "definition_extended",
+                        "machine": machine.name,
+                        "version": machine.version,
+                    },
+                )
 
     async def close(self) -> None:
         await self.store.close()

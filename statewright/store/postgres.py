@@ -737,6 +737,30 @@ class PostgresStore:
 
     # -- timers ------------------------------------------------------------------------------
 
+    async def record_definition(
+        self,
+        name: str,
+        version: int,
+        fingerprint: str,
+        document: Mapping[str, Any],
+        at: float,
+        *,
+        replace: bool = False,
+    ) -> tuple[str, Any]:
+        params = {
+            "name": name,
+            "version": version,
+            "fingerprint": fingerprint,
+            "document": dumps(document),
+            "at": at,
+        }
+        if replace:
+            await self._rowcount(Q["replace_definition"], params)
+            return fingerprint, dict(document)
+        row = await self._fetchone(Q["add_definition"], params, write=True)
+        assert row is not None
+        return row["fingerprint"], row["document"]
+
     async def timers(self, workflow_id: str) -> list[TimerRecord]:
         rows = await self._fetchall(Q["timers"], {"id": workflow_id})
         return [timer_record(r) for r in rows]

@@ -255,6 +255,23 @@ class Store(Protocol):
         Raises WorkflowNotFound, or LeaseLost when ``lease`` no longer holds.
         """
 
+    # -- definitions ------------------------------------------------------------------------
+
+    async def record_definition(
+        self,
+        name: str,
+        version: int,
+        fingerprint: str,
+        document: Mapping[str, Any],
+        at: float,
+        *,
+        replace: bool = False,
+    ) -> tuple[str, Any]:
+        """Record the definition an engine registers for ``(name, version)``, unless one is
+        recorded already; returns the recorded ``(fingerprint, document)`` (the one given,
+        or the earlier one: the caller compares). With ``replace``, the given one replaces
+        the earlier one (an edit the caller allows)."""
+
     # -- timers ----------------------------------------------------------------------------
 
     async def timers(self, workflow_id: str) -> list[TimerRecord]:

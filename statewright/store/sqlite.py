@@ -906,6 +906,35 @@ class SQLiteStore:
 
         await self.conn.write(fn)
 
+    # -- definitions -------------------------------------------------------------------------
+
+    async def record_definition(
+        self,
+        name: str,
+        version: int,
+        fingerprint: str,
+        document: Mapping[str, Any],
+        at: float,
+        *,
+        replace: bool = False,
+    ) -> tuple[str, Any]:
+        params = {
+            "name": name,
+            "version": version,
+            "fingerprint": fingerprint,
+            "document": _dumps(document),
+            "at": at,
+        }
+
+        def fn(conn: sqlite3.Connection) -> tuple[str, Any]:
+            conn.execute(Q["replace_definition" if replace else "add_definition"], params)
+            if replace:
+                return fingerprint, dict(document)
+            row = conn.execute(Q["get_definition"], params).fetchone()
+            return row["fingerprint"], jsonvalue.loads(row["document"])
+
+        return await self.conn.write(fn)
+
     # -- timers ------------------------------------------------------------------------------
 
     async def timers(self, workflow_id: str) -> list[TimerRecord]:

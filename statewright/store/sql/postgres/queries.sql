@@ -364,6 +364,25 @@ WITH updated AS (
 SELECT EXISTS (SELECT 1 FROM updated) AS held,
        EXISTS (SELECT 1 FROM workflows WHERE id = %(id)s) AS found;
 
+-- name: add_definition
+-- Record a registered machine definition unless its (name, version) has one; the row as it is.
+WITH added AS (
+    INSERT INTO definitions (name, version, fingerprint, document, registered_at)
+    VALUES (%(name)s, %(version)s, %(fingerprint)s, %(document)s::jsonb, %(at)s)
+    ON CONFLICT (name, version) DO NOTHING
+    RETURNING fingerprint, document
+)
+SELECT fingerprint, document FROM added
+UNION ALL
+SELECT fingerprint, document FROM definitions
+ WHERE name = %(name)s AND version = %(version)s AND NOT EXISTS (SELECT 1 FROM added);
+
+-- name: replace_definition
+-- Record an edited definition of a machine version (an edit that only adds, allowed).
+UPDATE definitions SET fingerprint = %(fingerprint)s, document = %(document)s::jsonb,
+       registered_at = %(at)s
+ WHERE name = %(name)s AND version = %(version)s;
+
 -- name: timers
 -- A workflow's pending timers, earliest first.
 SELECT * FROM timers WHERE workflow_id = %(id)s ORDER BY due_at, id;

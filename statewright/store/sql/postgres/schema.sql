@@ -200,3 +200,12 @@ $$;
 CREATE TRIGGER workflows_count_delete AFTER DELETE ON workflows
     REFERENCING OLD TABLE AS deleted
     FOR EACH STATEMENT EXECUTE FUNCTION statewright_count_delete();
+
+CREATE TABLE definitions (
+    name          TEXT             NOT NULL,
+    version       INTEGER          NOT NULL,
+    fingerprint   TEXT             NOT NULL,
+    document      JSONB            NOT NULL,
+    registered_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (name, version)
+);

@@ -151,6 +151,20 @@ UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
  WHERE lease_owner = :owner AND id IN (SELECT value FROM json_each(:ids))
    AND (:expired_before IS NULL OR lease_expires_at < :expired_before);
 
+-- name: add_definition
+-- Record a registered machine definition unless its (name, version) has one.
+INSERT OR IGNORE INTO definitions (name, version, fingerprint, document, registered_at)
+VALUES (:name, :version, :fingerprint, :document, :at);
+
+-- name: get_definition
+-- The recorded definition of one machine version.
+SELECT fingerprint, document FROM definitions WHERE name = :name AND version = :version;
+
+-- name: replace_definition
+-- Record an edited definition of a machine version (an edit that only adds, allowed).
+UPDATE definitions SET fingerprint = :fingerprint, document = :document, registered_at = :at
+ WHERE name = :name AND version = :version;
+
 -- name: timers
 -- A workflow's pending timers, earliest first.
 SELECT * FROM timers WHERE workflow_id = :id ORDER BY due_at, id;

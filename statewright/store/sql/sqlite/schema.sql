@@ -165,3 +165,12 @@ BEGIN
     UPDATE workflow_counts SET n = n - 1
      WHERE type = old.type AND state = old.state AND terminal = old.terminal AND slot = 0;
 END;
+
+CREATE TABLE definitions (
+    name          TEXT    NOT NULL,
+    version       INTEGER NOT NULL,
+    fingerprint   TEXT    NOT NULL,
+    document      TEXT    NOT NULL,
+    registered_at REAL    NOT NULL,
+    PRIMARY KEY (name, version)
+);
