@@ -265,6 +265,8 @@ class TransitionWrite:
     """The lifetime failure counter after the transition (None: unchanged)."""
     idempotency_key: str | None = None
     """The client's key, stored with the log entry (unique per workflow)."""
+    machine_version: int | None = None
+    """A migration's new machine version for the row (None: unchanged)."""
     step_finish: StepFinish | None = None
     """The outcome of the step the handler ran last (its *done* record), committed in this
     transaction: applied only if the transition is, and only while that attempt is still

@@ -84,6 +84,7 @@ _COMMANDS: list[tuple[str, Callable[..., None], str]] = [
     ("patch-context", operator.patch_context, "error"),
     ("move", operator.move, "error"),
     ("fork", operator.fork, "error"),
+    ("migrate", operator.migrate, "error"),
     ("timers", timers.timers, "error"),
     ("schedule", timers.schedule, "error"),
     ("cancel-timer", timers.cancel_timer, "error"),

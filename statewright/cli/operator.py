@@ -90,6 +90,69 @@ def resume(
     )
 
 
+def migrate(
+    s: Settings,
+    workflow_type: Annotated[str, typer.Argument(help="The workflow type.", show_default=False)],
+    from_version: Annotated[int, typer.Argument(help="Move workflows on this version...")],
+    to_version: Annotated[int, typer.Argument(help="...to this one (registered by --app).")],
+    reason: ReasonOption,
+    state_map: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--map",
+            metavar="OLD=NEW",
+            help="A state renamed by the new version (repeat for each); unnamed states keep "
+            "their name.",
+            show_default=False,
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the plan; change nothing.")
+    ] = False,
+    actor: ActorOption = "cli",
+) -> None:
+    """Move the live workflows of a type from one machine version to another: each is one
+    transition, logged as $migrate with the actor, reason and map. Refused (exit code 2),
+    before anything moves, when a state would land in one the new version lacks."""
+    mapping: dict[str, str] = {}
+    for item in state_map or []:
+        old, sep, new = item.partition("=")
+        if not sep or not old or not new:
+            raise InvalidInput(f"--map takes OLD=NEW, not {item!r}")
+        mapping[old] = new
+    done = with_engine(
+        s,
+        lambda e: e.migrate(
+            workflow_type,
+            from_version,
+            to_version,
+            mapping,
+            actor=actor,
+            reason=reason,
+            dry_run=dry_run,
+        ),
+    )
+    if s.json:
+        emit_json(
+            {
+                "plan": [{"id": w, "from": a, "to": b} for w, a, b in done.plan],
+                "moved": done.moved,
+                "busy": done.busy,
+                "dry_run": done.dry_run,
+            }
+        )
+        return
+    for wid, old_state, new_state in done.plan:
+        out.print(f"{escape(wid)}: {escape(old_state)} -> {escape(new_state)}")
+    if done.dry_run:
+        out.print(f"dry run: {len(done.plan)} workflow(s) would move; nothing changed")
+    else:
+        out.print(
+            f"moved {len(done.moved)} workflow(s) to v{to_version}"
+            + (f"; {len(done.busy)} held by a worker, not moved" if done.busy else "")
+        )
+
+
 def fork(
     s: Settings,
     workflow_id: IdArg,

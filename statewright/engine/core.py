@@ -25,6 +25,7 @@ from statewright.engine.cancel import cancel as cancel_workflow
 from statewright.engine.hooks import Observers, TransitionEvent
 from statewright.engine.transitions import (
     CONTEXT_EVENT,
+    MIGRATE_EVENT,
     MOVE_EVENT,
     RESUME_EVENT,
     Dispatched,
@@ -41,6 +42,7 @@ from statewright.errors import (
     InvalidInput,
     ReplayMismatch,
     StatewrightError,
+    UnknownState,
     UnknownWorkflowType,
     VersionConflict,
     VersionNotFound,
@@ -112,6 +114,18 @@ class StuckTotal:
     state: str
     count: int
     oldest_age: float
+
+
+@dataclass(frozen=True)
+class Migration:
+    """What :meth:`Engine.migrate` did (or, with ``dry_run``, would do)."""
+
+    plan: list[tuple[str, str, str]]
+    """``(workflow id, state on the old version, state on the new)`` for each live workflow."""
+    moved: list[str]
+    busy: list[str]
+    """Held by a worker at that moment: not moved (migrate again later)."""
+    dry_run: bool = False
 
 
 class Engine:
@@ -845,7 +859,9 @@ class Engine:
         wtype = self.type_of(source.type, source.machine_version)
         machine = wtype.machine
         records = await self.store.history(workflow_id, 0, at + 1)
-        state, context = _replayed_to(machine, records[:at], workflow_id)
+        state, context, fork_version = self._replay_log(source, records[:at])
+        wtype = self.type_of(source.type, fork_version)
+        machine = wtype.machine
         fork_id = ids.check_ref(new_id or f"{workflow_id}.fork-{at}", source.tenant)
         now = self.clock.now()
         # The steps done while the workflow was at that version: before the next transition
@@ -864,7 +880,7 @@ class Engine:
             NewWorkflow(
                 id=fork_id,
                 type=source.type,
-                machine_version=source.machine_version,
+                machine_version=fork_version,
                 state=state,
                 context=context,
                 actor=actor,
@@ -902,6 +918,105 @@ class Engine:
         self.transitions.rows.put(row)
         self.observers.transitioned(TransitionEvent(None, row, FORK_EVENT, actor))
         return row
+
+    async def migrate(
+        self,
+        workflow_type: str,
+        from_version: int,
+        to_version: int,
+        state_map: Mapping[str, str] | None = None,
+        *,
+        actor: str,
+        reason: str,
+        dry_run: bool = False,
+    ) -> Migration:
+        """Move the live workflows of ``workflow_type`` on ``from_version`` to ``to_version``:
+        each is one ``$migrate`` transition (actor, reason, the versions and the map in its
+        payload) into ``state_map[state]`` (a state the map does not name keeps its name),
+        entered anew on the target version (the old version's timers cleared, the new one's
+        armed, its handler due). Replay understands it: the log before it is checked
+        against the old version when that is registered.
+
+        Checked before anything moves: ``to_version`` is registered, and every state a
+        workflow is in (and, when ``from_version`` is registered, every non-terminal state it
+        has) maps to a state of the target: else :class:`UnknownState` naming the offending
+        state. ``dry_run`` returns the plan and changes nothing. A workflow a worker holds at
+        that moment is skipped (listed in ``busy``; migrate again later).
+
+        Raises UnknownWorkflowType, UnknownState, InvalidInput.
+        """
+        _check_reason(reason, "a migration")
+        mapping = dict(state_map or {})
+        if from_version == to_version:
+            raise InvalidInput("from_version and to_version are the same")
+        target = self.type_of(workflow_type, to_version).machine
+        source = self._known_machine(workflow_type, from_version)
+        rows: list[WorkflowRow] = []
+        for name, state, _ in await self.store.count_by_state(terminal=False):
+            if name != workflow_type:
+                continue
+            after: tuple[float, str] | None = None
+            while True:
+                page = await self.store.list_workflows(
+                    WorkflowFilter(
+                        type=workflow_type, state=state, terminal=False, limit=500, after=after
+                    )
+                )
+                rows += [r for r in page if r.machine_version == from_version]
+                if len(page) < 500:
+                    break
+                after = (page[-1].state_entered_at, page[-1].id)
+        states = {r.state for r in rows}
+        if source is not None:
+            states |= {s.name for s in source.states.values() if not s.terminal}
+        for state in sorted(states):
+            goes_to = mapping.get(state, state)
+            if goes_to not in target.states:
+                raise UnknownState(
+                    f"state {state!r} of {workflow_type!r} v{from_version} maps to "
+                    f"{goes_to!r}, which v{to_version} does not have: add it to the map",
+                    state=state,
+                )
+        plan = [(r.id, r.state, mapping.get(r.state, r.state)) for r in rows]
+        if dry_run:
+            return Migration(plan, [], [], dry_run=True)
+        moved: list[str] = []
+        busy: list[str] = []
+        payload = {
+            "from_version": from_version,
+            "to_version": to_version,
+            "map": mapping,
+            "reason": reason,
+        }
+        for wid, _, goes_to in plan:
+            fire = Fire(
+                MIGRATE_EVENT,
+                payload,
+                actor,
+                release_lease=False,
+                require_unleased=True,
+                target=goes_to,
+                machine_version=to_version,
+            )
+            try:
+                await self.transitions.send(wid, fire)
+            except VersionConflict:
+                busy.append(wid)
+                continue
+            moved.append(wid)
+        log.warning(
+            "workflows migrated",
+            extra={
+                "action": "workflows_migrated",
+                "type": workflow_type,
+                "from_version": from_version,
+                "to_version": to_version,
+                "moved": len(moved),
+                "busy": len(busy),
+                "actor": actor,
+            },
+        )
+        return Migration(plan, moved, busy)
 
     async def patch_context(
         self,
@@ -1062,14 +1177,36 @@ class Engine:
     async def replay(self, workflow_id: str) -> Replayed:
         """Rebuild state, version and context from the log alone, checking every step."""
         row = await self.get(workflow_id)
-        machine = self.type_of(row.type, row.machine_version).machine
+        records = await self.store.history(workflow_id)
+        state, context, machine_version = self._replay_log(row, records)
+        if machine_version != row.machine_version:
+            raise ReplayMismatch(
+                f"workflow {workflow_id!r}: the log ends on version {machine_version} of its "
+                f"machine, the row is on {row.machine_version}",
+                workflow_id=workflow_id,
+            )
+        return Replayed(state, records[-1].version if records else 0, context)
+
+    def _replay_log(
+        self, row: WorkflowRow, records: list[TransitionRecord]
+    ) -> tuple[str, JSON, int]:
+        """State, context and machine version after ``records`` (a log from its start),
+        checking every step against the machine version it was taken on: a ``$migrate``
+        entry switches versions (the log's first version is the first migration's
+        ``from_version``). Steps on a version this engine does not register are checked for
+        order only."""
+        migrations = [r for r in records if r.event == MIGRATE_EVENT]
+        current = int(migrations[0].payload["from_version"]) if migrations else row.machine_version
         state: str | None = None
         context: JSON = {}
         version = 0
-        for rec in await self.store.history(workflow_id):
+        for rec in records:
+            if rec.event == MIGRATE_EVENT:
+                current = int(rec.payload["to_version"])
+            machine = self._known_machine(row.type, current)
             problem = _replay_problem(machine, rec, state, version)
             if problem:
-                raise ReplayMismatch(f"workflow {workflow_id!r} v{rec.version}: {problem}")
+                raise ReplayMismatch(f"workflow {row.id!r} v{rec.version}: {problem}")
             if rec.context_patch is not None:
                 context = (
                     dict(rec.context_patch)
@@ -1077,7 +1214,15 @@ class Engine:
                     else {**context, **rec.context_patch}
                 )
             state, version = rec.to_state, rec.version
-        return Replayed(state, version, context)
+        if state is None:
+            raise ReplayMismatch(f"workflow {row.id!r} has an empty log")
+        return state, context, current
+
+    def _known_machine(self, name: str, version: int) -> Machine | None:
+        try:
+            return self.type_of(name, version).machine
+        except UnknownWorkflowType:
+            return None
 
     async def check(self, workflow_id: str) -> Replayed:
         """Compare replay with the stored row; raises :class:`ReplayMismatch` if they differ."""
@@ -1094,28 +1239,6 @@ class Engine:
 
 FORK_EVENT = "$fork"
 """The first log entry of a workflow started from a past version of another (``fork``)."""
-
-
-def _replayed_to(
-    machine: Machine, records: list[TransitionRecord], workflow_id: str
-) -> tuple[str, JSON]:
-    """State and context after ``records`` (a log from its start), checked like replay."""
-    state: str | None = None
-    context: JSON = {}
-    version = 0
-    for rec in records:
-        problem = _replay_problem(machine, rec, state, version)
-        if problem:
-            raise ReplayMismatch(f"workflow {workflow_id!r} v{rec.version}: {problem}")
-        if rec.context_patch is not None:
-            context = (
-                dict(rec.context_patch)
-                if rec.from_state is None
-                else {**context, **rec.context_patch}
-            )
-        state, version = rec.to_state, rec.version
-    assert state is not None
-    return state, context
 
 
 def _check_reason(reason: object, what: str) -> None:
@@ -1141,20 +1264,22 @@ def decision_payload(approver: str, comment: str | None) -> dict[str, Any]:
 
 
 def _replay_problem(
-    machine: Machine, rec: TransitionRecord, state: str | None, version: int
+    machine: Machine | None, rec: TransitionRecord, state: str | None, version: int
 ) -> str | None:
     if rec.version != version + 1:
         return f"expected version {version + 1}, log has {rec.version} (gap or duplicate)"
     if rec.from_state != state:
         return f"log says from {rec.from_state!r} but replay is in {state!r}"
+    if machine is None:  # a machine version this engine does not register: order only
+        return None
     if rec.from_state is None:
         if rec.event == FORK_EVENT:  # started from another workflow's past version
             return None if rec.to_state in machine.states else f"forked into {rec.to_state!r}"
         return None if rec.to_state == machine.initial.name else "does not start in initial"
     if rec.event in (CONTEXT_EVENT, RESUME_EVENT):
         return None if rec.to_state == state else f"a {rec.event} that changed the state"
-    if rec.event == MOVE_EVENT:
-        return None if rec.to_state in machine.states else f"a move to {rec.to_state!r}"
+    if rec.event in (MOVE_EVENT, MIGRATE_EVENT):
+        return None if rec.to_state in machine.states else f"a {rec.event} to {rec.to_state!r}"
     if not any(t.target == rec.to_state for t in machine.transitions_from(state or "", rec.event)):
         return f"no edge {state!r} --{rec.event}--> {rec.to_state!r} in the machine"
     return None

@@ -69,7 +69,9 @@ RESUME_EVENT = "$resume"
 run again, with the reason as its payload."""
 MOVE_EVENT = "$move"
 """An admin's move to a named state (``Engine.move_to``), outside the machine's edges."""
-OPERATOR_EVENTS = frozenset({CONTEXT_EVENT, RESUME_EVENT, MOVE_EVENT})
+MIGRATE_EVENT = "$migrate"
+"""An operator's move of a workflow to another version of its machine (``Engine.migrate``)."""
+OPERATOR_EVENTS = frozenset({CONTEXT_EVENT, RESUME_EVENT, MOVE_EVENT, MIGRATE_EVENT})
 """Transitions people make outside the machine's events (no guard, no action); each is logged
 with its actor and reason like any other, and replay accepts them."""
 
@@ -111,7 +113,10 @@ class Fire:
     consume_inputs: tuple[int, ...] = ()
     """Inbox items the handler run took: consumed in the same transaction."""
     target: str | None = None
-    """For an operator's move (:data:`MOVE_EVENT`): the state to move to."""
+    """For an operator's move (:data:`MOVE_EVENT`, :data:`MIGRATE_EVENT`): the state to move
+    to."""
+    machine_version: int | None = None
+    """For a migration (:data:`MIGRATE_EVENT`): the machine version the workflow moves to."""
     if_allowed: bool = False
     """An external event that is not allowed in the workflow's state *now* (no edge from it,
     a terminal state, no guard passed: confirmed on a fresh read) is not applied and not a
@@ -215,7 +220,12 @@ class Transitions:
         Raises IllegalTransition (naming the workflow) or InvalidPayload.
         """
         engine = self.engine
-        wtype = engine.type_of(row.type, row.machine_version)
+        # A migration is planned on the version it moves to (the one it leaves may not even
+        # be registered any more).
+        migrating = fire.event == MIGRATE_EVENT and fire.machine_version is not None
+        wtype = engine.type_of(
+            row.type, fire.machine_version if migrating else row.machine_version
+        )
         machine = wtype.machine
         payload = fire.payload
         if not isinstance(payload, Mapping):
@@ -229,7 +239,7 @@ class Transitions:
         if fire.event in OPERATOR_EVENTS:
             # An operator's action: outside the machine's events (so no guard or action),
             # refused once the workflow has finished; a move names its target.
-            if machine.states[row.state].terminal:
+            if row.terminal:
                 raise WorkflowFinished(row.id, row.state)
             target_name = fire.target or row.state
             if target_name not in machine.states:
@@ -247,7 +257,9 @@ class Transitions:
                 ) from None
         now = engine.clock.now()
         target = machine.states[t.target]
-        staying = t.target == row.state
+        # A migration enters its state anew (the old version's timers go, the new one's are
+        # armed), even under the same name.
+        staying = t.target == row.state and not migrating
         # A self-transition is internal (XState-style): the state's timers keep running.
         timers = () if staying else state_timers(target, now)
         if staying and fire.rearm is not None:
@@ -302,6 +314,7 @@ class Transitions:
             lease=fire.lease,
             require_unleased=fire.require_unleased,
             idempotency_key=fire.idempotency_key,
+            machine_version=fire.machine_version if migrating else None,
             step_finish=fire.step_finish,
         )
 

@@ -95,6 +95,7 @@ def transition_params(w: TransitionWrite) -> dict[str, Any]:
         "expected_version": w.expected_version,
         "from_state": w.from_state,
         "to_state": w.to_state,
+        "machine_version": w.machine_version,
         "event": w.event,
         "payload": dumps(w.payload),
         "actor": w.actor,

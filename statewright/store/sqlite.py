@@ -472,6 +472,7 @@ class SQLiteStore:
                 "id": w.workflow_id,
                 "expected_version": w.expected_version,
                 "to_state": w.to_state,
+                "machine_version": w.machine_version,
                 "context": context,
                 "attempts": w.attempts,
                 "total_attempts": w.total_attempts,

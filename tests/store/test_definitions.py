@@ -73,3 +73,62 @@ async def test_an_edit_that_only_adds_needs_the_explicit_option(
     # The extended one is what the store holds now: it opens without the option.
     async with Engine(reopen(), [order(extra=True)], clock=ManualClock()):
         pass
+
+
+def shop(version: int) -> Machine:
+    """v1: new -> done; v2 renamed "new" to "received" and gave it a reminder timer."""
+    first = "new" if version == 1 else "received"
+    after = {} if version == 1 else {3600: "remind"}
+    b = (
+        MachineBuilder("shop", version=version)
+        .state(first, initial=True, after=after)
+        .state("done", terminal=True)
+        .event("finish")
+        .transition("finish", first, "done")
+    )
+    if version == 2:
+        b = b.event("remind").transition("remind", first, first)
+    return b.build()
+
+
+async def test_migrate_moves_live_workflows_as_logged_transitions_that_replay(
+    reopen: Callable[[], Store],
+) -> None:
+    from statewright.errors import UnknownState
+
+    async with Engine(reopen(), [shop(1)], clock=ManualClock()) as old:
+        for i in range(3):
+            await old.start("shop", {"n": i}, workflow_id=f"s{i}")
+        await old.send("s2", "finish")  # a finished one stays where it is
+    async with Engine(reopen(), [shop(1), shop(2)], clock=ManualClock()) as engine:
+        with pytest.raises(UnknownState, match="'new'") as info:
+            await engine.migrate("shop", 1, 2, {}, actor="ops", reason="rename")
+        assert info.value.details["state"] == "new"
+        assert (await engine.get("s0")).machine_version == 1  # the bad map changed nothing
+        planned = await engine.migrate(
+            "shop", 1, 2, {"new": "received"}, actor="ops", reason="rename", dry_run=True
+        )
+        assert sorted(planned.plan) == [("s0", "new", "received"), ("s1", "new", "received")]
+        assert (await engine.get("s0")).version == 1  # a dry run changes nothing
+        done = await engine.migrate(
+            "shop", 1, 2, {"new": "received"}, actor="ops", reason="rename"
+        )
+        assert sorted(done.moved) == ["s0", "s1"] and done.busy == []
+        row = await engine.get("s0")
+        assert (row.machine_version, row.state, row.version) == (2, "received", 2)
+        assert [t.event for t in await engine.timers("s0")] == ["remind"]  # v2's timers
+        last = (await engine.history("s0"))[-1]
+        assert (last.event, last.actor, last.from_state, last.to_state) == (
+            "$migrate",
+            "ops",
+            "new",
+            "received",
+        )
+        assert last.payload["map"] == {"new": "received"}
+        await engine.check("s0")  # v1's step checked against v1, the rest against v2
+        assert (await engine.get("s2")).machine_version == 1
+        await engine.send("s1", "finish")
+        await engine.check("s1")
+    # With only v2 registered, the migrated logs still replay (v1's steps: order only).
+    async with Engine(reopen(), [shop(2)], clock=ManualClock()) as engine:
+        await engine.check("s0")

@@ -106,6 +106,7 @@ WITH items AS (
        SET state = %(to_state)s, context = %(context)s::jsonb, version = version + 1,
            attempts = %(attempts)s, terminal = %(terminal)s, updated_at = %(at)s,
            total_attempts = coalesce(%(total_attempts)s::integer, total_attempts),
+           machine_version = coalesce(%(machine_version)s::integer, machine_version),
            parked = NULL,
            state_entered_at = CASE WHEN state = %(to_state)s THEN state_entered_at
                                    ELSE %(at)s END,

@@ -23,6 +23,7 @@ VALUES (:workflow_id, :version, :from_state, :to_state, :event, :payload, :actor
 UPDATE workflows
    SET state = :to_state, context = :context, version = version + 1, attempts = :attempts,
        total_attempts = coalesce(:total_attempts, total_attempts),
+       machine_version = coalesce(:machine_version, machine_version),
        terminal = :terminal, updated_at = :at,
        state_entered_at = CASE WHEN state = :to_state THEN state_entered_at ELSE :at END,
        next_due_at = :run_at, last_error = :last_error, parked = NULL,
