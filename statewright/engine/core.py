@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import logging
 import random
 import re
@@ -1168,6 +1169,21 @@ class Engine:
         now = self.clock.now() if now is None else now
         counted = await self.store.count_stuck(self.stuck_cutoffs(now), tenant)
         return [StuckTotal(t, s, n, now - oldest) for t, s, n, oldest in counted]
+
+    async def unregistered_counts(self) -> list[tuple[str, int, int]]:
+        """``(type, machine_version, count)`` of the live workflows of the registered types on
+        versions this engine does not register (an old version after an upgrade): nothing
+        runs them here. One index range per gap between registered versions."""
+        out: list[tuple[str, int, int]] = []
+        for name, versions in sorted(self._types.items()):
+            bounds = [0, *sorted(versions), 2**31 - 1]
+            for lo, hi in itertools.pairwise(bounds):
+                if hi - lo > 1:
+                    out += [
+                        (name, v, n)
+                        for v, n in await self.store.live_versions_between(name, lo, hi)
+                    ]
+        return out
 
     async def parked_counts(self, tenant: str | None = None) -> list[tuple[str, str, int]]:
         """``(type, state, count)`` of the workflows parked for an operator, whatever their

@@ -17,7 +17,14 @@ from fastapi.responses import JSONResponse
 
 from statewright.errors import StatewrightError
 from statewright.http.deps import EngineDep
-from statewright.http.schemas import ErrorOut, ParkedCount, Probe, StuckCount, WorkflowHealth
+from statewright.http.schemas import (
+    ErrorOut,
+    ParkedCount,
+    Probe,
+    StuckCount,
+    VersionCount,
+    WorkflowHealth,
+)
 
 router = APIRouter(tags=["health"])
 READY_TIMEOUT = 5.0
@@ -85,6 +92,7 @@ async def workflows_health(engine: EngineDep) -> JSONResponse:
     # many workflows are stuck.
     groups = await engine.stuck_counts()
     parked = await engine.parked_counts()
+    unregistered = await engine.unregistered_counts()
     stuck = sum(g.count for g in groups)
     body = WorkflowHealth(
         status="stuck" if stuck else "ok",
@@ -95,5 +103,9 @@ async def workflows_health(engine: EngineDep) -> JSONResponse:
         ],
         parked=sum(n for _, _, n in parked),
         parked_by_state=[ParkedCount(type=t, state=st, count=n) for t, st, n in parked],
+        unregistered=sum(n for _, _, n in unregistered),
+        unregistered_by_version=[
+            VersionCount(type=t, machine_version=v, count=n) for t, v, n in unregistered
+        ],
     )
     return JSONResponse(body.model_dump(), status_code=503 if stuck else 200)

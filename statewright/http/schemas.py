@@ -358,6 +358,12 @@ class ParkedCount(BaseModel):
     count: int
 
 
+class VersionCount(BaseModel):
+    type: str
+    machine_version: int
+    count: int
+
+
 class WorkflowHealth(BaseModel):
     status: Literal["ok", "stuck"]
     stuck: int = Field(description="Workflows past their state's threshold (a true count).")
@@ -367,6 +373,12 @@ class WorkflowHealth(BaseModel):
         "stuck too once past its state's threshold)."
     )
     parked_by_state: list[ParkedCount]
+    unregistered: int = Field(
+        default=0,
+        description="Live workflows on a machine version this server does not register (an "
+        "old version after an upgrade): nothing runs them here; migrate them.",
+    )
+    unregistered_by_version: list[VersionCount] = Field(default_factory=list)
 
 
 class EventInfo(BaseModel):

@@ -737,6 +737,13 @@ class PostgresStore:
 
     # -- timers ------------------------------------------------------------------------------
 
+    async def live_versions_between(
+        self, workflow_type: str, lo: int, hi: int
+    ) -> list[tuple[int, int]]:
+        params = {"type": workflow_type, "lo": lo, "hi": hi}
+        rows = await self._fetchall(Q["live_versions_between"], params)
+        return [(r["machine_version"], r["n"]) for r in rows]
+
     async def record_definition(
         self,
         name: str,

@@ -255,6 +255,12 @@ class Store(Protocol):
         Raises WorkflowNotFound, or LeaseLost when ``lease`` no longer holds.
         """
 
+    async def live_versions_between(
+        self, workflow_type: str, lo: int, hi: int
+    ) -> list[tuple[int, int]]:
+        """``(machine_version, count)`` of the live workflows of a type on versions strictly
+        between ``lo`` and ``hi`` (one index range)."""
+
     # -- definitions ------------------------------------------------------------------------
 
     async def record_definition(

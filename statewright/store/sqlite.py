@@ -907,6 +907,15 @@ class SQLiteStore:
 
         await self.conn.write(fn)
 
+    async def live_versions_between(
+        self, workflow_type: str, lo: int, hi: int
+    ) -> list[tuple[int, int]]:
+        params = {"type": workflow_type, "lo": lo, "hi": hi}
+        rows = await self.conn.read(
+            lambda c: c.execute(Q["live_versions_between"], params).fetchall()
+        )
+        return [(r["machine_version"], r["n"]) for r in rows]
+
     # -- definitions -------------------------------------------------------------------------
 
     async def record_definition(

@@ -25,6 +25,8 @@ async def test_probes_answer_without_a_token(client: httpx.AsyncClient) -> None:
         "by_state": [],
         "parked": 0,
         "parked_by_state": [],
+        "unregistered": 0,
+        "unregistered_by_version": [],
     }
 
 
@@ -49,6 +51,8 @@ async def test_workflows_health_is_503_while_one_is_stuck(
         "by_state": [{"type": "agent_task", "state": "running", "count": 2, "oldest_age": 3601}],
         "parked": 0,
         "parked_by_state": [],
+        "unregistered": 0,
+        "unregistered_by_version": [],
     }
     assert "t-1" not in r.text and "g-1" not in r.text  # counts only, no ids
     assert (await client.get("/livez")).status_code == 200  # the process is fine

@@ -81,6 +81,11 @@ async def test_a_stale_version_never_breaks_the_http_reads(upgraded: Engine) -> 
         assert (await client.get("/v1/workflows/o-old", headers=auth("agent"))).json()[
             "state"
         ] == "new"
+        health = (await client.get("/health/workflows")).json()
+        assert health["unregistered"] == 1
+        assert health["unregistered_by_version"] == [
+            {"type": "order", "machine_version": 1, "count": 1}
+        ]
 
 
 async def test_a_stale_version_never_breaks_stuck_or_the_mcp_state_view(

@@ -365,6 +365,14 @@ WITH updated AS (
 SELECT EXISTS (SELECT 1 FROM updated) AS held,
        EXISTS (SELECT 1 FROM workflows WHERE id = %(id)s) AS found;
 
+-- name: live_versions_between
+-- Live workflows of one type on machine versions strictly between two (a gap between the
+-- registered versions): one range of workflows_live_version.
+SELECT machine_version, count(*) AS n FROM workflows
+ WHERE type = %(type)s AND NOT terminal
+   AND machine_version > %(lo)s AND machine_version < %(hi)s
+ GROUP BY machine_version ORDER BY machine_version;
+
 -- name: add_definition
 -- Record a registered machine definition unless its (name, version) has one; the row as it is.
 WITH added AS (

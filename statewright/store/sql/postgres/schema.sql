@@ -209,3 +209,5 @@ CREATE TABLE definitions (
     registered_at DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (name, version)
 );
+
+CREATE INDEX workflows_live_version ON workflows (type, machine_version) WHERE NOT terminal;

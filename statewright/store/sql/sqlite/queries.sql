@@ -152,6 +152,13 @@ UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
  WHERE lease_owner = :owner AND id IN (SELECT value FROM json_each(:ids))
    AND (:expired_before IS NULL OR lease_expires_at < :expired_before);
 
+-- name: live_versions_between
+-- Live workflows of one type on machine versions strictly between two (a gap between the
+-- registered versions): one range of workflows_live_version.
+SELECT machine_version, count(*) AS n FROM workflows INDEXED BY workflows_live_version
+ WHERE type = :type AND terminal = 0 AND machine_version > :lo AND machine_version < :hi
+ GROUP BY machine_version ORDER BY machine_version;
+
 -- name: add_definition
 -- Record a registered machine definition unless its (name, version) has one.
 INSERT OR IGNORE INTO definitions (name, version, fingerprint, document, registered_at)

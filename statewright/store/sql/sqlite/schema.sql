@@ -174,3 +174,5 @@ CREATE TABLE definitions (
     registered_at REAL    NOT NULL,
     PRIMARY KEY (name, version)
 );
+
+CREATE INDEX workflows_live_version ON workflows (type, machine_version) WHERE terminal = 0;
