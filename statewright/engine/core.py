@@ -1193,6 +1193,7 @@ class Engine:
     async def replay(self, workflow_id: str) -> Replayed:
         """Rebuild state, version and context from the log alone, checking every step."""
         row = await self.get(workflow_id)
+        self.type_of(row.type, row.machine_version)  # its current version must be known here
         records = await self.store.history(workflow_id)
         state, context, machine_version = self._replay_log(row, records)
         if machine_version != row.machine_version:
