@@ -764,9 +764,14 @@ class PostgresStore:
         if replace:
             await self._rowcount(Q["replace_definition"], params)
             return fingerprint, dict(document)
-        row = await self._fetchone(Q["add_definition"], params, write=True)
-        assert row is not None
-        return row["fingerprint"], row["document"]
+        for _ in range(3):
+            row = await self._fetchone(Q["add_definition"], params, write=True)
+            if row is not None:
+                return row["fingerprint"], row["document"]
+            # Another opener inserted it concurrently: our INSERT waited for its commit and
+            # did nothing, and this statement's snapshot predates that row. A new statement
+            # (a new snapshot) sees it.
+        raise StoreError(f"could not record the definition of {name!r} version {version}")
 
     async def timers(self, workflow_id: str) -> list[TimerRecord]:
         rows = await self._fetchall(Q["timers"], {"id": workflow_id})

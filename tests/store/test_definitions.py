@@ -132,3 +132,16 @@ async def test_migrate_moves_live_workflows_as_logged_transitions_that_replay(
     # With only v2 registered, the migrated logs still replay (v1's steps: order only).
     async with Engine(reopen(), [shop(2)], clock=ManualClock()) as engine:
         await engine.check("s0")
+
+
+async def test_engines_opening_at_once_all_record_and_agree(reopen: Callable[[], Store]) -> None:
+    """Workers start together: each records (or finds) the definition; none fails. (On
+    PostgreSQL an INSERT that waited for another opener's commit sees its row only in a new
+    statement: this once crashed a worker at start-up.)"""
+    import asyncio
+
+    async def open_once() -> None:
+        async with Engine(reopen(), [order()], clock=ManualClock()):
+            pass
+
+    await asyncio.gather(*(open_once() for _ in range(8)))
