@@ -25,6 +25,14 @@ log = logging.getLogger(__name__)
 IdArg = Annotated[str, typer.Argument(help="Workflow id.", show_default=False)]
 ReasonOption = Annotated[str, typer.Option(help="Why (kept with the step / in the log).")]
 ActorOption = Annotated[str, typer.Option(help="Who answers (recorded).")]
+ExpectedVersionOption = Annotated[
+    int | None,
+    typer.Option(help="Refuse unless the workflow is at this version.", show_default=False),
+]
+IdempotencyKeyOption = Annotated[
+    str | None,
+    typer.Option(help="Makes a retry of this command apply nothing twice.", show_default=False),
+]
 
 
 def resolve_step(
@@ -192,16 +200,8 @@ def move(
     workflow_id: IdArg,
     state: Annotated[str, typer.Argument(help="The state to move to.", show_default=False)],
     reason: ReasonOption,
-    expected_version: Annotated[
-        int | None,
-        typer.Option(help="Refuse unless the workflow is at this version.", show_default=False),
-    ] = None,
-    idempotency_key: Annotated[
-        str | None,
-        typer.Option(
-            help="Makes a retry of this command apply nothing twice.", show_default=False
-        ),
-    ] = None,
+    expected_version: ExpectedVersionOption = None,
+    idempotency_key: IdempotencyKeyOption = None,
     actor: ActorOption = "cli",
 ) -> None:
     """Move a workflow to a named state outside the machine's edges (a last resort): one
@@ -239,16 +239,8 @@ def patch_context(
         ),
     ],
     reason: ReasonOption,
-    expected_version: Annotated[
-        int | None,
-        typer.Option(help="Refuse unless the workflow is at this version.", show_default=False),
-    ] = None,
-    idempotency_key: Annotated[
-        str | None,
-        typer.Option(
-            help="Makes a retry of this command apply nothing twice.", show_default=False
-        ),
-    ] = None,
+    expected_version: ExpectedVersionOption = None,
+    idempotency_key: IdempotencyKeyOption = None,
     actor: ActorOption = "cli",
 ) -> None:
     """Set context keys by hand: one transition, logged as $patch_context with the actor and

@@ -857,8 +857,6 @@ class Engine:
                 f"workflow {workflow_id!r} has versions 1..{source.version}, not {at}",
                 version=at,
             )
-        wtype = self.type_of(source.type, source.machine_version)
-        machine = wtype.machine
         records = await self.store.history(workflow_id, 0, at + 1)
         state, context, fork_version = self._replay_log(source, records[:at])
         wtype = self.type_of(source.type, fork_version)
