@@ -252,6 +252,20 @@ class Access:
         view["version_registered"] = self.known_machine(row) is not None
         return view
 
+    def operator_actions(self, row: WorkflowRow) -> list[str]:
+        """The operator actions this caller may take on ``row`` now, in the order the dashboard
+        shows them: ``resume`` (re-run its state's handler) and ``move`` (admin only) while
+        it is not finished and its machine version is registered, ``fork`` always. Empty for
+        callers without the operator or admin role. The actions check the same rules again."""
+        if not self.principal.roles & {OPERATOR, ADMIN}:
+            return []
+        live = not row.terminal and self.known_machine(row) is not None
+        actions = ["resume"] if live else []
+        actions.append("fork")
+        if live and ADMIN in self.principal.roles:
+            actions.append("move")
+        return actions
+
     # -- redaction (see statewright.redaction) ------------------------------------------------
 
     def redact_paths(self, row: WorkflowRow) -> tuple[str, ...]:

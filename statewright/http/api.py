@@ -164,7 +164,10 @@ _REPLAY = {REPLAYED: "true"}
 
 
 def _view(access: Access, row: WorkflowRow) -> dict[str, Any]:
-    return access.view(row) | {"stuck": access.engine.is_stuck(row)}
+    return access.view(row) | {
+        "stuck": access.engine.is_stuck(row),
+        "operator_actions": access.operator_actions(row),
+    }
 
 
 def _body(content: Any, status_code: int = 200, *, replayed: bool = False) -> JSONBody:

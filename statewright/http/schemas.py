@@ -272,6 +272,12 @@ class WorkflowOut(BaseModel):
         default=None, description="Events that could fire now and that the caller may fire."
     )
     stuck: bool | None = None
+    operator_actions: list[Literal["resume", "fork", "move"]] | None = Field(
+        default=None,
+        description="The operator actions the caller may take on it now (the dashboard's "
+        "buttons): `resume`, `fork`, and for admins `move`; empty without the operator or "
+        "admin role.",
+    )
 
 
 NEXT_CURSOR = (

@@ -40,6 +40,7 @@ class Caller:
 
 APPROVER = Caller("approver-token-maria", "maria", ("approver", "operator"))
 AGENT = Caller("agent-token-agent-7", "agent-7", ("agent",))
+ADMIN = Caller("admin-token-root", "root", ("admin",))
 
 
 @dataclass(frozen=True)
@@ -154,6 +155,14 @@ def serve(tmp_path: Path, callers: tuple[Caller, ...] | None) -> Iterator[Server
 def server(tmp_path: Path) -> Iterator[Server]:
     """The service with two tokens: an approver's and an agent's."""
     with serve(tmp_path, (APPROVER, AGENT)) as running:
+        yield running
+
+
+@pytest.fixture
+def ops_server(tmp_path: Path) -> Iterator[Server]:
+    """The service with an operator's (maria: approver and operator), an agent's and an
+    admin's token."""
+    with serve(tmp_path, (APPROVER, AGENT, ADMIN)) as running:
         yield running
 
 

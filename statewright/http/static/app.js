@@ -618,6 +618,7 @@
       this.head = h("div", { class: "wf-head" });
       this.facts = h("dl", { class: "facts", id: "facts" });
       this.decision = h("div", { id: "decision-slot" });
+      this.operator = h("div", { id: "operator-slot" });
       this.diagram = h(
         "div",
         { class: "diagram", id: "diagram" },
@@ -631,6 +632,7 @@
         h("p", { class: "crumbs" }, h("a", { href: "#/" }, "← All workflows")),
         this.head,
         this.decision,
+        this.operator,
         h(
           "div",
           { class: "columns" },
@@ -682,6 +684,7 @@
       if (changed) {
         const { items: history, skipped } = await latestHistory(this.id, wf.version);
         this.renderDecision(wf);
+        this.renderOperator(wf);
         this.renderSummary(wf);
         this.renderHistory(wf, history);
         fill(
@@ -829,6 +832,152 @@
             "The workflow changed while you were looking at it: check it again and decide.",
             "warn",
           );
+        } else {
+          reportError(exc);
+        }
+      } finally {
+        this.busy = false;
+        this.version = null; // re-render everything from the server's answer
+        await refresh();
+      }
+    }
+
+    /** Operator actions (resume, fork, move), shown only to callers the API lets take them
+     * (the workflow's `operator_actions`); each is one logged transition with the reason. */
+    renderOperator(wf) {
+      const actions = wf.operator_actions || [];
+      if (!actions.length) {
+        fill(this.operator);
+        return;
+      }
+      const typed = $("#op-reason", this.operator); // kept across refreshes
+      const reason = h("input", {
+        id: "op-reason",
+        type: "text",
+        maxlength: 1000,
+        placeholder: "Why (required; kept in the history)",
+      });
+      if (typed) reason.value = typed.value;
+      const status = h("span", { class: "decision-status", id: "op-status", role: "status" });
+      const controls = [];
+      if (actions.includes("resume")) {
+        controls.push(
+          h(
+            "button",
+            {
+              type: "button",
+              id: "op-resume",
+              title: `Run the ${wf.state} handler again (finished steps keep their results)`,
+              onclick: () => this.operate(wf, "resume", reason, status, {}),
+            },
+            "Re-run state",
+          ),
+        );
+      }
+      if (actions.includes("fork")) {
+        const version = h("input", {
+          id: "op-fork-version",
+          type: "number",
+          min: 1,
+          max: wf.version,
+          placeholder: `version (latest: ${wf.version})`,
+        });
+        controls.push(
+          version,
+          h(
+            "button",
+            {
+              type: "button",
+              id: "op-fork",
+              class: "secondary",
+              title: "Start a new workflow from this one as of a version of its history",
+              onclick: () =>
+                this.operate(wf, "fork", reason, status, {
+                  version: version.value ? Number(version.value) : undefined,
+                }),
+            },
+            "Fork",
+          ),
+        );
+      }
+      if (actions.includes("move")) {
+        const t = typeOf(wf);
+        const states = t ? t.states.map((s) => s.name).filter((n) => n !== wf.state) : [];
+        const target = h(
+          "select",
+          { id: "op-move-state", "aria-label": "State to move to" },
+          states.map((n) => h("option", { value: n }, n)),
+        );
+        controls.push(
+          target,
+          h(
+            "button",
+            {
+              type: "button",
+              id: "op-move",
+              class: "secondary",
+              title: "Admins: move it to a state outside the machine's edges",
+              onclick: () => this.operate(wf, "move", reason, status, { state: target.value }),
+            },
+            "Move",
+          ),
+        );
+      }
+      fill(
+        this.operator,
+        h(
+          "section",
+          { class: "panel operator", id: "operator-actions" },
+          h("h2", {}, "Operator actions"),
+          h(
+            "p",
+            { class: "muted" },
+            "Each action is one transition in the history, with you as the actor and the reason.",
+          ),
+          h("label", { for: "op-reason" }, "Reason"),
+          reason,
+          h("div", { class: "actions" }, ...controls, status),
+        ),
+      );
+    }
+
+    async operate(wf, action, reason, status, options) {
+      if (this.busy) return;
+      const why = reason.value.trim();
+      if (!why) {
+        status.textContent = "Give a reason first: it is kept in the history.";
+        reason.focus();
+        return;
+      }
+      this.busy = true;
+      for (const b of this.operator.querySelectorAll("button")) b.disabled = true;
+      status.textContent = "Working…";
+      const path = `/v1/workflows/${enc(wf.id)}/${action}`;
+      try {
+        if (action === "resume") {
+          const after = await api(path, { method: "POST", body: { reason: why } });
+          showBanner(`Resumed: ${after.id} runs its ${after.state} handler again.`, "ok");
+        } else if (action === "move") {
+          const body = { state: options.state, reason: why, expected_version: wf.version };
+          const after = await api(path, { method: "POST", body });
+          showBanner(`Moved: ${after.id} is now in ${after.state}.`, "ok");
+        } else {
+          const body = { reason: why };
+          if (options.version !== undefined) body.version = options.version;
+          const fork = await api(path, { method: "POST", body });
+          // The route change clears the banner first (see main); then this one shows.
+          window.addEventListener(
+            "hashchange",
+            () => showBanner(`Forked ${wf.id} into ${fork.id}, in ${fork.state}.`, "ok"),
+            { once: true },
+          );
+          location.hash = `#/workflows/${enc(fork.id)}`;
+          return;
+        }
+        reason.value = "";
+      } catch (exc) {
+        if (exc instanceof ApiError && exc.code === "version_conflict") {
+          showBanner("The workflow changed while you were looking at it: check it again.", "warn");
         } else {
           reportError(exc);
         }

@@ -1,0 +1,103 @@
+"""Operator actions in the dashboard, in a real Chromium against a real ``statewright serve``.
+
+A support ticket parked for an operator: the agent's token sees no operator panel (and the
+API refuses its resume with 403); the operator re-runs its state and forks it from version 1
+(the page follows to the fork); the admin moves the original to ``closed``. Every action is a
+row of the history under the caller's name, with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+from playwright.sync_api import expect
+
+from tests.browser.conftest import ADMIN, AGENT, APPROVER, Server
+from tests.browser.test_dashboard import _park, _start, _workflow, chromium_browser, dashboard
+
+TICKET = "ticket-ops-1"
+
+
+def _history(api: httpx.Client, wid: str) -> list[dict[str, object]]:
+    page = api.get(f"/v1/workflows/{wid}/history", headers=APPROVER.headers).json()
+    items: list[dict[str, object]] = page["items"]
+    return items
+
+
+def test_operator_resumes_forks_and_moves_in_the_dashboard(
+    ops_server: Server, chromium: str
+) -> None:
+    server = ops_server
+    with httpx.Client(base_url=server.url, timeout=10.0) as api:
+        _start(api, TICKET, "support_ticket", {"title": "printer on fire"})
+        _park(server, TICKET, "fatal_error")
+        assert _workflow(api, TICKET)["parked"] == "fatal_error"
+        assert _workflow(api, TICKET, AGENT)["operator_actions"] == []
+        assert _workflow(api, TICKET)["operator_actions"] == ["resume", "fork"]
+        assert _workflow(api, TICKET, ADMIN)["operator_actions"] == ["resume", "fork", "move"]
+
+        with chromium_browser(chromium) as browser:
+            with dashboard(browser, server, AGENT) as w:
+                page = w.page
+                page.goto(f"{server.url}/ui/#/workflows/{TICKET}")
+                expect(page.locator("#wf-state")).to_have_text("open")
+                expect(page.locator("#operator-actions")).to_have_count(0)
+            refused = api.post(
+                f"/v1/workflows/{TICKET}/resume",
+                json={"reason": "let me"},
+                headers=AGENT.headers,
+            )
+            assert refused.status_code == 403, refused.text
+
+            with dashboard(browser, server, APPROVER) as w:
+                page = w.page
+                page.goto(f"{server.url}/ui/#/workflows/{TICKET}")
+                expect(page.locator("#wf-parked")).to_have_text("parked: fatal_error")
+                expect(page.locator("#operator-actions")).to_be_visible()
+                expect(page.locator("#op-move")).to_have_count(0)  # admins only
+                # No reason, no action.
+                page.click("#op-resume")
+                expect(page.locator("#op-status")).to_contain_text("Give a reason")
+                assert _workflow(api, TICKET)["parked"] == "fatal_error"
+
+                page.fill("#op-reason", "the printer is back")
+                page.click("#op-resume")
+                expect(page.locator("#banner")).to_contain_text("Resumed")
+                resumed = page.locator('#history tr.history-row[data-event="$resume"]')
+                expect(resumed).to_have_count(1)
+                expect(resumed.locator(".actor")).to_have_text("maria")
+                expect(resumed).to_contain_text("the printer is back")
+                expect(page.locator("#wf-parked")).to_have_count(0)
+
+                page.fill("#op-reason", "try it again from the start")
+                page.fill("#op-fork-version", "1")
+                page.click("#op-fork")
+                fork_id = f"{TICKET}.fork-1"
+                expect(page).to_have_url(re.compile(rf"#/workflows/{re.escape(fork_id)}$"))
+                expect(page.locator("#banner")).to_contain_text(f"into {fork_id}")
+                expect(page.locator("#wf-id")).to_have_text(fork_id)
+                forked = page.locator('#history tr.history-row[data-event="$fork"]')
+                expect(forked).to_have_count(1)
+                expect(forked.locator(".actor")).to_have_text("maria")
+
+            with dashboard(browser, server, ADMIN) as w:
+                page = w.page
+                page.goto(f"{server.url}/ui/#/workflows/{TICKET}")
+                expect(page.locator("#wf-state")).to_have_text("open")
+                page.fill("#op-reason", "closed by hand: duplicate")
+                page.select_option("#op-move-state", "closed")
+                page.click("#op-move")
+                expect(page.locator("#wf-state")).to_have_text("closed")
+                moved = page.locator('#history tr.history-row[data-event="$move"]')
+                expect(moved).to_have_count(1)
+                expect(moved.locator(".actor")).to_have_text("root")
+                expect(page.locator("#op-resume")).to_have_count(0)  # finished: fork only
+                expect(page.locator("#op-fork")).to_be_visible()
+
+        events = [(t["event"], t["actor"]) for t in _history(api, TICKET)]
+        assert ("$resume", "maria") in events
+        assert ("$move", "root") in events
+        fork = _workflow(api, f"{TICKET}.fork-1")
+        assert fork["state"] == "open"
+        assert _history(api, fork["id"])[0]["event"] == "$fork"
