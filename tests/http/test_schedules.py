@@ -1,0 +1,147 @@
+"""Schedules over HTTP, on both stores: operators declare, pause, resume and remove; any
+reader of the tenant lists; tenants see only their own (ids scoped like workflow ids); bad
+definitions get typed errors and store nothing; a worker then starts the tick's workflow."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from statewright import Engine, ManualClock, Worker
+from statewright.http import create_app
+from tests.http.conftest import auth, registry
+
+OPS = {"Authorization": "Bearer globex-ops-token"}
+"""An operator bound to tenant globex."""
+
+
+@pytest.fixture
+async def client(engine: Engine) -> AsyncIterator[httpx.AsyncClient]:
+    tokens = registry()
+    tokens.add("globex-ops-token", "gina", ["operator"], "globex")
+    app = create_app(engine, tokens, manage_engine=False)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://statewright") as c:
+        yield c
+
+
+BODY = {
+    "id": "nightly",
+    "type": "agent_task",
+    "cron": "*/5 * * * *",
+    "input": {"goal": "Write the report"},
+}
+
+
+async def test_declare_list_pause_resume_remove(
+    client: httpx.AsyncClient, engine: Engine, clock: ManualClock
+) -> None:
+    r = await client.post("/v1/schedules", json=BODY, headers=auth("boss"))
+    assert r.status_code == 201, r.text
+    made = r.json()
+    assert (made["id"], made["cron"], made["catch_up"], made["timezone"]) == (
+        "nightly",
+        "*/5 * * * *",
+        "latest",
+        "UTC",
+    )
+    assert made["next_at"] == clock.now() + 300 and made["paused"] is False
+    r = await client.get("/v1/schedules", headers=auth("viewer"))
+    assert r.status_code == 200 and [s["id"] for s in r.json()["items"]] == ["nightly"]
+    r = await client.get("/v1/schedules/nightly", headers=auth("agent"))
+    assert r.status_code == 200 and r.json()["input"] == {"goal": "Write the report"}
+
+    r = await client.post("/v1/schedules/nightly/pause", headers=auth("boss"))
+    assert r.status_code == 200 and r.json()["paused"] is True
+    r = await client.post("/v1/schedules/nightly/resume", headers=auth("boss"))
+    assert r.status_code == 200 and r.json()["paused"] is False
+
+    # A worker starts the tick's workflow.
+    clock.advance(300)
+    await Worker(engine).run_until_idle()
+    r = await client.get("/v1/schedules/nightly", headers=auth("viewer"))
+    started = r.json()["last_workflow_id"]
+    assert started == "nightly.20270115T080500Z"
+    r = await client.get(f"/v1/workflows/{started}", headers=auth("viewer"))
+    assert r.status_code == 200, r.text
+
+    r = await client.delete("/v1/schedules/nightly", headers=auth("boss"))
+    assert (r.status_code, r.json()) == (200, {"removed": True})
+    r = await client.delete("/v1/schedules/nightly", headers=auth("boss"))
+    assert r.status_code == 404 and r.json()["error"]["code"] == "schedule_not_found"
+    assert await engine.schedules() == []
+
+
+async def test_writes_need_an_operator(client: httpx.AsyncClient, engine: Engine) -> None:
+    for who in ("agent", "viewer", "system", "other"):
+        r = await client.post("/v1/schedules", json=BODY, headers=auth(who))
+        assert r.status_code == 403, (who, r.text)
+        assert r.json()["error"]["code"] == "forbidden"
+    assert await engine.schedules() == []
+    r = await client.post("/v1/schedules", json=BODY, headers=auth("admin"))
+    assert r.status_code == 201
+    for path in ("/v1/schedules/nightly/pause", "/v1/schedules/nightly/resume"):
+        r = await client.post(path, headers=auth("agent"))
+        assert r.status_code == 403
+    r = await client.delete("/v1/schedules/nightly", headers=auth("viewer"))
+    assert r.status_code == 403
+    assert [s.id for s in await engine.schedules()] == ["nightly"]
+    r = await client.get("/v1/schedules")
+    assert r.status_code == 401
+
+
+async def test_tenants_see_only_their_own(
+    client: httpx.AsyncClient, engine: Engine, clock: ManualClock
+) -> None:
+    r = await client.post("/v1/schedules", json=BODY, headers=OPS)
+    assert r.status_code == 201, r.text
+    assert r.json()["id"] == "nightly" and r.json()["tenant"] == "globex"
+    assert [s.id for s in await engine.schedules()] == ["globex:nightly"]
+    # The default tenant may have its own "nightly"; neither sees the other's.
+    r = await client.post("/v1/schedules", json=BODY, headers=auth("boss"))
+    assert r.status_code == 201
+    r = await client.get("/v1/schedules", headers=OPS)
+    assert [(s["id"], s["tenant"]) for s in r.json()["items"]] == [("nightly", "globex")]
+    r = await client.get("/v1/schedules", headers=auth("viewer"))
+    assert [(s["id"], s["tenant"]) for s in r.json()["items"]] == [("nightly", "default")]
+    r = await client.get("/v1/schedules/globex:nightly", headers=auth("viewer"))
+    assert r.status_code == 404
+    r = await client.post("/v1/schedules", json={**BODY, "tenant": "acme"}, headers=OPS)
+    assert r.status_code == 403
+    r = await client.post("/v1/schedules", json={**BODY, "id": "acme:x"}, headers=OPS)
+    assert r.status_code == 403
+    # Every tenant, for the admin (store ids).
+    r = await client.get("/v1/schedules", headers=auth("admin"))
+    assert sorted(s["id"] for s in r.json()["items"]) == ["globex:nightly", "nightly"]
+    # The globex schedule's workflows are globex's.
+    clock.advance(300)
+    await Worker(engine).run_until_idle()
+    r = await client.get("/v1/schedules/nightly", headers=OPS)
+    wid = r.json()["last_workflow_id"]
+    assert wid == "nightly.20270115T080500Z"
+    row = await engine.get("globex:" + wid)
+    assert row.tenant == "globex"
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "code"),
+    [
+        ({"cron": "61 * * * *"}, 409, "invalid_schedule"),
+        ({"cron": "0 0 31 2 *"}, 409, "invalid_schedule"),
+        ({"timezone": "Mars/Olympus"}, 409, "invalid_schedule"),
+        ({"type": "no_such_type"}, 404, "unknown_workflow_type"),
+        ({"cron": "every day"}, 422, "invalid_input"),
+        ({"catch_up": "sometimes"}, 422, "invalid_input"),
+        ({"input": [1, 2]}, 422, "invalid_input"),
+        ({"extra": 1}, 422, "invalid_input"),
+    ],
+)
+async def test_bad_definitions_are_refused_and_store_nothing(
+    client: httpx.AsyncClient, engine: Engine, change: dict[str, object], status: int, code: str
+) -> None:
+    r = await client.post("/v1/schedules", json={**BODY, **change}, headers=auth("boss"))
+    assert r.status_code == status, r.text
+    assert r.json()["error"]["code"] == code
+    assert await engine.schedules() == []
