@@ -1,0 +1,60 @@
+"""``statewright_workflow_oldest_age_seconds``: how long the oldest live workflow of each
+machine and state has been in it, read from the store at scrape time.
+
+It makes the age rules of :mod:`statewright.observability.alerts` (running_too_long,
+paused_abandoned, blocked_too_long) expressible in Prometheus (see
+:mod:`statewright.observability.prom_rules`): a count per state cannot tell a workflow stuck
+for a day from a busy queue. One read per live (machine, state) group: the first row of that
+group's listing by time entered, the start of an index range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from statewright.clock import Clock
+from statewright.store.protocol import Store
+from statewright.types import WorkflowFilter
+
+NAME = "statewright_workflow_oldest_age_seconds"
+
+
+class OldestAges(Collector):
+    """The gauge, from the last :meth:`refresh` (empty when that failed)."""
+
+    def __init__(self) -> None:
+        self.ages: Sequence[tuple[str, str, float]] = ()
+
+    async def refresh(self, store: Store, clock: Clock) -> None:
+        self.ages = ()
+        now = clock.now()
+        found = []
+        for type_name, state, n in await store.count_by_state(terminal=False):
+            if n <= 0:
+                continue
+            rows = await store.list_workflows(
+                WorkflowFilter(type=type_name, state=state, terminal=False, limit=1)
+            )
+            if rows:
+                found.append((type_name, state, max(0.0, now - rows[0].state_entered_at)))
+        self.ages = found
+
+    def collect(self) -> Iterable[Metric]:
+        gauge = GaugeMetricFamily(
+            NAME,
+            "Seconds the oldest live workflow of each machine and state has been in it, read "
+            "from the store at scrape time.",
+            labels=["machine", "state"],
+        )
+        for machine, state, age in self.ages:
+            gauge.add_metric([machine, state], age)
+        yield gauge
+
+    def describe(self) -> Iterable[Metric]:
+        return [GaugeMetricFamily(NAME, "", labels=["machine", "state"])]
+
+
+__all__ = ["NAME", "OldestAges"]
