@@ -1,0 +1,48 @@
+"""A workflow type that feeds every metric family, for the Prometheus acceptance test and the
+dashboard test (``--app`` this file).
+
+``metered``: ``running`` (handler) -> ``done``. The handler runs one step (``measure``), and
+fails transiently on its first attempt (retried in place after a short backoff), so a run
+yields a start, a retry, a step duration and a finishing transition. ``hold`` from ``running``
+parks the workflow in ``paused`` (stuck after 10 ms) until ``resume`` sends it back: leaving
+``paused`` for ``running`` is a recovery (``statewright_recovery_seconds``).
+"""
+
+from __future__ import annotations
+
+from statewright import MachineBuilder, Next, RetryPolicy, Run, TransientError, WorkflowType
+
+MACHINE = (
+    MachineBuilder("metered")
+    .state("running", initial=True)
+    .state("paused", stuck_after=0.01)
+    .state("done", terminal=True)
+    .event("finish")
+    .event("hold")
+    .event("resume")
+    .transition("finish", "running", "done")
+    .transition("hold", "running", "paused")
+    .transition("resume", "paused", "running")
+    .build()
+)
+
+
+def _measure(key: str) -> int:
+    return len(key)
+
+
+async def work(run: Run) -> Next:
+    if run.workflow.attempts == 0:
+        raise TransientError("the first attempt fails, to count a retry")
+    measured = await run.step("measure", _measure)
+    return Next("finish", context={"measured": measured})
+
+
+TYPES = [
+    WorkflowType(
+        MACHINE,
+        {"running": work},
+        retry=RetryPolicy(max_attempts=3, base_delay=0.05, max_delay=0.1, jitter=0.0),
+        on_transient=None,  # no retry edges: the handler re-runs in place
+    )
+]
