@@ -239,6 +239,7 @@ def raw_transition(conn: sqlite3.Connection, wid: str, version: int, state: str,
             "require_unleased": 0,
             "owner": None,
             "fence": None,
+            "trace": None,
         },
     )
     if cur.rowcount != 1:

@@ -408,6 +408,22 @@ class TimerNotFound(StatewrightError):
         )
 
 
+class ScheduleNotFound(StatewrightError):
+    """There is no schedule of that id."""
+
+    code = "schedule_not_found"
+
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        super().__init__(f"no schedule {schedule_id!r}", schedule_id=schedule_id)
+
+
+class InvalidSchedule(InvalidInput):
+    """A schedule's cron expression, time zone, catch-up policy or id is not valid."""
+
+    code = "invalid_schedule"
+
+
 class StepDone(StatewrightError):
     """The step is done: its result stands and cannot be resolved again."""
 

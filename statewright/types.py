@@ -79,6 +79,9 @@ class WorkflowRow:
     """Failures over the workflow's whole life (``attempts`` resets on success; this never)."""
     parked: str | None = None
     """Why the workflow waits for an operator (e.g. ``step_outcome_unknown``); None if not."""
+    trace: str | None = None
+    """The W3C trace context (``traceparent``, ``tracestate``: a JSON object) of the last
+    start or transition made inside a trace; a worker's handler span joins it (None: none)."""
 
     @property
     def cancel_requested(self) -> str | None:
@@ -218,6 +221,8 @@ class NewWorkflow:
     steps: tuple[StepRecord, ...] = ()
     """Done steps written with it (a fork's copies of the steps its source had done), in the
     same transaction: no worker can run the new workflow before they are there."""
+    trace: str | None = None
+    """The caller's W3C trace context, stored on the row (see :attr:`WorkflowRow.trace`)."""
 
 
 @dataclass(frozen=True)
@@ -271,6 +276,9 @@ class TransitionWrite:
     """The outcome of the step the handler ran last (its *done* record), committed in this
     transaction: applied only if the transition is, and only while that attempt is still
     *executing* (else the whole write is refused, as for a lost lease)."""
+    trace: str | None = None
+    """The W3C trace context the transition was made in, stored on the row (None: the row's
+    stays as it is)."""
 
 
 @dataclass(frozen=True)
@@ -363,3 +371,37 @@ class RejectionRecord:
     actor: str
     message: str
     at: float
+
+
+@dataclass(frozen=True)
+class ScheduleRecord:
+    """A cron schedule that starts workflows of one type (see
+    :mod:`statewright.engine.schedules`)."""
+
+    id: str
+    type: str
+    cron: str
+    timezone: str
+    catch_up: str
+    """``latest`` (default), ``all`` or ``skip``: what a late worker does with missed ticks."""
+    input: dict[str, Any]
+    tenant: str
+    paused: bool
+    next_at: float
+    """The next tick not yet fired (epoch seconds)."""
+    created_at: float
+    updated_at: float
+    last_tick: float | None = None
+    last_workflow_id: str | None = None
+    last_error: str | None = None
+
+
+@dataclass(frozen=True)
+class TypeLimit:
+    """What a claim may hand out of one workflow type: at most ``max_concurrent`` leased at
+    once (across every worker), at most ``max_per_second`` claims per second on average with
+    bursts of ``burst`` (a token bucket kept in the store). None: no such limit."""
+
+    max_concurrent: int | None = None
+    max_per_second: float | None = None
+    burst: float | None = None

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Any
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -11,6 +13,48 @@ from statewright.cli.loading import with_engine
 from statewright.cli.options import Command, Settings
 from statewright.cli.output import emit_json, out
 from statewright.errors import InvalidInput
+
+if TYPE_CHECKING:
+    from statewright.engine.core import Engine
+    from statewright.observability.alerts import AlertThresholds
+    from statewright.observability.delivery import AlertDelivery
+
+AlertWebhookOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--alert-webhook",
+        metavar="URL",
+        envvar="STATEWRIGHT_ALERT_WEBHOOKS",
+        show_envvar=True,
+        help="Deliver alert notifications (Alertmanager's webhook format) to this URL "
+        "(repeatable; the variable takes space-separated URLs).",
+    ),
+]
+AlertIntervalOption = Annotated[
+    str,
+    typer.Option(
+        "--alert-interval",
+        envvar="STATEWRIGHT_ALERT_INTERVAL",
+        show_envvar=True,
+        help="How often the alert rules are evaluated for delivery (10s, 5m, ...).",
+    ),
+]
+AlertMaxAttemptsOption = Annotated[
+    int,
+    typer.Option(
+        "--alert-max-attempts",
+        min=1,
+        help="Failed sends after which a notification is dead-lettered (an error log line).",
+    ),
+]
+AlertTimeoutOption = Annotated[
+    str,
+    typer.Option(
+        "--alert-timeout",
+        help="How long one webhook request may take (a claim on a notification lasts "
+        "twice that plus 5s).",
+    ),
+]
 
 DEFAULTS_MARK = "{threshold defaults}"
 """Stands for the thresholds' defaults in --threshold's help until :class:`AlertsCommand`
@@ -76,6 +120,36 @@ def alerts(
             f"comma-separated names. Defaults: {DEFAULTS_MARK}.",
         ),
     ] = None,
+    prometheus_rules: Annotated[
+        Path | None,
+        typer.Option(
+            "--prometheus-rules",
+            metavar="FILE",
+            help="Write a Prometheus rules file equivalent to the rules (over the metrics "
+            "statewright exports; '-' for stdout) and exit, evaluating nothing.",
+        ),
+    ] = None,
+    deliver: Annotated[
+        bool,
+        typer.Option(
+            "--deliver",
+            help="Keep evaluating every --alert-interval and deliver FIRING/RESOLVED "
+            "notifications to every --alert-webhook through the store's outbox, until "
+            "SIGINT/SIGTERM.",
+        ),
+    ] = False,
+    alert_webhook: AlertWebhookOption = None,
+    alert_interval: AlertIntervalOption = "30s",
+    alert_max_attempts: AlertMaxAttemptsOption = 10,
+    alert_timeout: AlertTimeoutOption = "10s",
+    alert_claim: Annotated[
+        str | None,
+        typer.Option(
+            "--alert-claim",
+            help="How long a claim on notifications lasts (default: twice --alert-timeout "
+            "plus 5s): what a deliverer killed mid-send leaves is sent by another then.",
+        ),
+    ] = None,
 ) -> None:
     """Evaluate the alert rules on the store; exit 0 when none fires, 1 when any fires.
 
@@ -93,6 +167,21 @@ def alerts(
     from statewright.observability.alerts import AlertThresholds, evaluate_alerts
 
     thresholds = AlertThresholds().with_overrides(_parse(threshold or []))
+    if prometheus_rules is not None:
+        _write_rules(s, thresholds, prometheus_rules)
+        return
+    if deliver:
+        _deliver(
+            s,
+            thresholds,
+            tenant,
+            alert_webhook,
+            interval=alert_interval,
+            max_attempts=alert_max_attempts,
+            timeout=alert_timeout,
+            claim=alert_claim,
+        )
+        return
     found = with_engine(s, lambda e: evaluate_alerts(e, thresholds, tenant=tenant))
     if s.json:
         emit_json({"status": "firing" if found else "ok", "alerts": found})
@@ -108,3 +197,88 @@ def alerts(
                 out.print(f"  e.g. {', '.join(a.sample_ids)}", markup=False)
     if found:
         raise typer.Exit(1)
+
+
+def _write_rules(s: Settings, thresholds: AlertThresholds, target: Path) -> None:
+    from statewright.observability.prom_rules import rules_yaml
+
+    text = with_engine(s, lambda e: _rules_text(e, thresholds, rules_yaml))
+    if str(target) == "-":
+        sys.stdout.write(text)  # as is: a console would wrap long lines, breaking the YAML
+        return
+    target.write_text(text)
+    if s.json:
+        emit_json({"written": str(target)})
+    else:
+        out.print(f"wrote {target}", markup=False)
+
+
+async def _rules_text(e: Engine, thresholds: AlertThresholds, render: Any) -> str:
+    return str(render(e, thresholds))
+
+
+def _deliver(
+    s: Settings,
+    thresholds: AlertThresholds,
+    tenant: str | None,
+    webhooks: list[str] | None,
+    *,
+    interval: str,
+    max_attempts: int,
+    timeout: str,
+    claim: str | None,
+) -> None:
+    from statewright.cli.timers import parse_duration
+    from statewright.observability.delivery import AlertDelivery
+
+    urls = [u for item in webhooks or [] for u in item.split()]
+    if not urls:
+        raise InvalidInput("--deliver needs at least one --alert-webhook URL")
+    every, limit = parse_duration(interval), parse_duration(timeout)
+    claim_seconds = None if claim is None else parse_duration(claim)
+
+    async def go(engine: Engine) -> None:
+        import asyncio
+        import signal
+
+        delivery = AlertDelivery(
+            engine,
+            urls,
+            thresholds=thresholds,
+            tenant=tenant,
+            interval=every,
+            max_attempts=max_attempts,
+            timeout=limit,
+            claim_seconds=claim_seconds,
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, delivery.stop)
+        await delivery.run()
+
+    with_engine(s, go)
+
+
+def delivery_for(
+    engine: Engine,
+    webhooks: list[str],
+    interval: str,
+    thresholds: list[str],
+    *,
+    max_attempts: int = 10,
+    timeout: str = "10s",
+) -> AlertDelivery:
+    """The alert delivery ``serve --alert-webhook`` runs (bad options raise InvalidInput)."""
+    from statewright.cli.timers import parse_duration
+    from statewright.observability.alerts import AlertThresholds
+    from statewright.observability.delivery import AlertDelivery
+
+    th = AlertThresholds().with_overrides(_parse(thresholds))
+    return AlertDelivery(
+        engine,
+        webhooks,
+        thresholds=th,
+        interval=parse_duration(interval),
+        max_attempts=max_attempts,
+        timeout=parse_duration(timeout),
+    )

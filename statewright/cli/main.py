@@ -20,6 +20,8 @@ from statewright.cli import (
     operator,
     ops,
     paths,
+    retention,
+    schedules,
     serve,
     timers,
     workflows,
@@ -85,6 +87,8 @@ _COMMANDS: list[tuple[str, Callable[..., None], str]] = [
     ("move", operator.move, "error"),
     ("fork", operator.fork, "error"),
     ("migrate", operator.migrate, "error"),
+    ("prune", retention.prune, "error"),
+    ("import", retention.import_, "error"),
     ("timers", timers.timers, "error"),
     ("schedule", timers.schedule, "error"),
     ("cancel-timer", timers.cancel_timer, "error"),
@@ -104,6 +108,7 @@ _CLASSES: dict[str, type[Command]] = {"alerts": alerts.AlertsCommand}
 """Commands with a Click class of their own (the others': :class:`Command`)."""
 for _name, _fn, _level in _COMMANDS:
     app.command(_name, cls=_CLASSES.get(_name, Command))(command(_fn, log_level=_level))
+app.add_typer(schedules.app, name="schedules")
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ from statewright.errors import InvalidInput
 if TYPE_CHECKING:
     from statewright.engine import Engine, Worker
     from statewright.engine.core import Stuck
+    from statewright.observability.worker_http import WorkerEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +162,40 @@ def worker(
     until_idle: Annotated[
         bool, typer.Option("--until-idle", help="Run until nothing is due, then exit.")
     ] = False,
+    prune_terminal_older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--prune-terminal-older-than",
+            metavar="DURATION",
+            help="Also prune finished workflows older than this (30d, 12h, ...) every "
+            "--prune-every, without an archive (`statewright prune --archive` keeps one). "
+            "Safe with several workers.",
+            show_default=False,
+        ),
+    ] = None,
+    prune_every: Annotated[
+        str,
+        typer.Option("--prune-every", metavar="DURATION", help="See --prune-terminal-older-than."),
+    ] = "1h",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=65535,
+            envvar="STATEWRIGHT_METRICS_PORT",
+            show_envvar=True,
+            help="Serve /metrics (Prometheus) and /livez on this port (0: a free one; the "
+            "address is printed). Default: no endpoint.",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str,
+        typer.Option(
+            envvar="STATEWRIGHT_METRICS_HOST",
+            show_envvar=True,
+            help="Bind address of --metrics-port.",
+        ),
+    ] = "127.0.0.1",
     log_format: LogFormatOption = LogFormat.text,
 ) -> None:
     """Run the handlers and timers of due workflows (SIGINT/SIGTERM stop it cleanly).
@@ -171,10 +206,20 @@ def worker(
     """
     if once and until_idle:
         raise InvalidInput("--once and --until-idle exclude each other")
+    from statewright.engine.retention import parse_duration
+
+    prune_older = (
+        None if prune_terminal_older_than is None else parse_duration(prune_terminal_older_than)
+    )
+    prune_period = parse_duration(prune_every)
     use_log_format(log_format)
     # Imported here: OpenTelemetry is only needed by this command.
     from statewright.engine import Worker, recover
+    from statewright.observability.otel_setup import configure_from_env
     from statewright.observability.tracing import attach_tracing
+
+    # OTEL_* variables: handler and step spans exported (the optional extra statewright[otel]).
+    configure_from_env("statewright-worker", warn=lambda text: err.print(text, markup=False))
 
     async def go(engine: Engine) -> dict[str, Any]:
         attach_tracing(engine)  # span events per transition when a tracer provider is set
@@ -185,6 +230,8 @@ def worker(
             poll_interval=poll_interval,
             cancel_grace=cancel_grace,
             threads=threads,
+            prune_terminal_older_than=prune_older,
+            prune_every=prune_period,
         )
         if log_format is LogFormat.json:
             log.info(
@@ -193,16 +240,41 @@ def worker(
             )
         elif not s.json:
             err.print(f"worker {w.id} on {escape(db_path(engine))}: {escape(', '.join(w.types))}")
-        recovered = await recover(engine, worker_id=w.id, lease_seconds=lease_seconds)
-        # w.processed counts handler runs (and timers fired), a chain's each: the claims
-        # run_once / run_until_idle return would count a chain once.
-        if once:
-            await w.run_once()
-        elif until_idle:
-            await w.run_until_idle()
-        else:
-            await _run_until_signalled(w, grace)
+        endpoint = None if metrics_port is None else _serve_metrics(w, metrics_host, metrics_port)
+        try:
+            recovered = await recover(engine, worker_id=w.id, lease_seconds=lease_seconds)
+            if endpoint is not None:
+                endpoint.running(True)
+            # w.processed counts handler runs (and timers fired), a chain's each: the claims
+            # run_once / run_until_idle return would count a chain once.
+            if once or until_idle:
+                await (w.run_once() if once else w.run_until_idle())
+                if prune_older is not None:  # run() prunes periodically; one round here
+                    await engine.prune(prune_older)
+            else:
+                await _run_until_signalled(w, grace)
+        finally:
+            if endpoint is not None:
+                endpoint.running(False)
+                endpoint.close()
         return {"worker_id": w.id, "recovered": len(recovered), "processed": w.processed}
+
+    def _serve_metrics(w: Worker, host: str, port: int) -> WorkerEndpoint:
+        # Imported here: only a worker with --metrics-port needs the endpoint.
+        from statewright.observability.worker_http import WorkerEndpoint
+
+        endpoint = WorkerEndpoint(w, host, port)
+        endpoint.start()
+        bound_host, bound_port = endpoint.address
+        if log_format is LogFormat.json:
+            log.info(
+                "worker metrics on %s/metrics",
+                endpoint.url,
+                extra={"action": "metrics_listening", "host": bound_host, "port": bound_port},
+            )
+        else:  # on stderr even with --json: stdout carries the command's result
+            err.print(f"worker metrics on {escape(endpoint.url)}/metrics and /livez")
+        return endpoint
 
     result = with_engine(s, go)
     if s.json:

@@ -15,6 +15,12 @@ from typing import Annotated
 
 import typer
 
+from statewright.cli.alerts import (
+    AlertIntervalOption,
+    AlertMaxAttemptsOption,
+    AlertTimeoutOption,
+    AlertWebhookOption,
+)
 from statewright.cli.loading import build_engine
 from statewright.cli.options import Settings
 from statewright.cli.output import LogFormat, LogFormatOption, err, use_log_format
@@ -116,15 +122,36 @@ def serve(
             "scrapers).",
         ),
     ] = False,
+    alert_webhook: AlertWebhookOption = None,
+    alert_interval: AlertIntervalOption = "30s",
+    alert_max_attempts: AlertMaxAttemptsOption = 10,
+    alert_timeout: AlertTimeoutOption = "10s",
+    alert_threshold: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--alert-threshold",
+            metavar="NAME=VALUE",
+            envvar="STATEWRIGHT_ALERT_THRESHOLDS",
+            show_envvar=True,
+            help="Change an alert threshold for delivery (as `statewright alerts --threshold`).",
+        ),
+    ] = None,
     log_format: LogFormatOption = LogFormat.text,
 ) -> None:
-    """Serve the HTTP API, dashboard (/), probes and /metrics until SIGINT/SIGTERM."""
+    """Serve the HTTP API, dashboard (/), probes and /metrics until SIGINT/SIGTERM; with
+    --alert-webhook, also evaluate the alert rules every --alert-interval and deliver their
+    notifications."""
     import uvicorn
 
     from statewright.access import TokenRegistry
     from statewright.http import WorkerOptions, create_app, limits
+    from statewright.observability.otel_setup import configure_from_env, flush_at_shutdown
 
     use_log_format(log_format)
+    # OTEL_* variables: spans exported (the optional extra statewright[otel]).
+    traces = configure_from_env(
+        "statewright", warn=lambda text: _notice(log_format, text, warn=True)
+    )
     registry = TokenRegistry.from_file(tokens) if tokens else None
     if registry is None and not _loopback(host):
         raise InvalidInput(
@@ -139,12 +166,26 @@ def serve(
         max_header_bytes=max_header_bytes,
         metrics_auth=metrics_auth,
     )
+    webhooks = [u for item in alert_webhook or [] for u in item.split()]
+    if webhooks:
+        from statewright.cli.alerts import delivery_for
+        from statewright.observability.delivery import run_with_app
+
+        delivery = delivery_for(
+            engine,
+            webhooks,
+            alert_interval,
+            alert_threshold or [],
+            max_attempts=alert_max_attempts,
+            timeout=alert_timeout,
+        )
+        run_with_app(app, delivery)
     if registry is None:
         _notice(log_format, "open mode: no --tokens, every local caller is an admin", warn=True)
     _notice(log_format, f"statewright serving on http://{host}:{port}/")
     tune_gc()
     uvicorn.run(
-        app,
+        flush_at_shutdown(app, traces),
         host=host,
         port=port,
         log_level=(s.log_level or "info").lower(),

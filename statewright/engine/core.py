@@ -11,19 +11,22 @@ import dataclasses
 import hashlib
 import itertools
 import logging
+import os
 import random
 import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statewright import ids
 from statewright.clock import Clock, SystemClock
 from statewright.definition.machine import Machine, State
+from statewright.engine import schedules as schedule_ops
 from statewright.engine import timers as timer_ops
 from statewright.engine.cancel import cancel as cancel_workflow
 from statewright.engine.hooks import Observers, TransitionEvent
+from statewright.engine.tracecontext import capture as capture_trace
 from statewright.engine.transitions import (
     CONTEXT_EVENT,
     MIGRATE_EVENT,
@@ -58,6 +61,7 @@ from statewright.types import (
     JSON,
     InboxItem,
     NewWorkflow,
+    ScheduleRecord,
     StepRecord,
     StuckCutoff,
     StuckKey,
@@ -66,6 +70,9 @@ from statewright.types import (
     WorkflowFilter,
     WorkflowRow,
 )
+
+if TYPE_CHECKING:
+    from statewright.engine.retention import ImportReport, PruneReport
 
 log = logging.getLogger(__name__)
 
@@ -333,6 +340,7 @@ class Engine:
             timers=state_timers(initial, now),
             tenant=tenant,
             idempotency_key=idempotency_key,
+            trace=capture_trace(),  # the caller's span, if any: the worker's spans join it
         )
         row, created = await self.store.create_workflow(new)
         self.transitions.rows.put(row)
@@ -822,6 +830,69 @@ class Engine:
         Raises WorkflowNotFound."""
         return await timer_ops.listing(self, workflow_id)
 
+    # -- schedules (statewright.engine.schedules) ---------------------------------------------
+
+    async def schedule_start(
+        self,
+        workflow_type: str,
+        cron: str,
+        input: Mapping[str, Any] | None = None,
+        *,
+        schedule_id: str,
+        catch_up: str = "latest",
+        timezone: str = "UTC",
+        tenant: str = "default",
+        paused: bool = False,
+    ) -> ScheduleRecord:
+        """Start a workflow of ``workflow_type`` with ``input`` at every tick of ``cron`` (five
+        fields, or ``@daily``, ``@hourly``...) in ``timezone``; workers fire the ticks, one
+        workflow per tick however many run (its id: ``<schedule_id>.<UTC tick>``).
+
+        Declaring a schedule again as it is changes nothing; with another definition it
+        replaces it (its next tick counted from now). ``catch_up``: ``latest`` (default: of
+        the ticks missed while no worker ran, start the latest only), ``all`` or ``skip``
+        (:data:`~statewright.engine.schedules.CatchUp`).
+
+        Raises UnknownWorkflowType, InvalidSchedule (cron, zone, policy or id), InvalidInput
+        (an input a start would refuse).
+        """
+        return await schedule_ops.put(
+            self,
+            workflow_type,
+            cron,
+            input,
+            schedule_id=schedule_id,
+            catch_up=catch_up,
+            timezone=timezone,
+            tenant=tenant,
+            paused=paused,
+        )
+
+    async def schedules(self, tenant: str | None = None) -> list[ScheduleRecord]:
+        """The schedules (of one tenant when given), by id."""
+        return await self.store.list_schedules(tenant)
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """One schedule; raises ScheduleNotFound."""
+        return await schedule_ops.get(self, schedule_id)
+
+    async def unschedule(self, schedule_id: str) -> None:
+        """Remove a schedule (the workflows it started stay); raises ScheduleNotFound."""
+        await schedule_ops.remove(self, schedule_id)
+
+    async def pause_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """Stop a schedule's ticks until :meth:`resume_schedule`; raises ScheduleNotFound."""
+        return await schedule_ops.set_paused(self, schedule_id, True)
+
+    async def resume_schedule(self, schedule_id: str) -> ScheduleRecord:
+        """Resume a paused schedule from its first tick after now (the paused ticks are not
+        caught up); raises ScheduleNotFound."""
+        return await schedule_ops.set_paused(self, schedule_id, False)
+
+    async def fire_schedules(self, now: float | None = None) -> list[str]:
+        """Start the workflows of the due ticks (workers do this); returns the ids created."""
+        return await schedule_ops.fire_due(self, now)
+
     async def fork(
         self,
         workflow_id: str,
@@ -891,6 +962,7 @@ class Engine:
                 event=FORK_EVENT,
                 payload=payload,
                 steps=copied,
+                trace=capture_trace(),
             )
         )
         if not created:
@@ -1250,6 +1322,46 @@ class Engine:
                 workflow_id=workflow_id,
             )
         return replayed
+
+    # -- retention (statewright.engine.retention) --------------------------------------------
+
+    async def prune(
+        self,
+        terminal_older_than: float,
+        *,
+        archive: str | os.PathLike[str] | None = None,
+        tenant: str | None = None,
+        batch: int = 500,
+        rejections_older_than: float | None = None,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        """Delete finished workflows whose final state was entered more than
+        ``terminal_older_than`` seconds ago, whole (row, log, steps, timers, inbox, refused
+        events), in batches of ``batch``, each its own short transaction; and refused events
+        older than ``rejections_older_than`` seconds. With ``archive`` (a ``.jsonl.gz`` path,
+        appended to) each batch is written and fsynced before it is deleted. ``dry_run``
+        counts and changes nothing. Raises InvalidInput."""
+        from statewright.engine import retention
+
+        return await retention.prune(
+            self,
+            terminal_older_than,
+            archive=archive,
+            tenant=tenant,
+            batch=batch,
+            rejections_older_than=rejections_older_than,
+            dry_run=dry_run,
+        )
+
+    async def import_archive(self, path: str | os.PathLike[str]) -> ImportReport:
+        """Restore the workflows of a prune archive. Each is restored whole in one
+        transaction, then its replay checked against its row (ReplayMismatch) when its machine
+        version is registered. A workflow already here with the same data is skipped (listed
+        as ``identical``); with other data it is refused (``conflicts``), nothing written.
+        Raises InvalidInput (before writing anything) for a file that is not an archive."""
+        from statewright.engine import retention
+
+        return await retention.import_archive(self, path)
 
 
 FORK_EVENT = "$fork"

@@ -116,6 +116,20 @@ class LoopLagMonitor:
         """The lag of the latest tick."""
         return self._last_lag
 
+    @property
+    def behind(self) -> float | None:
+        """Seconds the next tick is late by now (a stall going on shows here before it ends);
+        None when not started. Safe to read from any thread."""
+        if self._thread is None:
+            return None
+        with self._lock:
+            return max(0.0, time.monotonic() - self._last_tick - self._interval)
+
+    @property
+    def threshold(self) -> float:
+        """Seconds without a tick that count as a stall."""
+        return self._threshold
+
     async def start(self) -> None:
         """Start watching the running loop: its ticker task and the watchdog thread."""
         if self._thread is not None:

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from statewright.engine import tracecontext
 from statewright.engine.cancel import cancel_reason, deliver_pending, fire_cancel, pending
 from statewright.engine.failures import describe, handle_failure
 from statewright.engine.looplag import user_code
@@ -201,7 +202,10 @@ async def _process_row(w: Worker, slot: Slot) -> WorkflowRow | None:
     if w.stopping:
         await store.release_lease(row.id, lease)
         return None
-    return await _run_handler(w, slot, wtype, handler)
+    # Its span joins the trace stored with the workflow; the outcome's transition is made
+    # inside it, so the next handler's span is this one's child.
+    with tracecontext.handler_span(row):
+        return await _run_handler(w, slot, wtype, handler)
 
 
 async def _fire_timer(
@@ -307,6 +311,7 @@ async def _run_handler(
     try:
         result = await slot.handler
     except Cancelled as exc:
+        tracecontext.note(outcome="cancelled")
         await run.flush()
         if slot.abandoned and not slot.killed_for_cancel and run.cancel_request is None:
             # The handler turned the worker's shutdown into Cancelled: that stops the worker,
@@ -319,12 +324,15 @@ async def _run_handler(
         me = asyncio.current_task()
         if me is not None and me.cancelling():
             raise  # this task itself is being cancelled, not just the handler
+        tracecontext.note(outcome="stopped")
         await _stopped(w, slot, wtype)
         return None
     except LeaseLost:
+        tracecontext.note(outcome="lease_lost")
         _log_lost(slot)
         return None
     except Exception as exc:
+        tracecontext.failed(exc)
         if slot.lost:
             _log_lost(slot)
             return None
@@ -347,6 +355,7 @@ async def _run_handler(
         return None
     taken = tuple(run.taken)
     if result is None:
+        tracecontext.note(outcome="idle")
         try:
             await run.flush()
             idle = await engine.transitions.defer(
@@ -370,6 +379,7 @@ async def _run_handler(
     chain = w.may_chain(slot)
     try:
         nxt = Next(result) if isinstance(result, str) else result
+        tracecontext.note(outcome="next", event=nxt.event)
         after = await engine.transitions.fire(
             row,
             Fire(
@@ -398,6 +408,7 @@ async def _run_handler(
     except (IllegalTransition, InvalidPayload) as exc:
         await run.flush()
         failed = FatalError(f"handler returned {exc.message}")
+        tracecontext.failed(failed)
         await after_write(w, wtype, await handle_failure(engine, row, failed, lease=lease))
         return None
     except Exception:

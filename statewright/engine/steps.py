@@ -28,6 +28,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from statewright.engine import tracecontext
 from statewright.engine.cancel import pending
 from statewright.engine.looplag import user_code
 from statewright.engine.timers import timer_spec
@@ -396,6 +397,18 @@ class Run:
             raise InvalidInput(f"step name must be non-empty and contain no ':': {name!r}")
         if timeout is not None and not timeout > 0:
             raise InvalidInput(f"a step's timeout must be positive, not {timeout!r}")
+        # In its span (a child of the handler's) when a tracer provider is set.
+        with tracecontext.step_span(self.workflow, name, self.key(name)):
+            return await self._step(name, action, safe_to_repeat, reconcile, timeout)
+
+    async def _step(
+        self,
+        name: str,
+        action: Callable[[StepKey], Awaitable[Any] | Any],
+        safe_to_repeat: bool,
+        reconcile: Reconciler | None,
+        timeout: float | None,
+    ) -> Any:
         # A pending cancel request and the step's ledger entry, asked together (one trip to
         # SQLite's connection thread, two concurrent queries on PostgreSQL); a pending done
         # record is written first.
@@ -410,13 +423,16 @@ class Run:
             raise Cancelled(self._cancel.reason)
         begun = await self._prepare(name, reconcile, safe_to_repeat, record)
         if not isinstance(begun, _Begun):
+            tracecontext.note(outcome="recorded", attempt=begun.attempts)
             return begun.result
+        tracecontext.note(attempt=begun.record.attempts)
         label = f"step {self.type.name}/{self.state}/{name} {self.id}"
         try:
             result = await self._call_user(action, (begun.key,), timeout, label)
         except Exception as exc:
             await self._failed(begun, exc)
             raise
+        tracecontext.note(outcome="done")
         return await self._done(begun, name, result)
 
     async def _prepare(

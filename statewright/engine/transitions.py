@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from statewright.definition.machine import State, Transition
 from statewright.engine.hooks import TransitionEvent
+from statewright.engine.tracecontext import capture as capture_trace
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import (
     ActionFailed,
@@ -316,6 +317,8 @@ class Transitions:
             idempotency_key=fire.idempotency_key,
             machine_version=fire.machine_version if migrating else None,
             step_finish=fire.step_finish,
+            # The span it is made in (a request's, a worker's handler span), if any.
+            trace=capture_trace(),
         )
 
     # -- writes --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import time
@@ -30,6 +31,8 @@ from statewright.engine.pool import UserCodePool
 from statewright.engine.processing import Slot, process
 from statewright.engine.recovery import LIVE_WORKERS
 from statewright.engine.recovery import recover as run_recovery
+from statewright.engine.retention import check_worker_options, prune_periodically
+from statewright.engine.schedules import fire_due
 from statewright.engine.wakeup import listen
 from statewright.errors import LeaseLost, StoreError
 
@@ -72,6 +75,10 @@ class Worker:
             then the lease is released as usual and the workflow waits its turn among the
             due ones (1: never chain).
         chain_seconds: see ``chain_limit``.
+        prune_terminal_older_than: when set, seconds: :meth:`run` prunes finished workflows
+            older than this (``Engine.prune``, no archive) every ``prune_every`` seconds,
+            starting at once. Several workers pruning at once is safe.
+        prune_every: see ``prune_terminal_older_than``.
     """
 
     def __init__(
@@ -89,6 +96,8 @@ class Worker:
         loop_lag_threshold: float = 1.0,
         chain_limit: int = 32,
         chain_seconds: float = 1.0,
+        prune_terminal_older_than: float | None = None,
+        prune_every: float = 3600.0,
     ) -> None:
         self.engine = engine
         self.concurrency = concurrency
@@ -106,6 +115,13 @@ class Worker:
         self.processed = 0
         self.chain_limit = chain_limit
         self.chain_seconds = chain_seconds
+        check_worker_options(prune_terminal_older_than, prune_every)
+        self.prune_terminal_older_than = prune_terminal_older_than
+        self.prune_every = prune_every
+        self.limits = {
+            t.name: t.limit for t in engine.types if t.name in self.types and t.limit is not None
+        } or None
+        """The claim limits of this worker's limited types (None: the fast claim only)."""
         self._slots: dict[str, Slot] = {}
         self._stopping = asyncio.Event()
         self._deadline: float | None = None
@@ -174,6 +190,7 @@ class Worker:
         if self.executor.closed:  # run again after a stop: a fresh pool
             self.executor = UserCodePool(self.threads)
         beat = asyncio.create_task(heartbeat(self))
+        pruner = prune_periodically(self) if self.prune_terminal_older_than is not None else None
         await self.loop_lag.start()
         try:
             if recover:
@@ -187,16 +204,22 @@ class Worker:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
+            if pruner is not None:
+                pruner.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await pruner
             await self._release_all()
             await self.loop_lag.stop()
             # Threads still in user code the worker gave up on are daemons: not waited for.
             self.executor.shutdown(wait=False, cancel_futures=True)
 
     async def run_until_idle(self, max_rounds: int = 100_000) -> int:
-        """Process due work until none is due at the clock's now; returns how many."""
+        """Process due work until none is due at the clock's now (the due ticks of schedules
+        included: fired once, first); returns how many."""
         total = 0
+        await self._fire_schedules()
         for _ in range(max_rounds):
-            n = await self.run_once()
+            n = await self._round()
             if n == 0:
                 return total
             total += n
@@ -204,7 +227,12 @@ class Worker:
 
     async def run_once(self) -> int:
         """Claim one round of due workflows and process them concurrently; returns how many
-        were claimed (:attr:`processed` counts the handlers run, chains included)."""
+        were claimed (:attr:`processed` counts the handlers run, chains included). The due
+        ticks of schedules are fired first."""
+        await self._fire_schedules()
+        return await self._round()
+
+    async def _round(self) -> int:
         slots = await self._claim(self.concurrency)
         if slots:
             await asyncio.gather(*(s.task for s in slots if s.task is not None))
@@ -217,10 +245,14 @@ class Worker:
         stopping = asyncio.create_task(self._stopping.wait())
         waiter: asyncio.Task[None] | None = None
         last_recovery = self.engine.clock.now()
+        fired_at = -math.inf
         try:
             while not self._stopping.is_set():
                 if waiter is None or waiter.done():
                     waiter = await listen(store, self.poll_interval)
+                if time.monotonic() - fired_at >= self.poll_interval:
+                    fired_at = time.monotonic()
+                    await self._fire_schedules()
                 free = self.concurrency - len(self._slots)
                 try:
                     claimed = len(await self._claim(free, reap=True)) if free > 0 else 0
@@ -248,6 +280,8 @@ class Worker:
                 until_recovery = (
                     max(0.0, last_recovery + self.lease_seconds - now) if recover else None
                 )
+                if until_recovery is not None:  # nor past the next check of due schedules
+                    until_recovery = min(until_recovery, self.poll_interval)
                 await asyncio.wait(
                     wait_on, timeout=until_recovery, return_when=asyncio.FIRST_COMPLETED
                 )
@@ -262,6 +296,14 @@ class Worker:
         except StoreError:
             log.exception("recovery failed", extra={"action": "recovery_failed"})
 
+    async def _fire_schedules(self) -> None:
+        """Start the workflows of the due ticks of this worker's types' schedules (every
+        worker does: one start per tick wins, see :mod:`statewright.engine.schedules`)."""
+        try:
+            await fire_due(self.engine, types=self.types)
+        except Exception:  # the ticks stay due; claiming and running workflows go on
+            log.exception("firing schedules failed", extra={"action": "schedules_failed"})
+
     def _lagged(self, report: LagReport) -> None:
         # From the watchdog thread: observers must be thread-safe (prometheus-client is).
         self.engine.observers.loop_lagged(report)
@@ -269,7 +311,7 @@ class Worker:
     async def _claim(self, limit: int, *, reap: bool = False) -> list[Slot]:
         engine = self.engine
         rows = await engine.store.claim_due(
-            self.id, engine.clock.now(), self.lease_seconds, limit, self.types
+            self.id, engine.clock.now(), self.lease_seconds, limit, self.types, self.limits
         )
         slots = []
         for row in rows:

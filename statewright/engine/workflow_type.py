@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from statewright.definition.machine import Machine
+from statewright.engine.limits import limit_problems
 from statewright.engine.retry import RetryPolicy
 from statewright.errors import DefinitionError, Problem
 from statewright.redaction import path_problem
+from statewright.types import TypeLimit
 
 if TYPE_CHECKING:
     from statewright.engine.steps import Run
@@ -119,6 +121,12 @@ class WorkflowType:
             operator or admin role: removed from the context, step results, event payloads
             and context patches, and their values masked inside error messages and other
             texts (see :mod:`statewright.redaction`).
+        max_concurrent: at most this many workflows of the type leased (running) at once,
+            across every worker process (:mod:`statewright.engine.limits`); None: no limit.
+        max_per_second: at most this many claims of the type per second on average, across
+            every worker (a token bucket in the store); None: no limit.
+        burst: how many claims ``max_per_second`` allows at once after a quiet spell
+            (default: one second's worth, at least 1).
     """
 
     machine: Machine
@@ -137,6 +145,9 @@ class WorkflowType:
     deadlines: Mapping[str, float] = field(default_factory=dict)
     summary: SummaryHook | None = None
     redact: tuple[str, ...] = ()
+    max_concurrent: int | None = None
+    max_per_second: float | None = None
+    burst: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.redact, list):
@@ -180,6 +191,7 @@ class WorkflowType:
             problems.append(
                 Problem("invalid_summary", "summary must be a function of the context")
             )
+        problems += limit_problems(self.max_concurrent, self.max_per_second, self.burst)
         event = self.step_outcome_unknown
         if event is not None and event not in self.machine.events:
             problems.append(
@@ -191,6 +203,13 @@ class WorkflowType:
     @property
     def name(self) -> str:
         return self.machine.name
+
+    @property
+    def limit(self) -> TypeLimit | None:
+        """The type's claim limits, or None when it has none (the fast claim)."""
+        if self.max_concurrent is None and self.max_per_second is None:
+            return None
+        return TypeLimit(self.max_concurrent, self.max_per_second, self.burst)
 
     @property
     def version(self) -> int:

@@ -17,7 +17,7 @@ from statewright import __version__
 from statewright.access import TokenRegistry
 from statewright.engine.core import Engine
 from statewright.engine.worker import Worker
-from statewright.http import api, dashboard, docs, errors, health, limits, stream
+from statewright.http import api, dashboard, docs, errors, health, limits, schedules, stream
 from statewright.http import metrics as observability
 from statewright.mcp_server import http as mcp_http
 
@@ -108,6 +108,7 @@ def create_app(
     limits.document(app)
     errors.install(app)
     app.include_router(api.router)
+    app.include_router(schedules.router)
     app.include_router(health.router)
     observability.install(app, engine)  # /metrics, /v1/alerts, transition span events
     dashboard.install(app)  # / and /ui/: the operator dashboard

@@ -42,6 +42,10 @@ STATUS = {
     "definition_invalid": 422,
     "step_not_found": 404,
     "timer_not_found": 404,
+    "schedule_not_found": 404,
+    # A cron line (or zone) the schema's pattern admits but whose values do not hold: the
+    # schedule cannot be declared as asked (schema-valid requests are never answered 422).
+    "invalid_schedule": 409,
     "store_error": 503,
     "outcome_unknown": 503,
 }

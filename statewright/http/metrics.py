@@ -22,7 +22,7 @@ from statewright.http.deps import AccessDep, bearer
 from statewright.http.schemas import ErrorOut
 from statewright.observability.alerts import Alert, AlertThresholds, evaluate_alerts
 from statewright.observability.metrics import EngineMetrics, attach_metrics
-from statewright.observability.tracing import attach_tracing
+from statewright.observability.tracing import TraceContextMiddleware, attach_tracing
 
 router = APIRouter(tags=["observability"])
 alerts_router = APIRouter(prefix="/v1", tags=["observability"])
@@ -125,9 +125,11 @@ async def alerts(access: AccessDep, request: Request) -> AlertsOut:
 
 
 def install(app: FastAPI, engine: Engine, thresholds: AlertThresholds | None = None) -> None:
-    """Attach the engine's metrics and transition tracing, and add both routes."""
+    """Attach the engine's metrics and transition tracing, and add both routes; a request's
+    ``traceparent`` header is stored with the workflows it starts or moves."""
     app.state.metrics = attach_metrics(engine)
     app.state.alert_thresholds = thresholds or AlertThresholds()
     attach_tracing(engine)
+    app.add_middleware(TraceContextMiddleware)
     app.include_router(router)
     app.include_router(alerts_router)

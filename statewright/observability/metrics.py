@@ -18,6 +18,7 @@ from stored rows, which only an engine that has the type registered writes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections import defaultdict
@@ -28,10 +29,11 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from statewright.definition.machine import Machine
-from statewright.engine.core import Engine
+from statewright.engine.core import Engine, StuckTotal
 from statewright.engine.hooks import Rejection, RetryEvent, TransitionEvent
 from statewright.engine.looplag import LagReport
 from statewright.errors import UnknownWorkflowType
+from statewright.observability.oldest import OldestAges
 from statewright.store.protocol import Store
 from statewright.types import WorkflowRow
 
@@ -100,10 +102,12 @@ class _Names:
 
 
 class _WorkflowCounts(Collector):
-    """``statewright_workflows`` from the last store read, and whether that read worked."""
+    """``statewright_workflows`` and ``statewright_stuck_workflows`` from the last store read,
+    and whether that read worked."""
 
     def __init__(self) -> None:
         self.counts: Sequence[tuple[str, str, int]] | None = None
+        self.stuck: Sequence[StuckTotal] = ()
 
     def collect(self) -> Iterable[Metric]:
         gauge = GaugeMetricFamily(
@@ -115,6 +119,22 @@ class _WorkflowCounts(Collector):
         for machine, state, n in self.counts or ():
             gauge.add_metric([machine, state], n)
         yield gauge
+        stuck = GaugeMetricFamily(
+            "statewright_stuck_workflows",
+            "Workflows past their state's stuck threshold (statewright stuck) per machine and "
+            "state, read from the store at scrape time.",
+            labels=["machine", "state"],
+        )
+        oldest = GaugeMetricFamily(
+            "statewright_stuck_oldest_seconds",
+            "Age in its state of the oldest stuck workflow, per machine and state.",
+            labels=["machine", "state"],
+        )
+        for g in self.stuck if self.counts is not None else ():
+            stuck.add_metric([g.type, g.state], g.count)
+            oldest.add_metric([g.type, g.state], g.oldest_age)
+        yield stuck
+        yield oldest
         yield GaugeMetricFamily(
             "statewright_store_up",
             "1 when the store answered this scrape's count query, else 0.",
@@ -124,6 +144,8 @@ class _WorkflowCounts(Collector):
     def describe(self) -> Iterable[Metric]:
         return [
             GaugeMetricFamily("statewright_workflows", "", labels=["machine", "state"]),
+            GaugeMetricFamily("statewright_stuck_workflows", "", labels=["machine", "state"]),
+            GaugeMetricFamily("statewright_stuck_oldest_seconds", "", labels=["machine", "state"]),
             GaugeMetricFamily("statewright_store_up", ""),
         ]
 
@@ -154,6 +176,7 @@ class EngineMetrics:
         # observers, and attach_metrics keys a weak mapping by the engine.
         self.store: Store = engine.store
         self.names = _Names(engine)
+        self._engine = weakref.ref(engine)
         self.registry = registry if registry is not None else CollectorRegistry()
         self.recovery_from = frozenset(recovery_from)
         self.recovery_to = frozenset(recovery_to)
@@ -217,6 +240,9 @@ class EngineMetrics:
         )
         self._workflows = _WorkflowCounts()
         r.register(self._workflows)
+        self.clock = engine.clock
+        self._oldest = OldestAges()  # makes the alert rules' age checks expressible
+        r.register(self._oldest)
         observers = engine.observers
         observers.transition.append(self.on_transition)
         observers.rejections.append(self.on_rejection)
@@ -264,9 +290,13 @@ class EngineMetrics:
     # -- scrape --------------------------------------------------------------------------------
 
     async def refresh(self) -> None:
-        """Read the workflow counts from the store (``statewright_store_up`` 0 if it fails)."""
+        """Read the workflow and stuck counts from the store (``statewright_store_up`` 0 if
+        it fails)."""
+        engine = self._engine()
         try:
-            counts = await asyncio.wait_for(self.store.count_by_state(), self.scrape_timeout)
+            async with asyncio.timeout(self.scrape_timeout):
+                counts = await self.store.count_by_state()
+                stuck = [] if engine is None else await engine.stuck_counts()
         except Exception as exc:
             log.warning(
                 "metrics: counting workflows failed",
@@ -274,7 +304,10 @@ class EngineMetrics:
             )
             self._workflows.counts = None
             return
-        self._workflows.counts = counts
+        self._workflows.counts, self._workflows.stuck = counts, stuck
+        with contextlib.suppress(Exception):  # its gauge is left empty; store_up tells
+            async with asyncio.timeout(self.scrape_timeout):
+                await self._oldest.refresh(self.store, self.clock)
 
     async def render(self) -> bytes:
         """The text exposition of every collector, with fresh workflow counts."""

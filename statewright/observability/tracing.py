@@ -1,23 +1,35 @@
-"""OpenTelemetry span events per transition.
+"""OpenTelemetry: span events per transition, and the HTTP request's trace context.
 
 When a tracer is configured (one passed to :func:`attach_tracing`, or a real global
 TracerProvider, e.g. the SDK's), every committed transition adds a span event named
-``statewright.transition`` to the current span (the HTTP request's, the caller's), or, when no
-span is recording, to a short span of its own with the same name. Without a tracer it costs
-one lookup per transition and records nothing.
+``statewright.transition`` to the current span (the HTTP request's, the caller's, a worker's
+handler span), or, when no span is recording, to a short span of its own with the same name.
+Without a tracer it costs one lookup per transition and records nothing.
+
+Spans across processes (the trace context stored with a workflow, the worker's handler and
+step spans) are :mod:`statewright.engine.tracecontext`'s; :class:`TraceContextMiddleware`
+makes an HTTP request's ``traceparent`` header the current context when no instrumentation
+(e.g. opentelemetry-instrumentation-fastapi) made a server span current already, so the
+workflows a request starts or moves carry its trace even without an SDK in the server.
 """
 
 from __future__ import annotations
 
 import weakref
+from typing import TYPE_CHECKING
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, SpanKind, Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
 from statewright import __version__
 from statewright.engine.core import Engine
 from statewright.engine.hooks import TransitionEvent
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
 EVENT_NAME = "statewright.transition"
 SCOPE = "statewright"
@@ -74,6 +86,38 @@ class TransitionTracer:
             span.end()
 
 
+class TraceContextMiddleware:
+    """Pure ASGI middleware: a request that carries a W3C ``traceparent`` header and comes
+    with no current span runs with that remote span context current (what the engine stores
+    with the workflows it starts or moves). A request without the header, or inside a span
+    already, passes untouched. Pure ASGI, not Starlette's ``BaseHTTPMiddleware``: that would
+    buffer streamed bodies (see :mod:`statewright.http.limits`)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or trace.get_current_span().get_span_context().is_valid:
+            await self.app(scope, receive, send)
+            return
+        carrier = {
+            name.decode("latin-1"): value.decode("latin-1")
+            for name, value in scope.get("headers", ())
+            if name in _TRACE_HEADERS
+        }
+        if "traceparent" not in carrier:
+            await self.app(scope, receive, send)
+            return
+        token = otel_context.attach(_W3C.extract(carrier))
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            otel_context.detach(token)
+
+
+_TRACE_HEADERS = (b"traceparent", b"tracestate")
+_W3C = TraceContextTextMapPropagator()
+
 _attached: weakref.WeakKeyDictionary[Engine, TransitionTracer] = weakref.WeakKeyDictionary()
 
 
@@ -89,4 +133,10 @@ def attach_tracing(engine: Engine, tracer: Tracer | None = None) -> TransitionTr
     return found
 
 
-__all__ = ["EVENT_NAME", "TransitionTracer", "attach_tracing", "transition_attributes"]
+__all__ = [
+    "EVENT_NAME",
+    "TraceContextMiddleware",
+    "TransitionTracer",
+    "attach_tracing",
+    "transition_attributes",
+]

@@ -41,7 +41,16 @@ from statewright.errors import (
     WorkflowFinished,
     WorkflowNotFound,
 )
-from statewright.store import sqlbuild, timerdue
+from statewright.store import retention_sql, sqlbuild, timerdue
+from statewright.store.alert_outbox import (
+    AlertChange,
+    AlertStateRecord,
+    OutboxRecord,
+    enqueue_params,
+    finish_query,
+    outbox_record,
+    state_write,
+)
 from statewright.store.postgres_batch import GroupCommit
 from statewright.store.postgres_listen import Listener
 from statewright.store.postgres_rows import (
@@ -57,6 +66,7 @@ from statewright.store.postgres_rows import (
     workflow_row,
 )
 from statewright.store.queries import load_queries, migrations
+from statewright.store.schedules import PostgresSchedules
 from statewright.types import (
     CancelRequest,
     DeferWrite,
@@ -73,6 +83,7 @@ from statewright.types import (
     TimerSpec,
     TransitionRecord,
     TransitionWrite,
+    TypeLimit,
     WorkflowFilter,
     WorkflowRow,
 )
@@ -104,7 +115,7 @@ def describe_dsn(dsn: str) -> str:
     return f"{info.get('dbname') or info.get('user') or ''}@{host}{port}"
 
 
-class PostgresStore:
+class PostgresStore(PostgresSchedules):
     """The :class:`~statewright.store.protocol.Store` on PostgreSQL.
 
     Args:
@@ -316,6 +327,7 @@ class PostgresStore:
             ],
             "tenant": new.tenant,
             "idempotency_key": new.idempotency_key,
+            "trace": new.trace,
             **timer_params(new.timers),
         }
         async with self._connection(write=True) as conn:
@@ -599,7 +611,10 @@ class PostgresStore:
         lease_seconds: float,
         limit: int,
         types: Sequence[str] | None = None,
+        limits: Mapping[str, TypeLimit] | None = None,
     ) -> list[WorkflowRow]:
+        if limits:  # limited types: one serialized claim each (statewright.store.schedules)
+            return await self._claim_limited(worker_id, now, lease_seconds, limit, types, limits)
         params: dict[str, Any] = {
             "worker": worker_id,
             "until": float(now + lease_seconds),
@@ -734,6 +749,67 @@ class PostgresStore:
             raise WorkflowNotFound(workflow_id)
         if not row["held"]:
             raise LeaseLost(workflow_id)
+
+    # -- alert delivery ----------------------------------------------------------------------
+
+    async def alert_states(self) -> list[AlertStateRecord]:
+        rows = await self._fetchall(Q["alert_states"], {})
+        return [
+            AlertStateRecord(
+                fingerprint=r["fingerprint"],
+                rule=r["rule"],
+                labels=r["labels"],
+                annotations=r["annotations"],
+                starts_at=r["starts_at"],
+            )
+            for r in rows
+        ]
+
+    async def record_alert_changes(
+        self, changes: Sequence[AlertChange], receivers: Sequence[str], at: float
+    ) -> list[AlertChange]:
+        took = []
+        async with self._connection(write=True) as conn:
+            try:
+                async with conn.transaction():
+                    for ch in changes:
+                        name, params = state_write(ch, dumps)
+                        if (await conn.execute(Q[name], params)).rowcount != 1:
+                            continue
+                        took.append(ch)
+                        for receiver in receivers:
+                            enqueue = enqueue_params(ch, receiver, at, dumps)
+                            await conn.execute(Q["alert_enqueue"], enqueue)
+            except BaseException:
+                await _rollback(conn)
+                raise
+        return took
+
+    async def claim_alert_notifications(
+        self, claim: str, now: float, until: float, limit: int
+    ) -> list[OutboxRecord]:
+        params = {"claim": claim, "now": now, "until": until, "limit": limit}
+        async with self._connection(write=True) as conn:
+            rows = await (await conn.execute(Q["alert_claim"], params)).fetchall()
+        return sorted((outbox_record(r, r["alert"]) for r in rows), key=lambda r: r.id)
+
+    async def finish_alert_notification(
+        self,
+        outbox_id: int,
+        claim: str,
+        *,
+        at: float,
+        delivered: bool,
+        retry_at: float | None = None,
+        error: str | None = None,
+    ) -> bool:
+        name = finish_query(delivered, retry_at)
+        params = {"nid": outbox_id, "claim": claim, "at": at, "due_at": retry_at, "message": error}
+        return bool(await self._rowcount(Q[name], params))
+
+    async def alert_notifications(self, after: int = 0, limit: int = 1000) -> list[OutboxRecord]:
+        rows = await self._fetchall(Q["alert_outbox"], {"after": after, "limit": limit})
+        return [outbox_record(r, r["alert"]) for r in rows]
 
     # -- timers ------------------------------------------------------------------------------
 
@@ -982,6 +1058,34 @@ class PostgresStore:
         params = {"id": workflow_id, "name": name, "skip": list(skip)}
         row = await self._fetchone(Q["next_input"], params)
         return None if row is None else inbox_item(row)
+
+    # -- retention (the SQL in statewright.store.retention_sql) -------------------------------
+
+    async def prunable(
+        self, before: float, *, tenant: str | None, after: tuple[float, str] | None, limit: int
+    ) -> list[tuple[str, int, float]]:
+        async with self._connection() as conn:
+            return await retention_sql.pg_prunable(conn, before, tenant, after, limit)
+
+    async def export_workflows(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        async with self._connection() as conn:
+            return await retention_sql.pg_export(conn, ids)
+
+    async def delete_workflows(
+        self, held: Sequence[tuple[str, int]]
+    ) -> tuple[list[str], dict[str, int]]:
+        async with self._connection(write=True) as conn:
+            return await retention_sql.pg_delete(conn, held)
+
+    async def prune_rejections(
+        self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
+    ) -> int:
+        async with self._connection(write=not dry_run) as conn:
+            return await retention_sql.pg_prune_rejections(conn, before, tenant, limit, dry_run)
+
+    async def restore_workflow(self, record: Mapping[str, Any]) -> bool:
+        async with self._connection(write=True) as conn:
+            return await retention_sql.pg_restore(conn, dict(record))
 
 
 async def _rollback(conn: Conn) -> None:

@@ -112,6 +112,7 @@ def transition_params(w: TransitionWrite) -> dict[str, Any]:
         "require_unleased": bool(w.require_unleased),
         "total_attempts": w.total_attempts,
         "idempotency_key": w.idempotency_key,
+        "trace": w.trace,
         **lease_params(w.lease),
         **timer_change_params(w, w.clear_timers),
         **step_finish_params(w.step_finish),
@@ -184,6 +185,7 @@ def workflow_row(r: DictRow) -> WorkflowRow:
         fence=r["fence"],
         total_attempts=r["total_attempts"],
         parked=r["parked"],
+        trace=r["trace"],
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from statewright.store.alert_outbox import AlertChange, AlertStateRecord, OutboxRecord
 from statewright.types import (
     CancelRequest,
     DeferWrite,
@@ -19,6 +20,7 @@ from statewright.types import (
     Lease,
     NewWorkflow,
     RejectionRecord,
+    ScheduleRecord,
     StepFinish,
     StepOutcome,
     StepRecord,
@@ -28,6 +30,7 @@ from statewright.types import (
     TimerSpec,
     TransitionRecord,
     TransitionWrite,
+    TypeLimit,
     WorkflowFilter,
     WorkflowRow,
 )
@@ -171,12 +174,53 @@ class Store(Protocol):
         lease_seconds: float,
         limit: int,
         types: Sequence[str] | None = None,
+        limits: Mapping[str, TypeLimit] | None = None,
     ) -> list[WorkflowRow]:
         """Lease up to ``limit`` unleased workflows whose ``next_due_at`` has come.
 
         Each claim increments the workflow's fencing token (``fence``): the returned rows
         carry the new one, and :attr:`WorkflowRow.lease` is the claim.
+
+        ``limits``: type name -> :class:`~statewright.types.TypeLimit` for the limited ones
+        among ``types`` (which must then be given): never more of such a type leased at once
+        (live leases, every worker counted) or claimed per second than it allows. Types
+        without limits keep the one-statement claim.
         """
+
+    # -- schedules (statewright.store.schedules) ----------------------------------------------
+
+    async def put_schedule(self, schedule: ScheduleRecord) -> ScheduleRecord:
+        """Create a schedule, or replace the definition and next tick of the one of its id."""
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None: ...
+
+    async def list_schedules(self, tenant: str | None = None) -> list[ScheduleRecord]:
+        """All schedules (of one tenant when given), by id."""
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        """Remove a schedule; whether there was one."""
+
+    async def due_schedules(self, now: float, limit: int = 100) -> list[ScheduleRecord]:
+        """Active schedules whose ``next_at`` has come, earliest first."""
+
+    async def advance_schedule(
+        self,
+        schedule_id: str,
+        expected_next_at: float,
+        next_at: float,
+        *,
+        at: float,
+        last_tick: float | None = None,
+        last_workflow_id: str | None = None,
+        error: str | None = None,
+    ) -> bool:
+        """Compare-and-swap of an active schedule's next tick, from ``expected_next_at`` to
+        ``next_at``; False (nothing written) when it moved on, was paused or removed."""
+
+    async def pause_schedule(
+        self, schedule_id: str, paused: bool, next_at: float, at: float
+    ) -> ScheduleRecord | None:
+        """Pause or resume a schedule (its next tick set to ``next_at``); None if absent."""
 
     async def renew_leases(
         self, worker_id: str, held: Mapping[str, int], until: float
@@ -277,6 +321,43 @@ class Store(Protocol):
         recorded already; returns the recorded ``(fingerprint, document)`` (the one given,
         or the earlier one: the caller compares). With ``replace``, the given one replaces
         the earlier one (an edit the caller allows)."""
+
+    # -- alert delivery (statewright.observability.delivery) --------------------------------
+
+    async def alert_states(self) -> list[AlertStateRecord]:
+        """The alerts recorded as firing now."""
+
+    async def record_alert_changes(
+        self, changes: Sequence[AlertChange], receivers: Sequence[str], at: float
+    ) -> list[AlertChange]:
+        """In one transaction: record each change in ``alert_states`` (a firing alert is
+        inserted unless it fires already; a resolved one deleted only if its firing started
+        at ``starts_at``) and, for each change that took, queue its notification for every
+        receiver in ``alert_outbox``. Returns the changes that took (a concurrent evaluator
+        may have made the others)."""
+
+    async def claim_alert_notifications(
+        self, claim: str, now: float, until: float, limit: int
+    ) -> list[OutboxRecord]:
+        """Claim up to ``limit`` notifications due at ``now`` until ``until`` (then another
+        deliverer may take them), oldest due first; concurrent claimers get disjoint rows."""
+
+    async def finish_alert_notification(
+        self,
+        outbox_id: int,
+        claim: str,
+        *,
+        at: float,
+        delivered: bool,
+        retry_at: float | None = None,
+        error: str | None = None,
+    ) -> bool:
+        """Record a send of a claimed notification: delivered; else failed and due again at
+        ``retry_at``; else (no ``retry_at``) dead-lettered. False, and nothing changed, when
+        the claim is no longer held."""
+
+    async def alert_notifications(self, after: int = 0, limit: int = 1000) -> list[OutboxRecord]:
+        """The outbox in the order written, after id ``after``."""
 
     # -- timers ----------------------------------------------------------------------------
 
@@ -381,3 +462,32 @@ class Store(Protocol):
         Reading consumes nothing: an input is consumed by the transition (or the deferral)
         that ends the handler run which took it, in the same transaction.
         """
+
+    # -- retention (statewright.engine.retention; rows as in statewright.store.retention_sql) --
+
+    async def prunable(
+        self, before: float, *, tenant: str | None, after: tuple[float, str] | None, limit: int
+    ) -> list[tuple[str, int, float]]:
+        """``(id, version, state_entered_at)`` of finished workflows that entered their final
+        state before ``before``, in ``(state_entered_at, id)`` order after ``after``."""
+
+    async def export_workflows(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        """Archive records of the workflows found: the row and its log, steps, timers, inbox
+        and refused events."""
+
+    async def delete_workflows(
+        self, held: Sequence[tuple[str, int]]
+    ) -> tuple[list[str], dict[str, int]]:
+        """Delete, in one short transaction through the log's sanctioned delete, each finished
+        workflow of ``(id, version)`` still at that version, whole; the ids deleted and the
+        rows deleted per table. A workflow another prune is deleting is skipped."""
+
+    async def prune_rejections(
+        self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
+    ) -> int:
+        """Delete up to ``limit`` refused events older than ``before``; how many (with
+        ``dry_run``: how many there are, nothing deleted)."""
+
+    async def restore_workflow(self, record: Mapping[str, Any]) -> bool:
+        """Insert an archive record's rows in one transaction; False (nothing written) when a
+        workflow of that id exists."""

@@ -29,8 +29,18 @@ from statewright.errors import (
     WorkflowFinished,
     WorkflowNotFound,
 )
-from statewright.store import sqlbuild, timerdue
+from statewright.store import retention_sql, sqlbuild, timerdue
+from statewright.store.alert_outbox import (
+    AlertChange,
+    AlertStateRecord,
+    OutboxRecord,
+    enqueue_params,
+    finish_query,
+    outbox_record,
+    state_write,
+)
 from statewright.store.queries import load_queries, migrations
+from statewright.store.schedules import SQLiteSchedules
 from statewright.store.sqlite_conn import GroupCommitConnection, Synchronous
 from statewright.types import (
     CancelRequest,
@@ -48,6 +58,7 @@ from statewright.types import (
     TimerSpec,
     TransitionRecord,
     TransitionWrite,
+    TypeLimit,
     WorkflowFilter,
     WorkflowRow,
 )
@@ -105,6 +116,7 @@ def _workflow(r: sqlite3.Row, context: dict[str, Any] | None = None) -> Workflow
         fence=r["fence"],
         total_attempts=r["total_attempts"],
         parked=r["parked"],
+        trace=r["trace"],
     )
 
 
@@ -199,7 +211,7 @@ def _statements(script: str) -> list[str]:
     return out
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteSchedules):
     """The :class:`~statewright.store.protocol.Store` on one SQLite file (or ``:memory:``).
 
     Args:
@@ -324,6 +336,7 @@ class SQLiteStore:
                     "at": new.at,
                     "next_due_at": new.run_at,
                     "tenant": new.tenant,
+                    "trace": new.trace,
                 },
             )
             created = cur.rowcount == 1
@@ -484,6 +497,7 @@ class SQLiteStore:
                 "require_unleased": int(w.require_unleased),
                 "owner": None if lease is None else lease.owner,
                 "fence": None if lease is None else lease.fence,
+                "trace": w.trace,
             },
         )
         if moved.rowcount != 1:
@@ -564,6 +578,7 @@ class SQLiteStore:
             tenant,
             fence,
             total_attempts,
+            trace,
         ) = cur.execute(Q["after_transition"], {"id": w.workflow_id}).fetchone()
         return WorkflowRow(
             id=wid,
@@ -589,6 +604,7 @@ class SQLiteStore:
             fence=fence,
             total_attempts=total_attempts,
             parked=None,
+            trace=trace,
         )
 
     async def history(
@@ -745,7 +761,10 @@ class SQLiteStore:
         lease_seconds: float,
         limit: int,
         types: Sequence[str] | None = None,
+        limits: Mapping[str, TypeLimit] | None = None,
     ) -> list[WorkflowRow]:
+        if limits:  # limited types: one serialized claim each (statewright.store.schedules)
+            return await self._claim_limited(worker_id, now, lease_seconds, limit, types, limits)
         sql = Q["claim_due"]
         params: dict[str, Any] = {
             "worker": worker_id,
@@ -944,6 +963,66 @@ class SQLiteStore:
             return row["fingerprint"], jsonvalue.loads(row["document"])
 
         return await self.conn.write(fn)
+
+    # -- alert delivery ----------------------------------------------------------------------
+
+    async def alert_states(self) -> list[AlertStateRecord]:
+        rows = await self.conn.read(lambda c: c.execute(Q["alert_states"]).fetchall())
+        return [
+            AlertStateRecord(
+                fingerprint=r["fingerprint"],
+                rule=r["rule"],
+                labels=json.loads(r["labels"]),
+                annotations=json.loads(r["annotations"]),
+                starts_at=r["starts_at"],
+            )
+            for r in rows
+        ]
+
+    async def record_alert_changes(
+        self, changes: Sequence[AlertChange], receivers: Sequence[str], at: float
+    ) -> list[AlertChange]:
+        def fn(conn: sqlite3.Connection) -> list[AlertChange]:
+            took = []
+            for ch in changes:
+                name, params = state_write(ch, _dumps)
+                n = conn.execute(Q[name], params).rowcount
+                if n != 1:
+                    continue
+                took.append(ch)
+                for receiver in receivers:
+                    conn.execute(Q["alert_enqueue"], enqueue_params(ch, receiver, at, _dumps))
+            return took
+
+        return await self.conn.write(fn)
+
+    async def claim_alert_notifications(
+        self, claim: str, now: float, until: float, limit: int
+    ) -> list[OutboxRecord]:
+        params = {"claim": claim, "now": now, "until": until, "limit": limit}
+        rows = await self.conn.write(lambda c: c.execute(Q["alert_claim"], params).fetchall())
+        found = [outbox_record(r, json.loads(r["alert"])) for r in rows]
+        return sorted(found, key=lambda r: r.id)
+
+    async def finish_alert_notification(
+        self,
+        outbox_id: int,
+        claim: str,
+        *,
+        at: float,
+        delivered: bool,
+        retry_at: float | None = None,
+        error: str | None = None,
+    ) -> bool:
+        name = finish_query(delivered, retry_at)
+        params = {"nid": outbox_id, "claim": claim, "at": at, "due_at": retry_at, "message": error}
+        n = await self.conn.write(lambda c: c.execute(Q[name], params).rowcount)
+        return bool(n)
+
+    async def alert_notifications(self, after: int = 0, limit: int = 1000) -> list[OutboxRecord]:
+        params = {"after": after, "limit": limit}
+        rows = await self.conn.read(lambda c: c.execute(Q["alert_outbox"], params).fetchall())
+        return [outbox_record(r, json.loads(r["alert"])) for r in rows]
 
     # -- timers ------------------------------------------------------------------------------
 
@@ -1176,3 +1255,29 @@ class SQLiteStore:
         params = {"id": workflow_id, "name": name, "skip": json.dumps(list(skip))}
         row = await self.conn.read(lambda c: c.execute(Q["next_input"], params).fetchone())
         return None if row is None else _inbox(row)
+
+    # -- retention (the SQL in statewright.store.retention_sql) -------------------------------
+
+    async def prunable(
+        self, before: float, *, tenant: str | None, after: tuple[float, str] | None, limit: int
+    ) -> list[tuple[str, int, float]]:
+        return await self.conn.read(
+            lambda c: retention_sql.sqlite_prunable(c, before, tenant, after, limit)
+        )
+
+    async def export_workflows(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        return await self.conn.read(lambda c: retention_sql.sqlite_export(c, ids))
+
+    async def delete_workflows(
+        self, held: Sequence[tuple[str, int]]
+    ) -> tuple[list[str], dict[str, int]]:
+        return await self.conn.write(lambda c: retention_sql.sqlite_delete(c, held))
+
+    async def prune_rejections(
+        self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
+    ) -> int:
+        fn = lambda c: retention_sql.sqlite_prune_rejections(c, before, tenant, limit, dry_run)  # noqa: E731
+        return await (self.conn.read(fn) if dry_run else self.conn.write(fn))
+
+    async def restore_workflow(self, record: Mapping[str, Any]) -> bool:
+        return await self.conn.write(lambda c: retention_sql.sqlite_restore(c, dict(record)))

@@ -202,6 +202,7 @@ BODIES: dict[tuple[str, str], tuple[dict[str, Any], str | None]] = {
         {"patch": {"note": "x"}, "reason": "fixed by hand"},
         "patch",
     ),
+    ("/v1/schedules", "POST"): ({"id": "s", "type": "agent_task", "cron": "* * * * *"}, "input"),
 }
 ANY_JSON = [op for op in BODY_OPERATIONS if BODIES[op][1] is not None]
 READS = [
@@ -215,7 +216,7 @@ READS = [
 
 def test_every_operation_with_a_body_has_hostile_cases() -> None:
     assert sorted(BODIES) == BODY_OPERATIONS
-    assert len(ANY_JSON) == 6
+    assert len(ANY_JSON) == 7
 
 
 def hostile_case(operation: tuple[str, str], body: bytes) -> schemathesis.Case:

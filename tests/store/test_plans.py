@@ -278,6 +278,10 @@ EXPECTED_INDEX: dict[str, str] = {
     # the wrong index (all live workflows, by `terminal`) costs as much as a scan.
     "claim_due": "workflows_due",
     "expired_leases": "workflows_lease",
+    "claim_due_of_type": "workflows_type_due",
+    "claim_due_of_free_types": "workflows_type_due",
+    "limit_leased": "workflows_lease",
+    "schedule_due": "schedules_due",
 }
 _ID = "wf-000123"
 PARAM_VALUES: dict[str, Any] = {

@@ -36,10 +36,11 @@ WITH new_timers AS (
 ), ins AS (
     INSERT INTO workflows (id, type, machine_version, state, context, version, attempts,
                            terminal, created_at, updated_at, state_entered_at, next_due_at,
-                           tenant)
+                           tenant, trace)
     VALUES (%(id)s, %(type)s, %(machine_version)s, %(state)s, %(context)s::jsonb, 1, 0,
             %(terminal)s, %(at)s, %(at)s, %(at)s,
-            LEAST(%(run_at)s::float8, (SELECT min(due_at) FROM new_timers)), %(tenant)s)
+            LEAST(%(run_at)s::float8, (SELECT min(due_at) FROM new_timers)), %(tenant)s,
+            %(trace)s::text)
     ON CONFLICT (id) DO NOTHING
     RETURNING *
 ), appending AS (
@@ -107,7 +108,7 @@ WITH items AS (
            attempts = %(attempts)s, terminal = %(terminal)s, updated_at = %(at)s,
            total_attempts = coalesce(%(total_attempts)s::integer, total_attempts),
            machine_version = coalesce(%(machine_version)s::integer, machine_version),
-           parked = NULL,
+           parked = NULL, trace = coalesce(%(trace)s::text, trace),
            state_entered_at = CASE WHEN state = %(to_state)s THEN state_entered_at
                                    ELSE %(at)s END,
            next_due_at = LEAST(%(run_at)s::float8,
@@ -535,3 +536,243 @@ UPDATE workflows SET lease_owner = %(worker)s, lease_expires_at = %(until)s, fen
  WHERE id = %(id)s AND lease_owner = %(owner)s
    AND (%(expired_before)s::float8 IS NULL OR lease_expires_at < %(expired_before)s::float8)
 RETURNING *;
+
+-- name: alert_states
+-- The alerts firing now (a handful of rows).
+SELECT fingerprint, rule, labels, annotations, starts_at FROM alert_states ORDER BY fingerprint;
+
+-- name: alert_fire
+-- Record an alert as firing unless it is already (of two evaluators, one inserts).
+INSERT INTO alert_states (fingerprint, rule, labels, annotations, starts_at)
+VALUES (%(fingerprint)s, %(rule)s, %(labels)s::jsonb, %(annotations)s::jsonb, %(starts_at)s)
+ON CONFLICT (fingerprint) DO NOTHING;
+
+-- name: alert_resolve
+-- Forget a firing alert, only the firing that started at starts_at (of two evaluators, one).
+DELETE FROM alert_states WHERE fingerprint = %(fingerprint)s AND starts_at = %(starts_at)s;
+
+-- name: alert_enqueue
+-- A notification for one receiver, due now.
+INSERT INTO alert_outbox (receiver, fingerprint, status, idempotency_key, alert, created_at, next_at)
+VALUES (%(receiver)s, %(fingerprint)s, %(status)s, %(key)s, %(alert)s::jsonb, %(at)s, %(at)s)
+ON CONFLICT (receiver, idempotency_key) DO NOTHING;
+
+-- name: alert_claim
+-- Claim due notifications until :until; rows another deliverer is claiming are skipped.
+UPDATE alert_outbox SET claim = %(claim)s, next_at = %(until)s
+ WHERE id IN (SELECT id FROM alert_outbox WHERE next_at IS NOT NULL AND next_at <= %(now)s
+               ORDER BY next_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+RETURNING *;
+
+-- name: alert_delivered
+-- A claimed notification was delivered (a claim that ran out and was taken changes nothing).
+UPDATE alert_outbox SET delivered_at = %(at)s, next_at = NULL, claim = NULL
+ WHERE id = %(nid)s AND claim = %(claim)s;
+
+-- name: alert_retry
+-- A claimed notification failed: try again at :due_at.
+UPDATE alert_outbox SET attempts = attempts + 1, next_at = %(due_at)s, claim = NULL,
+       last_error = %(message)s
+ WHERE id = %(nid)s AND claim = %(claim)s;
+
+-- name: alert_dead
+-- A claimed notification failed for the last time: dead-lettered, never tried again.
+UPDATE alert_outbox SET attempts = attempts + 1, dead_at = %(at)s, next_at = NULL, claim = NULL,
+       last_error = %(message)s
+ WHERE id = %(nid)s AND claim = %(claim)s;
+
+-- name: alert_outbox
+-- Notifications in the order written, after id :after.
+SELECT * FROM alert_outbox WHERE id > %(after)s ORDER BY id LIMIT %(limit)s;
+
+-- name: schedule_put
+-- Declare a schedule: a new one, or a new definition of one (its next tick recomputed).
+INSERT INTO schedules (id, type, cron, timezone, catch_up, input, tenant, paused, next_at,
+                       created_at, updated_at)
+VALUES (%(id)s, %(type)s, %(cron)s, %(timezone)s, %(catch_up)s, %(input)s, %(tenant)s,
+        %(paused)s, %(next_at)s, %(at)s, %(at)s)
+ON CONFLICT (id) DO UPDATE SET type = excluded.type, cron = excluded.cron,
+       timezone = excluded.timezone, catch_up = excluded.catch_up, input = excluded.input,
+       tenant = excluded.tenant, paused = excluded.paused, next_at = excluded.next_at,
+       updated_at = excluded.updated_at, last_error = NULL
+RETURNING *;
+
+-- name: schedule_get
+-- One schedule.
+SELECT * FROM schedules WHERE id = %(id)s;
+
+-- name: schedule_list
+-- The schedules (of one tenant when given), by id.
+SELECT * FROM schedules WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+ ORDER BY id;
+
+-- name: schedule_delete
+-- Remove a schedule (the workflows it started stay).
+DELETE FROM schedules WHERE id = %(id)s;
+
+-- name: schedule_due
+-- Active schedules whose next tick has come.
+SELECT * FROM schedules WHERE NOT paused AND next_at <= %(now)s ORDER BY next_at
+ LIMIT %(limit)s;
+
+-- name: schedule_advance
+-- Move a schedule past the ticks fired, only from the next tick the caller read (one
+-- worker wins a tick; the others change nothing).
+UPDATE schedules SET next_at = %(next_at)s, last_tick = coalesce(%(last_tick)s, last_tick),
+       last_workflow_id = coalesce(%(last_workflow_id)s, last_workflow_id),
+       last_error = %(message)s, updated_at = %(at)s
+ WHERE id = %(id)s AND next_at = %(expected_next_at)s AND NOT paused;
+
+-- name: schedule_pause
+-- Pause or resume a schedule (a resumed one continues from its next tick after now).
+UPDATE schedules SET paused = %(paused)s, next_at = %(next_at)s, updated_at = %(at)s
+ WHERE id = %(id)s
+RETURNING *;
+
+-- name: limit_bucket
+-- A limited type's row, made on first use and locked (FOR UPDATE of the upsert) until the
+-- claim commits: the claims of one limited type are serialized across every worker, each
+-- counting the leases the previous one committed. The row holds the type's token bucket.
+INSERT INTO type_limits (type, tokens, refilled_at) VALUES (%(type)s, %(burst)s, %(now)s)
+ON CONFLICT (type) DO UPDATE SET type = excluded.type
+RETURNING tokens, refilled_at;
+
+-- name: limit_refill
+-- Keep what is left of a limited type's token bucket after a claim.
+UPDATE type_limits SET tokens = %(tokens)s, refilled_at = %(refilled_at)s
+ WHERE type = %(type)s;
+
+-- name: limit_leased
+-- How many workflows of a type are leased now (lapsed leases do not count). The leases are
+-- few (every worker's slots), so they are read whole from workflows_lease.
+SELECT count(*) AS n FROM workflows
+ WHERE lease_owner IS NOT NULL AND lease_expires_at > %(now)s AND type = %(type)s;
+
+-- name: claim_due_of_type
+-- claim_due for one limited type, at most what its limits allow now. `terminal IS NOT TRUE`
+-- (not `NOT terminal`) keeps the planner on workflows_type_due (see migration 0011).
+UPDATE workflows SET lease_owner = %(worker)s, lease_expires_at = %(until)s, fence = fence + 1
+ WHERE id = ANY(ARRAY(SELECT id FROM workflows
+                       WHERE type = %(type)s AND next_due_at <= %(now)s
+                         AND lease_owner IS NULL AND terminal IS NOT TRUE
+                       ORDER BY next_due_at LIMIT %(limit)s
+                         FOR UPDATE SKIP LOCKED))
+RETURNING *;
+
+-- name: claim_due_of_free_types
+-- claim_due of the unlimited types of a worker that also has limited ones: each type's due
+-- range of workflows_type_due, merged, so the backlog of a throttled type (at the front of
+-- workflows_due) is never read. Rows a type's range locks but the merge leaves are unlocked
+-- when the statement ends (another claimer skips them meanwhile, as it skips any being read).
+UPDATE workflows SET lease_owner = %(worker)s, lease_expires_at = %(until)s, fence = fence + 1
+ WHERE id = ANY(ARRAY(SELECT d.id FROM unnest(%(types)s::text[]) AS t(type)
+                        CROSS JOIN LATERAL (
+                          SELECT id, next_due_at FROM workflows
+                           WHERE type = t.type AND next_due_at <= %(now)s
+                             AND lease_owner IS NULL AND terminal IS NOT TRUE
+                           ORDER BY next_due_at LIMIT %(limit)s
+                             FOR UPDATE SKIP LOCKED) AS d
+                       ORDER BY d.next_due_at LIMIT %(limit)s))
+RETURNING *;
+
+-- name: prunable
+-- Finished workflows that entered their final state before :until, oldest first, after the
+-- page key (:since, :id) (prune).
+SELECT id, version, state_entered_at FROM workflows
+ WHERE terminal AND state_entered_at < %(until)s AND (state_entered_at, id) > (%(since)s, %(id)s)
+ ORDER BY state_entered_at, id LIMIT %(limit)s;
+
+-- name: prunable_tenant
+-- The same for one tenant.
+SELECT id, version, state_entered_at FROM workflows
+ WHERE tenant = %(tenant)s AND terminal AND state_entered_at < %(until)s
+   AND (state_entered_at, id) > (%(since)s, %(id)s)
+ ORDER BY state_entered_at, id LIMIT %(limit)s;
+
+-- name: export_workflows
+-- Whole rows of some workflows (prune's archive, import's comparison).
+SELECT * FROM workflows WHERE id = ANY(%(ids)s::text[]);
+
+-- name: export_transitions
+-- Their logs.
+SELECT * FROM transitions WHERE workflow_id = ANY(%(ids)s::text[])
+ ORDER BY workflow_id, version;
+
+-- name: export_steps
+-- Their step ledgers.
+SELECT * FROM steps WHERE workflow_id = ANY(%(ids)s::text[])
+ ORDER BY workflow_id, started_at, key;
+
+-- name: export_timers
+-- Their pending timers.
+SELECT * FROM timers WHERE workflow_id = ANY(%(ids)s::text[])
+ ORDER BY workflow_id, due_at, id;
+
+-- name: export_inbox
+-- Their inputs, consumed or not.
+SELECT * FROM inbox WHERE workflow_id = ANY(%(ids)s::text[])
+ ORDER BY workflow_id, id;
+
+-- name: export_rejections
+-- Their refused events.
+SELECT * FROM rejections WHERE workflow_id = ANY(%(ids)s::text[])
+ ORDER BY workflow_id, seq;
+
+-- name: prune_begin
+-- Opens prune's sanctioned delete of the log, for this transaction only.
+SELECT set_config('statewright.prune', 'on', true);
+
+-- name: prune_workflows
+-- Deletes finished workflows' rows, each only at the version prune read (and archived); rows
+-- another prune holds are skipped (it deletes them), locked in id order (no deadlock).
+WITH l AS (SELECT w.id FROM workflows w
+             JOIN unnest(%(ids)s::text[], %(versions)s::int[]) AS k (id, version)
+               ON w.id = k.id AND w.version = k.version
+            WHERE w.terminal ORDER BY w.id FOR UPDATE OF w SKIP LOCKED)
+DELETE FROM workflows WHERE id IN (SELECT id FROM l) RETURNING id;
+
+-- name: prune_transitions
+-- The logs of workflows prune deleted (each log read in its index order: one range each,
+-- whatever the statistics say of how long one log is).
+DELETE FROM transitions
+ WHERE seq = ANY(ARRAY(SELECT t.seq FROM unnest(%(ids)s::text[]) AS k (id)
+                        CROSS JOIN LATERAL (SELECT seq FROM transitions WHERE workflow_id = k.id
+                                             ORDER BY version) AS t));
+
+-- name: prune_steps
+-- Their step ledgers (the same way).
+DELETE FROM steps
+ WHERE key = ANY(ARRAY(SELECT s.key FROM unnest(%(ids)s::text[]) AS k (id)
+                        CROSS JOIN LATERAL (SELECT key FROM steps WHERE workflow_id = k.id
+                                             ORDER BY started_at, key) AS s));
+
+-- name: prune_timers
+-- Their timers.
+DELETE FROM timers USING unnest(%(ids)s::text[]) AS k (id) WHERE workflow_id = k.id;
+
+-- name: prune_inbox
+-- Their inputs.
+DELETE FROM inbox USING unnest(%(ids)s::text[]) AS k (id) WHERE workflow_id = k.id;
+
+-- name: prune_workflow_rejections
+-- Their refused events.
+DELETE FROM rejections USING unnest(%(ids)s::text[]) AS k (id) WHERE workflow_id = k.id;
+
+-- name: prune_rejections
+-- Up to :limit refused events older than :until.
+DELETE FROM rejections
+ WHERE seq IN (SELECT seq FROM rejections WHERE at < %(until)s ORDER BY at LIMIT %(limit)s);
+
+-- name: prune_rejections_tenant
+-- The same for one tenant.
+DELETE FROM rejections
+ WHERE seq IN (SELECT seq FROM rejections WHERE tenant = %(tenant)s AND at < %(until)s
+                ORDER BY at LIMIT %(limit)s);
+
+-- name: count_old_rejections
+-- Refused events older than :until (prune's dry run).
+SELECT count(*)::bigint AS n FROM rejections WHERE at < %(until)s;
+
+-- name: count_old_rejections_tenant
+-- The same for one tenant.
+SELECT count(*)::bigint AS n FROM rejections WHERE tenant = %(tenant)s AND at < %(until)s;

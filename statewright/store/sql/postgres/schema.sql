@@ -70,8 +70,14 @@ CREATE UNIQUE INDEX transitions_idempotency ON transitions (workflow_id, idempot
 -- recent transitions of some events (retry flapping)
 CREATE INDEX transitions_event_at ON transitions (event, at);
 
+-- The one sanctioned delete (prune): only in a transaction that set statewright.prune, and
+-- only of the log of a finished (or deleted) workflow.
 CREATE FUNCTION statewright_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
+    IF TG_OP = 'DELETE' AND current_setting('statewright.prune', true) = 'on'
+       AND NOT EXISTS (SELECT 1 FROM workflows WHERE id = OLD.workflow_id AND NOT terminal) THEN
+        RETURN OLD;
+    END IF;
     RAISE EXCEPTION 'the transition log is append-only' USING ERRCODE = 'restrict_violation';
 END
 $$;
@@ -142,6 +148,10 @@ CREATE TABLE rejections (
 -- "refusals in the last window", of every tenant or of one
 CREATE INDEX rejections_at ON rejections (at);
 CREATE INDEX rejections_tenant_at ON rejections (tenant, at);
+-- a workflow's refusals (deleted and archived with it)
+CREATE INDEX rejections_workflow ON rejections (workflow_id);
+-- a workflow's inputs, consumed or not (archived and deleted with it)
+CREATE INDEX inbox_workflow ON inbox (workflow_id, id);
 
 -- workflows per (type, state, terminal), kept by triggers (/metrics, alert rules)
 CREATE TABLE workflow_counts (
@@ -211,3 +221,59 @@ CREATE TABLE definitions (
 );
 
 CREATE INDEX workflows_live_version ON workflows (type, machine_version) WHERE NOT terminal;
+
+CREATE TABLE alert_states (
+    fingerprint TEXT             PRIMARY KEY,
+    rule        TEXT             NOT NULL,
+    labels      JSONB            NOT NULL,
+    annotations JSONB            NOT NULL,
+    starts_at   DOUBLE PRECISION NOT NULL
+);
+CREATE TABLE alert_outbox (
+    id              BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    receiver        TEXT             NOT NULL,
+    fingerprint     TEXT             NOT NULL,
+    status          TEXT             NOT NULL,
+    idempotency_key TEXT             NOT NULL,
+    alert           JSONB            NOT NULL,
+    created_at      DOUBLE PRECISION NOT NULL,
+    attempts        INTEGER          NOT NULL DEFAULT 0,
+    next_at         DOUBLE PRECISION,
+    claim           TEXT,
+    delivered_at    DOUBLE PRECISION,
+    dead_at         DOUBLE PRECISION,
+    last_error      TEXT,
+    UNIQUE (receiver, idempotency_key)
+);
+CREATE INDEX alert_outbox_due ON alert_outbox (next_at) WHERE next_at IS NOT NULL;
+
+
+CREATE TABLE schedules (
+    id TEXT PRIMARY KEY,
+    type TEXT NOT NULL,
+    cron TEXT NOT NULL,
+    timezone TEXT NOT NULL,
+    catch_up TEXT NOT NULL,
+    input JSONB NOT NULL,
+    tenant TEXT NOT NULL,
+    paused BOOLEAN NOT NULL DEFAULT false,
+    next_at DOUBLE PRECISION NOT NULL,
+    created_at DOUBLE PRECISION NOT NULL,
+    updated_at DOUBLE PRECISION NOT NULL,
+    last_tick DOUBLE PRECISION,
+    last_workflow_id TEXT,
+    last_error TEXT
+);
+CREATE INDEX schedules_due ON schedules (next_at) WHERE NOT paused;
+
+CREATE TABLE type_limits (
+    type TEXT PRIMARY KEY,
+    tokens DOUBLE PRECISION NOT NULL,
+    refilled_at DOUBLE PRECISION NOT NULL
+);
+
+CREATE INDEX workflows_type_due ON workflows (type, next_due_at)
+    WHERE next_due_at IS NOT NULL AND lease_owner IS NULL;
+
+-- the W3C trace context of the last traced start or move (migration 0013_trace_context)
+ALTER TABLE workflows ADD COLUMN trace TEXT;

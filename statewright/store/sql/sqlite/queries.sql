@@ -5,9 +5,9 @@ SELECT * FROM workflows WHERE id = :id;
 -- name: insert_workflow
 -- Create a workflow row at version 1; a duplicate id is left alone (idempotent start).
 INSERT INTO workflows (id, type, machine_version, state, context, version, attempts, terminal,
-                       created_at, updated_at, state_entered_at, next_due_at, tenant)
+                       created_at, updated_at, state_entered_at, next_due_at, tenant, trace)
 VALUES (:id, :type, :machine_version, :state, :context, 1, 0, :terminal,
-        :at, :at, :at, :next_due_at, :tenant)
+        :at, :at, :at, :next_due_at, :tenant, :trace)
 ON CONFLICT (id) DO NOTHING;
 
 -- name: append_transition
@@ -27,6 +27,7 @@ UPDATE workflows
        terminal = :terminal, updated_at = :at,
        state_entered_at = CASE WHEN state = :to_state THEN state_entered_at ELSE :at END,
        next_due_at = :run_at, last_error = :last_error, parked = NULL,
+       trace = coalesce(:trace, trace),
        cancel_requested = CASE WHEN :terminal THEN NULL ELSE cancel_requested END,
        cancel_actor = CASE WHEN :terminal THEN NULL ELSE cancel_actor END,
        cancel_at = CASE WHEN :terminal THEN NULL ELSE cancel_at END,
@@ -45,7 +46,7 @@ UPDATE workflows
 -- clause costs more than this whole primary-key lookup.
 SELECT id, type, machine_version, created_at, state_entered_at, next_due_at, lease_owner,
        lease_expires_at, cancel_requested, cancel_actor, cancel_at, cancel_version,
-       cancel_key, progress, tenant, fence, total_attempts
+       cancel_key, progress, tenant, fence, total_attempts, trace
   FROM workflows WHERE id = :id;
 
 -- name: write_refusal
@@ -328,3 +329,211 @@ UPDATE workflows SET lease_owner = :worker, lease_expires_at = :until, fence = f
  WHERE id = :id AND lease_owner = :owner
    AND (:expired_before IS NULL OR lease_expires_at < :expired_before)
 RETURNING *;
+
+-- name: alert_states
+-- The alerts firing now (a handful of rows).
+SELECT fingerprint, rule, labels, annotations, starts_at FROM alert_states ORDER BY fingerprint;
+
+-- name: alert_fire
+-- Record an alert as firing unless it is already (of two evaluators, one inserts).
+INSERT INTO alert_states (fingerprint, rule, labels, annotations, starts_at)
+VALUES (:fingerprint, :rule, :labels, :annotations, :starts_at)
+ON CONFLICT (fingerprint) DO NOTHING;
+
+-- name: alert_resolve
+-- Forget a firing alert, only the firing that started at starts_at (of two evaluators, one).
+DELETE FROM alert_states WHERE fingerprint = :fingerprint AND starts_at = :starts_at;
+
+-- name: alert_enqueue
+-- A notification for one receiver, due now.
+INSERT INTO alert_outbox (receiver, fingerprint, status, idempotency_key, alert, created_at, next_at)
+VALUES (:receiver, :fingerprint, :status, :key, :alert, :at, :at)
+ON CONFLICT (receiver, idempotency_key) DO NOTHING;
+
+-- name: alert_claim
+-- Claim due notifications until :until (one claimer at a time: SQLite has one writer).
+UPDATE alert_outbox SET claim = :claim, next_at = :until
+ WHERE id IN (SELECT id FROM alert_outbox WHERE next_at IS NOT NULL AND next_at <= :now
+               ORDER BY next_at, id LIMIT :limit)
+RETURNING *;
+
+-- name: alert_delivered
+-- A claimed notification was delivered (a claim that ran out and was taken changes nothing).
+UPDATE alert_outbox SET delivered_at = :at, next_at = NULL, claim = NULL
+ WHERE id = :nid AND claim = :claim;
+
+-- name: alert_retry
+-- A claimed notification failed: try again at :due_at.
+UPDATE alert_outbox SET attempts = attempts + 1, next_at = :due_at, claim = NULL,
+       last_error = :message
+ WHERE id = :nid AND claim = :claim;
+
+-- name: alert_dead
+-- A claimed notification failed for the last time: dead-lettered, never tried again.
+UPDATE alert_outbox SET attempts = attempts + 1, dead_at = :at, next_at = NULL, claim = NULL,
+       last_error = :message
+ WHERE id = :nid AND claim = :claim;
+
+-- name: alert_outbox
+-- Notifications in the order written, after id :after.
+SELECT * FROM alert_outbox WHERE id > :after ORDER BY id LIMIT :limit;
+
+-- name: schedule_put
+-- Declare a schedule: a new one, or a new definition of one (its next tick recomputed).
+INSERT INTO schedules (id, type, cron, timezone, catch_up, input, tenant, paused, next_at,
+                       created_at, updated_at)
+VALUES (:id, :type, :cron, :timezone, :catch_up, :input, :tenant, :paused, :next_at, :at, :at)
+ON CONFLICT (id) DO UPDATE SET type = excluded.type, cron = excluded.cron,
+       timezone = excluded.timezone, catch_up = excluded.catch_up, input = excluded.input,
+       tenant = excluded.tenant, paused = excluded.paused, next_at = excluded.next_at,
+       updated_at = excluded.updated_at, last_error = NULL
+RETURNING *;
+
+-- name: schedule_get
+-- One schedule.
+SELECT * FROM schedules WHERE id = :id;
+
+-- name: schedule_list
+-- The schedules (of one tenant when given), by id.
+SELECT * FROM schedules WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY id;
+
+-- name: schedule_delete
+-- Remove a schedule (the workflows it started stay).
+DELETE FROM schedules WHERE id = :id;
+
+-- name: schedule_due
+-- Active schedules whose next tick has come.
+SELECT * FROM schedules WHERE paused = 0 AND next_at <= :now ORDER BY next_at LIMIT :limit;
+
+-- name: schedule_advance
+-- Move a schedule past the ticks fired, only from the next tick the caller read (one
+-- worker wins a tick; the others change nothing).
+UPDATE schedules SET next_at = :next_at, last_tick = coalesce(:last_tick, last_tick),
+       last_workflow_id = coalesce(:last_workflow_id, last_workflow_id),
+       last_error = :message, updated_at = :at
+ WHERE id = :id AND next_at = :expected_next_at AND paused = 0;
+
+-- name: schedule_pause
+-- Pause or resume a schedule (a resumed one continues from its next tick after now).
+UPDATE schedules SET paused = :paused, next_at = :next_at, updated_at = :at
+ WHERE id = :id
+RETURNING *;
+
+-- name: limit_bucket
+-- A limited type's row (its token bucket), made on first use, read in the claim's transaction.
+INSERT INTO type_limits (type, tokens, refilled_at) VALUES (:type, :burst, :now)
+ON CONFLICT (type) DO UPDATE SET type = excluded.type
+RETURNING tokens, refilled_at;
+
+-- name: limit_refill
+-- Keep what is left of a limited type's token bucket after a claim.
+UPDATE type_limits SET tokens = :tokens, refilled_at = :refilled_at WHERE type = :type;
+
+-- name: limit_leased
+-- How many workflows of a type are leased now (lapsed leases do not count). The leases are
+-- few (every worker's slots), so they are read whole from workflows_lease.
+SELECT count(*) AS n FROM workflows INDEXED BY workflows_lease
+ WHERE lease_owner IS NOT NULL AND lease_expires_at > :now AND type = :type;
+
+-- name: claim_due_of_type
+-- claim_due for one limited type, at most :limit (what its limits allow now).
+UPDATE workflows SET lease_owner = :worker, lease_expires_at = :until, fence = fence + 1
+ WHERE id IN (SELECT id FROM workflows INDEXED BY workflows_type_due
+               WHERE type = :type AND next_due_at IS NOT NULL AND next_due_at <= :now
+                 AND lease_owner IS NULL AND terminal = 0
+               ORDER BY next_due_at LIMIT :limit)
+RETURNING *;
+
+-- name: prunable
+-- Finished workflows that entered their final state before :until, oldest first, after the
+-- page key (:since, :id) (prune).
+SELECT id, version, state_entered_at FROM workflows
+ WHERE terminal = 1 AND state_entered_at < :until AND (state_entered_at, id) > (:since, :id)
+ ORDER BY state_entered_at, id LIMIT :limit;
+
+-- name: prunable_tenant
+-- The same for one tenant.
+SELECT id, version, state_entered_at FROM workflows
+ WHERE tenant = :tenant AND terminal = 1 AND state_entered_at < :until
+   AND (state_entered_at, id) > (:since, :id)
+ ORDER BY state_entered_at, id LIMIT :limit;
+
+-- name: export_workflows
+-- Whole rows of some workflows (prune's archive, import's comparison).
+SELECT * FROM workflows WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: export_transitions
+-- Their logs.
+SELECT * FROM transitions WHERE workflow_id IN (SELECT value FROM json_each(:ids))
+ ORDER BY workflow_id, version;
+
+-- name: export_steps
+-- Their step ledgers.
+SELECT * FROM steps WHERE workflow_id IN (SELECT value FROM json_each(:ids))
+ ORDER BY workflow_id, started_at, key;
+
+-- name: export_timers
+-- Their pending timers.
+SELECT * FROM timers WHERE workflow_id IN (SELECT value FROM json_each(:ids))
+ ORDER BY workflow_id, due_at, id;
+
+-- name: export_inbox
+-- Their inputs, consumed or not.
+SELECT * FROM inbox WHERE workflow_id IN (SELECT value FROM json_each(:ids))
+ ORDER BY workflow_id, id;
+
+-- name: export_rejections
+-- Their refused events.
+SELECT * FROM rejections WHERE workflow_id IN (SELECT value FROM json_each(:ids))
+ ORDER BY workflow_id, seq;
+
+-- name: prune_token_add
+-- Opens prune's sanctioned delete of the log (removed by the same transaction).
+INSERT INTO prune_tokens (token) VALUES (:key);
+
+-- name: prune_token_drop
+-- Closes it.
+DELETE FROM prune_tokens WHERE token = :key;
+
+-- name: prune_workflow
+-- Deletes one finished workflow's row, only at the version prune read (and archived).
+DELETE FROM workflows WHERE id = :id AND version = :version AND terminal = 1;
+
+-- name: prune_transitions
+-- The logs of workflows prune deleted.
+DELETE FROM transitions WHERE workflow_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_steps
+-- Their step ledgers.
+DELETE FROM steps WHERE workflow_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_timers
+-- Their timers.
+DELETE FROM timers WHERE workflow_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_inbox
+-- Their inputs.
+DELETE FROM inbox WHERE workflow_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_workflow_rejections
+-- Their refused events.
+DELETE FROM rejections WHERE workflow_id IN (SELECT value FROM json_each(:ids));
+
+-- name: prune_rejections
+-- Up to :limit refused events older than :until.
+DELETE FROM rejections
+ WHERE seq IN (SELECT seq FROM rejections WHERE at < :until ORDER BY at LIMIT :limit);
+
+-- name: prune_rejections_tenant
+-- The same for one tenant.
+DELETE FROM rejections
+ WHERE seq IN (SELECT seq FROM rejections WHERE tenant = :tenant AND at < :until
+                ORDER BY at LIMIT :limit);
+
+-- name: count_old_rejections
+-- Refused events older than :until (prune's dry run).
+SELECT count(*) AS n FROM rejections WHERE at < :until;
+
+-- name: count_old_rejections_tenant
+-- The same for one tenant.
+SELECT count(*) AS n FROM rejections WHERE tenant = :tenant AND at < :until;

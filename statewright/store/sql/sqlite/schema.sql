@@ -70,7 +70,14 @@ CREATE INDEX transitions_event_at ON transitions (event, at);
 
 CREATE TRIGGER transitions_append_only_update BEFORE UPDATE ON transitions
 BEGIN SELECT RAISE(ABORT, 'the transition log is append-only'); END;
+-- The one sanctioned delete (prune): only inside a transaction holding a prune_tokens row,
+-- and only of the log of a finished (or deleted) workflow.
+CREATE TABLE prune_tokens (
+    token TEXT PRIMARY KEY
+);
 CREATE TRIGGER transitions_append_only_delete BEFORE DELETE ON transitions
+WHEN NOT EXISTS (SELECT 1 FROM prune_tokens)
+  OR EXISTS (SELECT 1 FROM workflows WHERE id = old.workflow_id AND terminal = 0)
 BEGIN SELECT RAISE(ABORT, 'the transition log is append-only'); END;
 
 CREATE TABLE steps (
@@ -132,6 +139,10 @@ CREATE TABLE rejections (
 -- "refusals in the last window", of every tenant or of one
 CREATE INDEX rejections_at ON rejections (at);
 CREATE INDEX rejections_tenant_at ON rejections (tenant, at);
+-- a workflow's refusals (deleted and archived with it)
+CREATE INDEX rejections_workflow ON rejections (workflow_id);
+-- a workflow's inputs, consumed or not (archived and deleted with it)
+CREATE INDEX inbox_workflow ON inbox (workflow_id, id);
 
 -- workflows per (type, state, terminal), kept by triggers (/metrics, alert rules)
 CREATE TABLE workflow_counts (
@@ -176,3 +187,58 @@ CREATE TABLE definitions (
 );
 
 CREATE INDEX workflows_live_version ON workflows (type, machine_version) WHERE terminal = 0;
+
+CREATE TABLE alert_states (
+    fingerprint TEXT PRIMARY KEY,
+    rule        TEXT NOT NULL,
+    labels      TEXT NOT NULL,
+    annotations TEXT NOT NULL,
+    starts_at   REAL NOT NULL
+);
+CREATE TABLE alert_outbox (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    receiver        TEXT    NOT NULL,
+    fingerprint     TEXT    NOT NULL,
+    status          TEXT    NOT NULL,
+    idempotency_key TEXT    NOT NULL,
+    alert           TEXT    NOT NULL,
+    created_at      REAL    NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_at         REAL,
+    claim           TEXT,
+    delivered_at    REAL,
+    dead_at         REAL,
+    last_error      TEXT,
+    UNIQUE (receiver, idempotency_key)
+);
+CREATE INDEX alert_outbox_due ON alert_outbox (next_at) WHERE next_at IS NOT NULL;
+
+CREATE TABLE schedules (
+    id TEXT PRIMARY KEY,
+    type TEXT NOT NULL,
+    cron TEXT NOT NULL,
+    timezone TEXT NOT NULL,
+    catch_up TEXT NOT NULL,
+    input TEXT NOT NULL,
+    tenant TEXT NOT NULL,
+    paused INTEGER NOT NULL DEFAULT 0,
+    next_at REAL NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    last_tick REAL,
+    last_workflow_id TEXT,
+    last_error TEXT
+);
+CREATE INDEX schedules_due ON schedules (next_at) WHERE paused = 0;
+
+CREATE TABLE type_limits (
+    type TEXT PRIMARY KEY,
+    tokens REAL NOT NULL,
+    refilled_at REAL NOT NULL
+);
+
+CREATE INDEX workflows_type_due ON workflows (type, next_due_at)
+    WHERE next_due_at IS NOT NULL AND lease_owner IS NULL;
+
+-- the W3C trace context of the last traced start or move (migration 0014_trace_context)
+ALTER TABLE workflows ADD COLUMN trace TEXT;
