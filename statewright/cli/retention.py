@@ -53,6 +53,16 @@ def prune(
             show_default=False,
         ),
     ] = None,
+    alerts_older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--alerts-older-than",
+            metavar="DURATION",
+            help="Also delete alert notifications delivered or dead-lettered and created "
+            "longer ago than this (pending ones are kept). " + DurationHelp,
+            show_default=False,
+        ),
+    ] = None,
     tenant: Annotated[
         str | None,
         typer.Option(help="Only this tenant's workflows and refusals.", show_default=False),
@@ -74,6 +84,7 @@ def prune(
 
     older = parse_duration(terminal_older_than)
     rej = None if rejections_older_than is None else parse_duration(rejections_older_than)
+    alerts = None if alerts_older_than is None else parse_duration(alerts_older_than)
 
     async def go(engine: Engine) -> PruneReport:
         return await engine.prune(
@@ -82,6 +93,7 @@ def prune(
             tenant=tenant,
             batch=batch,
             rejections_older_than=rej,
+            alerts_older_than=alerts,
             dry_run=dry_run,
         )
 
@@ -93,7 +105,8 @@ def prune(
     out.print(
         f"{verb} {report.workflows} finished workflow(s): {report.transitions} log entries, "
         f"{report.steps} steps, {report.timers} timers, {report.inbox} inputs, "
-        f"{report.rejections} refused events ({report.seconds:.2f}s)"
+        f"{report.rejections} refused events, {report.alert_notifications} alert "
+        f"notifications ({report.seconds:.2f}s)"
     )
     if archive is not None and not report.dry_run:
         out.print(f"archived {report.archived} workflow(s) to {escape(str(archive))}")

@@ -1333,12 +1333,15 @@ class Engine:
         tenant: str | None = None,
         batch: int = 500,
         rejections_older_than: float | None = None,
+        alerts_older_than: float | None = None,
         dry_run: bool = False,
     ) -> PruneReport:
         """Delete finished workflows whose final state was entered more than
         ``terminal_older_than`` seconds ago, whole (row, log, steps, timers, inbox, refused
         events), in batches of ``batch``, each its own short transaction; and refused events
-        older than ``rejections_older_than`` seconds. With ``archive`` (a ``.jsonl.gz`` path,
+        older than ``rejections_older_than`` seconds, and alert notifications created more
+        than ``alerts_older_than`` seconds ago and delivered or dead-lettered since (never a
+        pending one). With ``archive`` (a ``.jsonl.gz`` path,
         appended to) each batch is written and fsynced before it is deleted. ``dry_run``
         counts and changes nothing. Raises InvalidInput."""
         from statewright.engine import retention
@@ -1350,6 +1353,7 @@ class Engine:
             tenant=tenant,
             batch=batch,
             rejections_older_than=rejections_older_than,
+            alerts_older_than=alerts_older_than,
             dry_run=dry_run,
         )
 

@@ -78,6 +78,8 @@ class PruneReport:
     inbox: int = 0
     rejections: int = 0
     """Refused events deleted: those of the pruned workflows and those past their cutoff."""
+    alert_notifications: int = 0
+    """Alert notifications delivered or dead-lettered before their cutoff, deleted."""
     seconds: float = 0.0
     archived: int = 0
     """Records written to the archive (a workflow a concurrent prune took may be among them)."""
@@ -130,9 +132,14 @@ async def prune(
     tenant: str | None = None,
     batch: int = DEFAULT_BATCH,
     rejections_older_than: float | None = None,
+    alerts_older_than: float | None = None,
     dry_run: bool = False,
 ) -> PruneReport:
-    """See :meth:`statewright.engine.Engine.prune`."""
+    """See :meth:`statewright.engine.Engine.prune`. ``alerts_older_than``: also delete the
+    alert notifications (:mod:`statewright.observability.delivery`) created more than that
+    many seconds ago and delivered or dead-lettered since; pending ones stay. Deleting one
+    cannot make it be sent again: a notification is written only with a change of the alert's
+    recorded state, which stays."""
     older = _check_seconds(terminal_older_than, "terminal_older_than")
     rej_older = (
         None
@@ -143,6 +150,13 @@ async def prune(
         raise InvalidInput(f"batch must be a whole number from 1 to {MAX_BATCH}")
     if tenant is not None and (not isinstance(tenant, str) or not tenant):
         raise InvalidInput("tenant must be a non-empty string")
+    alerts_older = (
+        None
+        if alerts_older_than is None
+        else _check_seconds(alerts_older_than, "alerts_older_than")
+    )
+    if alerts_older is not None and tenant is not None:
+        raise InvalidInput("alert notifications are not kept per tenant: prune them without one")
     writer = None if archive is None or dry_run else ArchiveWriter(archive)
     store = engine.store
     now = engine.clock.now()
@@ -197,6 +211,21 @@ async def prune(
                 n = await store.prune_rejections(before, tenant=tenant, limit=batch * 10)
                 took = time.perf_counter() - took
                 report.rejections += n
+                if n < batch * 10:
+                    break
+                await asyncio.sleep(took)
+    if alerts_older is not None:
+        before = now - alerts_older
+        if dry_run:
+            report.alert_notifications = await store.prune_alert_notifications(
+                before, limit=0, dry_run=True
+            )
+        else:
+            while True:
+                took = time.perf_counter()
+                n = await store.prune_alert_notifications(before, limit=batch * 10)
+                took = time.perf_counter() - took
+                report.alert_notifications += n
                 if n < batch * 10:
                     break
                 await asyncio.sleep(took)

@@ -1083,6 +1083,12 @@ class PostgresStore(PostgresSchedules):
         async with self._connection(write=not dry_run) as conn:
             return await retention_sql.pg_prune_rejections(conn, before, tenant, limit, dry_run)
 
+    async def prune_alert_notifications(
+        self, before: float, *, limit: int, dry_run: bool = False
+    ) -> int:
+        async with self._connection(write=not dry_run) as conn:
+            return await retention_sql.pg_prune_alert_notifications(conn, before, limit, dry_run)
+
     async def restore_workflow(self, record: Mapping[str, Any]) -> bool:
         async with self._connection(write=True) as conn:
             return await retention_sql.pg_restore(conn, dict(record))

@@ -488,6 +488,13 @@ class Store(Protocol):
         """Delete up to ``limit`` refused events older than ``before``; how many (with
         ``dry_run``: how many there are, nothing deleted)."""
 
+    async def prune_alert_notifications(
+        self, before: float, *, limit: int, dry_run: bool = False
+    ) -> int:
+        """Delete up to ``limit`` alert notifications delivered or dead-lettered and created
+        before ``before``, oldest first; how many (with ``dry_run``: how many there are,
+        nothing deleted). Pending ones are never deleted."""
+
     async def restore_workflow(self, record: Mapping[str, Any]) -> bool:
         """Insert an archive record's rows in one transaction; False (nothing written) when a
         workflow of that id exists."""

@@ -178,6 +178,15 @@ def sqlite_prune_rejections(
     return conn.execute(query, params).rowcount
 
 
+def sqlite_prune_alert_notifications(
+    conn: sqlite3.Connection, before: float, limit: int, dry_run: bool
+) -> int:
+    params = {"until": before, "limit": limit}
+    if dry_run:
+        return int(conn.execute(SQ["count_old_alert_notifications"], params).fetchone()[0])
+    return conn.execute(SQ["prune_alert_notifications"], params).rowcount
+
+
 def _sqlite_columns(conn: sqlite3.Connection, table: str) -> list[str]:
     return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]  # table: a constant
 
@@ -274,6 +283,16 @@ async def pg_prune_rejections(
         return 0 if row is None else int(row["n"])
     query = PQ["prune_rejections"] if tenant is None else PQ["prune_rejections_tenant"]
     return (await conn.execute(query, params)).rowcount
+
+
+async def pg_prune_alert_notifications(
+    conn: PgConn, before: float, limit: int, dry_run: bool
+) -> int:
+    params = {"until": before, "limit": limit}
+    if dry_run:
+        row = await (await conn.execute(PQ["count_old_alert_notifications"], params)).fetchone()
+        return 0 if row is None else int(row["n"])
+    return (await conn.execute(PQ["prune_alert_notifications"], params)).rowcount
 
 
 async def pg_columns(conn: PgConn) -> dict[str, set[str]]:

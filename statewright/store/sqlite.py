@@ -1279,5 +1279,13 @@ class SQLiteStore(SQLiteSchedules):
         fn = lambda c: retention_sql.sqlite_prune_rejections(c, before, tenant, limit, dry_run)  # noqa: E731
         return await (self.conn.read(fn) if dry_run else self.conn.write(fn))
 
+    async def prune_alert_notifications(
+        self, before: float, *, limit: int, dry_run: bool = False
+    ) -> int:
+        def go(c: sqlite3.Connection) -> int:
+            return retention_sql.sqlite_prune_alert_notifications(c, before, limit, dry_run)
+
+        return await (self.conn.read(go) if dry_run else self.conn.write(go))
+
     async def restore_workflow(self, record: Mapping[str, Any]) -> bool:
         return await self.conn.write(lambda c: retention_sql.sqlite_restore(c, dict(record)))

@@ -56,10 +56,13 @@ def test_prune_archive_import_round_trip(where: Cli, tmp_path: Path) -> None:
         "0s",
         "--rejections-older-than",
         "90m",
+        "--alerts-older-than",
+        "7d",
         "--archive",
         str(archive),
     ).stdout
     assert "deleted 2 finished workflow(s): 4 log entries" in text and "archived 2" in text
+    assert "0 alert notifications" in text
     assert cli.error("--app", app, "show", "t1", code=1).startswith("error[workflow_not_found]")
     cli("--app", app, "show", "t3")
     with gzip.open(archive, "rt") as f:
@@ -85,6 +88,13 @@ def test_bad_durations_and_files_are_refused(cli: Cli, tmp_path: Path) -> None:
         "prune", "--terminal-older-than", "1d", "--rejections-older-than", "1y", code=2
     )
     assert "bad duration '1y'" in line
+    line = cli.error("prune", "--terminal-older-than", "1d", "--alerts-older-than", "x", code=2)
+    assert "bad duration 'x'" in line
+    line = cli.error(
+        "prune", "--terminal-older-than", "1d", "--alerts-older-than", "1d", "--tenant", "a",
+        code=2,
+    )  # fmt: skip
+    assert "not kept per tenant" in line
     line = cli.error("worker", "--once", "--prune-terminal-older-than", "1 day", code=2)
     assert "bad duration" in line
     assert "prune_every" in cli.error(

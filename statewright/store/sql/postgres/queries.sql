@@ -769,6 +769,16 @@ DELETE FROM rejections
  WHERE seq IN (SELECT seq FROM rejections WHERE tenant = %(tenant)s AND at < %(until)s
                 ORDER BY at LIMIT %(limit)s);
 
+-- name: prune_alert_notifications
+-- Up to :limit delivered or dead-lettered alert notifications created before :until.
+DELETE FROM alert_outbox
+ WHERE id IN (SELECT id FROM alert_outbox WHERE next_at IS NULL AND created_at < %(until)s
+              ORDER BY created_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED);
+
+-- name: count_old_alert_notifications
+-- How many prune_alert_notifications would delete.
+SELECT count(*) AS n FROM alert_outbox WHERE next_at IS NULL AND created_at < %(until)s;
+
 -- name: count_old_rejections
 -- Refused events older than :until (prune's dry run).
 SELECT count(*)::bigint AS n FROM rejections WHERE at < %(until)s;

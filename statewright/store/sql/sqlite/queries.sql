@@ -530,6 +530,16 @@ DELETE FROM rejections
  WHERE seq IN (SELECT seq FROM rejections WHERE tenant = :tenant AND at < :until
                 ORDER BY at LIMIT :limit);
 
+-- name: prune_alert_notifications
+-- Up to :limit delivered or dead-lettered alert notifications created before :until.
+DELETE FROM alert_outbox
+ WHERE id IN (SELECT id FROM alert_outbox WHERE next_at IS NULL AND created_at < :until
+              ORDER BY created_at LIMIT :limit);
+
+-- name: count_old_alert_notifications
+-- How many prune_alert_notifications would delete.
+SELECT count(*) FROM alert_outbox WHERE next_at IS NULL AND created_at < :until;
+
 -- name: count_old_rejections
 -- Refused events older than :until (prune's dry run).
 SELECT count(*) AS n FROM rejections WHERE at < :until;

@@ -242,3 +242,5 @@ CREATE INDEX workflows_type_due ON workflows (type, next_due_at)
 
 -- the W3C trace context of the last traced start or move (migration 0014_trace_context)
 ALTER TABLE workflows ADD COLUMN trace TEXT;
+-- prune deletes finished alert notifications past a cutoff, oldest first
+CREATE INDEX alert_outbox_finished ON alert_outbox (created_at) WHERE next_at IS NULL;
