@@ -293,10 +293,21 @@ class EngineMetrics:
         """Read the workflow and stuck counts from the store (``statewright_store_up`` 0 if
         it fails)."""
         engine = self._engine()
+
+        async def stuck_counts() -> list[StuckTotal]:
+            return [] if engine is None else await engine.stuck_counts()
+
+        async def oldest_ages() -> None:
+            with contextlib.suppress(Exception):  # its gauge is left empty; store_up tells
+                await self._oldest.refresh(self.store, self.clock)
+
         try:
             async with asyncio.timeout(self.scrape_timeout):
-                counts = await self.store.count_by_state()
-                stuck = [] if engine is None else await engine.stuck_counts()
+                # Concurrent: on PostgreSQL each read takes a pooled connection of its own, so
+                # a scrape costs about its slowest read rather than their sum.
+                counts, stuck, _ = await asyncio.gather(
+                    self.store.count_by_state(), stuck_counts(), oldest_ages()
+                )
         except Exception as exc:
             log.warning(
                 "metrics: counting workflows failed",
@@ -305,9 +316,6 @@ class EngineMetrics:
             self._workflows.counts = None
             return
         self._workflows.counts, self._workflows.stuck = counts, stuck
-        with contextlib.suppress(Exception):  # its gauge is left empty; store_up tells
-            async with asyncio.timeout(self.scrape_timeout):
-                await self._oldest.refresh(self.store, self.clock)
 
     async def render(self) -> bytes:
         """The text exposition of every collector, with fresh workflow counts."""

@@ -10,6 +10,7 @@ group's listing by time entered, the start of an index range.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -31,16 +32,19 @@ class OldestAges(Collector):
     async def refresh(self, store: Store, clock: Clock) -> None:
         self.ages = ()
         now = clock.now()
-        found = []
-        for type_name, state, n in await store.count_by_state(terminal=False):
-            if n <= 0:
-                continue
-            rows = await store.list_workflows(
-                WorkflowFilter(type=type_name, state=state, terminal=False, limit=1)
+        groups = [(t, s) for t, s, n in await store.count_by_state(terminal=False) if n > 0]
+        # Concurrent: on PostgreSQL each read takes a pooled connection of its own.
+        firsts = await asyncio.gather(
+            *(
+                store.list_workflows(WorkflowFilter(type=t, state=s, terminal=False, limit=1))
+                for t, s in groups
             )
-            if rows:
-                found.append((type_name, state, max(0.0, now - rows[0].state_entered_at)))
-        self.ages = found
+        )
+        self.ages = [
+            (t, s, max(0.0, now - rows[0].state_entered_at))
+            for (t, s), rows in zip(groups, firsts, strict=True)
+            if rows
+        ]
 
     def collect(self) -> Iterable[Metric]:
         gauge = GaugeMetricFamily(
