@@ -132,6 +132,17 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class StepOpening:
+    """What :meth:`~statewright.store.protocol.Store.step_open` found, or began."""
+
+    record: StepRecord | None
+    """The attempt it recorded *executing* (``begun``), else the ledger entry it found."""
+    begun: bool
+    cancel: CancelRequest | None
+    """The workflow's pending cancel request (nothing was begun then)."""
+
+
+@dataclass(frozen=True)
 class StepFinish:
     """The outcome of one step attempt, to record in the ledger.
 

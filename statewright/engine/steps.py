@@ -409,19 +409,29 @@ class Run:
         reconcile: Reconciler | None,
         timeout: float | None,
     ) -> Any:
-        # A pending cancel request and the step's ledger entry, asked together (one trip to
-        # SQLite's connection thread, two concurrent queries on PostgreSQL); a pending done
-        # record is written first.
+        # The usual start in one trip (step_open): with no pending cancel request and no
+        # ledger entry the step is recorded executing at once; otherwise what was found is
+        # decided here (a cancel, a done result, a reconcile) before step_begin. A pending
+        # done record is written first.
         self._check_live()
         await self.flush()
-        store = self.engine.store
-        found, record = await asyncio.gather(
-            store.cancel_requests([self.workflow.id]), store.get_step(self.key(name))
+        key = self.key(name)
+        opened = await self.engine.store.step_open(
+            key, self.workflow.id, name, self.now(), self.lease
         )
-        await self.note_cancel(found.get(self.workflow.id))
+        await self.note_cancel(opened.cancel)
         if self._cancel is not None:
             raise Cancelled(self._cancel.reason)
-        begun = await self._prepare(name, reconcile, safe_to_repeat, record)
+        begun: _Begun | StepRecord
+        if opened.begun:
+            assert opened.record is not None
+            begun = _Begun(
+                StepKey(self.workflow.id, name, self.fencing_token, opened.record.attempts),
+                opened.record,
+                time.perf_counter(),
+            )
+        else:
+            begun = await self._prepare(name, reconcile, safe_to_repeat, opened.record)
         if not isinstance(begun, _Begun):
             tracecontext.note(outcome="recorded", attempt=begun.attempts)
             return begun.result

@@ -75,6 +75,7 @@ from statewright.types import (
     NewWorkflow,
     RejectionRecord,
     StepFinish,
+    StepOpening,
     StepOutcome,
     StepRecord,
     StuckCutoff,
@@ -947,6 +948,28 @@ class PostgresStore(PostgresSchedules):
         if found is None or not found["found"]:
             raise WorkflowNotFound(workflow_id)
         raise LeaseLost(workflow_id)
+
+    async def step_open(
+        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+    ) -> StepOpening:
+        params = {
+            "key": key,
+            "workflow_id": workflow_id,
+            "step": step,
+            "at": float(at),
+            **lease_params(lease),
+        }
+        row = await self._fetchone(Q["step_open"], params, write=True)
+        if row is None:
+            raise WorkflowNotFound(workflow_id)
+        if row["begun"] is not None:
+            return StepOpening(step_record(row["begun"]), True, None)
+        cancel, found = cancel_request(row), row["found"]
+        if cancel is None and found is None:
+            if not row["held"]:
+                raise LeaseLost(workflow_id)
+            found = await self._fetchone(Q["get_step"], {"key": key})  # inserted meanwhile
+        return StepOpening(None if found is None else step_record(found), False, cancel)
 
     async def step_finish(self, finish: StepFinish, lease: Lease | None = None) -> StepRecord:
         params = {

@@ -22,6 +22,7 @@ from statewright.types import (
     RejectionRecord,
     ScheduleRecord,
     StepFinish,
+    StepOpening,
     StepOutcome,
     StepRecord,
     StuckCutoff,
@@ -397,6 +398,17 @@ class Store(Protocol):
         ``failed`` becomes ``executing`` again with ``attempts`` incremented (a re-run); a
         ``done`` record is returned unchanged (the caller must use its result). With
         ``lease``, refused with LeaseLost once the lease no longer holds.
+        """
+
+    async def step_open(
+        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+    ) -> StepOpening:
+        """A step's usual start in one trip: when the workflow has no pending cancel request
+        and the step no ledger entry, record it *executing* at attempt 1 as
+        :meth:`step_begin` does (``begun``). Otherwise write nothing and return the cancel
+        request and the ledger entry found: the caller decides (reconcile, refuse) and then
+        calls :meth:`step_begin`. Raises WorkflowNotFound; with ``lease``, LeaseLost when it
+        no longer holds and there is neither a request nor an entry to report.
         """
 
     async def step_finish(self, finish: StepFinish, lease: Lease | None = None) -> StepRecord:

@@ -50,6 +50,7 @@ from statewright.types import (
     NewWorkflow,
     RejectionRecord,
     StepFinish,
+    StepOpening,
     StepOutcome,
     StepRecord,
     StuckCutoff,
@@ -1129,6 +1130,43 @@ class SQLiteStore(SQLiteSchedules):
             else:
                 conn.execute(Q["restart_step"], {"key": key, "at": at, "fence": fenced["fence"]})
             return _step(conn.execute(Q["get_step"], {"key": key}).fetchone())
+
+        return await self.conn.write(fn)
+
+    async def step_open(
+        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+    ) -> StepOpening:
+        fenced = {
+            "workflow_id": workflow_id,
+            "owner": None if lease is None else lease.owner,
+            "fence": None if lease is None else lease.fence,
+        }
+
+        def fn(conn: sqlite3.Connection) -> StepOpening:
+            wf = conn.execute(Q["step_open_workflow"], fenced).fetchone()
+            if wf is None:
+                raise WorkflowNotFound(workflow_id)
+            cancel = _cancel(wf)
+            row = conn.execute(Q["get_step"], {"key": key}).fetchone()
+            if cancel is not None or row is not None:
+                return StepOpening(None if row is None else _step(row), False, cancel)
+            if not wf["held"]:
+                raise LeaseLost(workflow_id)
+            params = {"key": key, "workflow_id": workflow_id, "step": step, "at": at}
+            conn.execute(Q["insert_step"], params | {"fence": fenced["fence"]})
+            begun = StepRecord(  # what the INSERT wrote, without reading it back
+                key=key,
+                workflow_id=workflow_id,
+                step=step,
+                status="executing",
+                result=None,
+                error=None,
+                attempts=1,
+                started_at=at,
+                finished_at=None,
+                fence=fenced["fence"],
+            )
+            return StepOpening(begun, True, None)
 
         return await self.conn.write(fn)
 

@@ -250,6 +250,38 @@ async def test_step_ledger(store: Store) -> None:
         await store.step_finish(StepFinish("w1:none", 1, "done", at=T0))
 
 
+async def test_step_open_begins_only_a_new_step_with_no_cancel_pending(store: Store) -> None:
+    from statewright.errors import LeaseLost
+
+    await store.create_workflow(new(run_at=T0))
+    [claimed] = await store.claim_due("w-1", T0, 30, 10)
+    lease = claimed.lease
+    opened = await store.step_open("w1:pay", "w1", "pay", T0, lease)
+    assert opened.begun and opened.cancel is None and opened.record is not None
+    assert (opened.record.status, opened.record.attempts) == ("executing", 1)
+    assert await store.get_step("w1:pay") == opened.record
+    # Found executing (a crash, say): reported, not begun again; step_begin decides.
+    again = await store.step_open("w1:pay", "w1", "pay", T0 + 1, lease)
+    assert not again.begun and again.record == opened.record and again.cancel is None
+    # A pending cancel request: reported, and nothing is begun.
+    await store.request_cancel("w1", CancelRequest("stop", "ops", T0, 1, None))
+    stopped = await store.step_open("w1:ship", "w1", "ship", T0 + 2, lease)
+    assert not stopped.begun and stopped.record is None
+    assert stopped.cancel is not None and stopped.cancel.reason == "stop"
+    assert await store.get_step("w1:ship") is None
+    # Another claim's lease: refused, nothing written.
+    await store.create_workflow(new("w2", run_at=T0))
+    [other] = await store.claim_due("w-2", T0, 30, 10)
+    stale = Lease("w-2", other.lease.fence + 1)
+    with pytest.raises(LeaseLost):
+        await store.step_open("w2:pay", "w2", "pay", T0, stale)
+    assert await store.get_step("w2:pay") is None
+    with pytest.raises(WorkflowNotFound):
+        await store.step_open("nope:pay", "nope", "pay", T0)
+    unfenced = await store.step_open("w2:pay", "w2", "pay", T0)  # no lease: not a worker's
+    assert unfenced.begun
+
+
 async def test_inbox(store: Store) -> None:
     await store.create_workflow(new())
     first, created = await store.post_input("w1", "doc", {"page": 1}, T0)

@@ -446,6 +446,35 @@ ON CONFLICT (key) DO UPDATE
  WHERE steps.status <> 'done'
 RETURNING *;
 
+-- name: step_open
+-- A step's usual start in one round trip: the workflow's pending cancel request and the
+-- step's ledger entry; only when there is neither is the step recorded executing, fenced as
+-- in step_begin (FOR SHARE waits out a concurrent claim, then checks the lease again). A
+-- concurrent insert of the key (ON CONFLICT) begins nothing: the caller reads it.
+WITH w AS (
+    SELECT id, cancel_requested, cancel_actor, cancel_at, cancel_version, cancel_key
+      FROM workflows WHERE id = %(workflow_id)s
+), fenced AS (
+    SELECT id FROM workflows
+     WHERE id = %(workflow_id)s
+       AND (%(fence)s::bigint IS NULL
+            OR (lease_owner = %(owner)s::text AND fence = %(fence)s::bigint))
+       FOR SHARE
+), found AS (
+    SELECT * FROM steps WHERE key = %(key)s
+), begun AS (
+    INSERT INTO steps (key, workflow_id, step, status, attempts, started_at, fence)
+    SELECT %(key)s, f.id, %(step)s, 'executing', 1, %(at)s, %(fence)s::bigint
+      FROM fenced f JOIN w ON w.cancel_requested IS NULL
+     WHERE NOT EXISTS (SELECT 1 FROM found)
+    ON CONFLICT (key) DO NOTHING
+    RETURNING *
+)
+SELECT w.*, EXISTS (SELECT 1 FROM fenced) AS held,
+       (SELECT to_jsonb(f) FROM found f) AS found,
+       (SELECT to_jsonb(b) FROM begun b) AS begun
+  FROM w;
+
 -- name: step_and_lease
 -- After step_begin wrote nothing: the ledger entry, and whether the workflow and the lease
 -- are still there.

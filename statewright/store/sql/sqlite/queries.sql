@@ -226,6 +226,12 @@ SELECT * FROM steps WHERE key = :key;
 SELECT 1 FROM workflows
  WHERE id = :workflow_id AND (:fence IS NULL OR (lease_owner = :owner AND fence = :fence));
 
+-- name: step_open_workflow
+-- For step_open: the workflow's pending cancel request and whether the lease holds.
+SELECT cancel_requested, cancel_actor, cancel_at, cancel_version, cancel_key,
+       (:fence IS NULL OR (lease_owner = :owner AND fence = :fence)) AS held
+  FROM workflows WHERE id = :workflow_id;
+
 -- name: insert_done_step
 -- A done step written with a new workflow (a fork's copy); an existing key is left alone.
 INSERT OR IGNORE INTO steps (key, workflow_id, step, status, result, attempts, started_at,
