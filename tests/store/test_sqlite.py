@@ -61,6 +61,31 @@ async def test_persistence_failure_fails_closed(tmp_path: Path) -> None:
         await engine.check("w")
 
 
+async def test_a_write_waiting_for_another_process_lock_goes_soon_after_release(
+    tmp_path: Path,
+) -> None:
+    # The writer polls for the write lock (sqlite_conn._begin) instead of SQLite's busy
+    # handler, whose sleeps grow to 100 ms: a write goes within a few ms of the release.
+    path = tmp_path / "db.sqlite"
+    async with Engine(SQLiteStore(path, busy_timeout=5.0), [MACHINE]) as engine:
+        await engine.start("pingpong", workflow_id="w")
+        blocker = sqlite3.connect(path, isolation_level=None)
+        waits = []
+        for event in ["go", "back"] * 3:
+            blocker.execute("BEGIN IMMEDIATE")
+            send = asyncio.ensure_future(engine.send("w", event))
+            await asyncio.sleep(0.4)  # the busy handler would sleep 100 ms between tries now
+            assert not send.done()
+            blocker.execute("ROLLBACK")
+            released = time.monotonic()
+            await send
+            waits.append(time.monotonic() - released)
+        blocker.close()
+        assert (await engine.get("w")).version == 7
+        median = sorted(waits)[len(waits) // 2]
+        assert median < 0.015, f"writes went {[round(w * 1000, 1) for w in waits]} ms late"
+
+
 async def test_illegal_transition_leaves_the_file_untouched(tmp_path: Path) -> None:
     path = tmp_path / "db.sqlite"
     async with Engine(SQLiteStore(path), [MACHINE]) as engine:
