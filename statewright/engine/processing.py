@@ -36,6 +36,7 @@ from statewright.types import CancelRequest, Lease, TimerRecord, WorkflowRow
 
 if TYPE_CHECKING:
     from statewright.engine.worker import Worker
+    from statewright.store.protocol import Store
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +65,18 @@ class Slot:
     """Handlers run under this claim (a chain: see :func:`process`)."""
     claimed_at: float = 0.0
     """``time.monotonic()`` of the claim."""
+    own_write: bool = False
+    """``row`` came back from this claim's own transition, which armed no timer of the
+    handler's: see :func:`_due_timers`."""
 
     def __post_init__(self) -> None:
         self.claimed_at = time.monotonic()
 
-    def chain_to(self, row: WorkflowRow) -> None:
-        """Run the next handler under the same claim, on the row the transition returned."""
+    def chain_to(self, row: WorkflowRow, scheduled: bool) -> None:
+        """Run the next handler under the same claim, on the row the transition returned
+        (``scheduled``: the transition armed timers the handler asked for)."""
         self.row = row
+        self.own_write = not scheduled
         # ``run`` stays the finished run until the next one replaces it: the heartbeat may
         # hold this slot across an await and expects a run on a slot it saw running.
         self.handler = None
@@ -154,7 +160,7 @@ async def process(w: Worker, slot: Slot) -> None:
         if after is None or slot.lost or slot.abandoned:
             return
         w.processed += 1
-        slot.chain_to(after)
+        slot.chain_to(after, bool(slot.run and slot.run.scheduled))
 
 
 async def _process_row(w: Worker, slot: Slot) -> WorkflowRow | None:
@@ -180,7 +186,7 @@ async def _process_row(w: Worker, slot: Slot) -> WorkflowRow | None:
                 pass  # a guard refuses it here: run as usual (the handler sees it too)
     now = engine.clock.now()
     handler = wtype.handlers.get(row.state)
-    due = [t for t in await store.timers(row.id) if t.due_at <= now]
+    due = await _due_timers(store, slot, now)
     if handler is not None and row.next_due_at is not None:
         # The handler's run came due before these recurring timers did: it runs first, so a
         # timer recurring faster than the handler is claimed can never starve it.
@@ -206,6 +212,23 @@ async def _process_row(w: Worker, slot: Slot) -> WorkflowRow | None:
     # inside it, so the next handler's span is this one's child.
     with tracecontext.handler_span(row):
         return await _run_handler(w, slot, wtype, handler)
+
+
+async def _due_timers(store: Store, slot: Slot, now: float) -> list[TimerRecord]:
+    """The workflow's timers due by ``now``, read from the store; or none without reading,
+    on a row this claim's own transition just returned whose ``next_due_at`` is that
+    write's own time (the handler's run; it is the earliest of that and every pending
+    timer, so no timer was due before the write) when the handler had armed none.
+
+    What that skips is what a read a moment earlier would have seen: a timer coming due
+    since the write, or scheduled since by another process, fires after this handler runs
+    (or goes with the state it belonged to), as when it lands just after the read. A timer
+    due at exactly the write's instant (a timer kept from an earlier state, on a clock that
+    stood still) counts as not due yet. The chain is what runs states back to back."""
+    row = slot.row
+    if slot.own_write and row.next_due_at is not None and row.next_due_at >= row.updated_at:
+        return []
+    return [t for t in await store.timers(row.id) if t.due_at <= now]
 
 
 async def _fire_timer(

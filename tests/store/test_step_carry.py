@@ -307,6 +307,38 @@ async def test_chained_handlers_run_under_one_claim(
     assert (await engine.get("w")).lease_owner is None
 
 
+async def test_a_chain_reads_timers_only_when_one_may_be_due(
+    opened: Callable[[list[WorkflowType]], Engine],
+) -> None:
+    """A row the claim's own transition returned, whose next_due_at is that write's time, had
+    no timer due: the next handler runs without reading timers. A handler that armed one
+    (due at once here: the clock stands still) has it read and fired first."""
+    calls = Calls()
+
+    async def handler(run: Run) -> Next:
+        await run.step(run.state, calls.action)
+        if run.state == "s1" and run.id == "armed":
+            run.schedule("other", after=0)  # due at the transition's own instant
+        return Next("next")
+
+    engine = opened([WorkflowType(chain(5), {f"s{i}": handler for i in range(5)})])
+    await engine.open()
+    await engine.start("chain", workflow_id="plain")
+    reads = count_calls(engine.store, "timers")
+    assert await Worker(engine).run_once() == 1
+    assert (await engine.get("plain")).state == "done"
+    assert reads == [("plain",)]  # the claimed row's; none in the chain of four after it
+
+    await engine.start("chain", workflow_id="armed")
+    reads.clear()
+    assert await Worker(engine).run_once() == 1
+    row = await engine.get("armed")
+    assert row.state == "done"
+    assert [e.event for e in await engine.history("armed")][-1] == "other"
+    assert "armed:s2" not in calls.calls  # the timer fired before s2's handler could run
+    assert reads == [("armed",), ("armed",)]
+
+
 async def test_a_chain_is_bounded(opened: Callable[[list[WorkflowType]], Engine]) -> None:
     calls = Calls()
     engine = opened([stepping(calls, 5)])
