@@ -51,6 +51,34 @@ MEMORY_FS = {"tmpfs", "ramfs", "devtmpfs"}
 POLL = 0.02
 
 
+def server_cpu() -> float | None:
+    """CPU seconds used so far by this machine's PostgreSQL processes (``/proc``), or None
+    when there are none here (a remote server)."""
+    total, found = 0, False
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :]
+        if name == "postgres":
+            fields = rest.split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (clock ticks)
+            found = True
+    return total / os.sysconf("SC_CLK_TCK") if found else None
+
+
+def per_state(cpu_before: float | None, args: argparse.Namespace) -> float | None:
+    """Server CPU microseconds per state since ``cpu_before``."""
+    after = server_cpu()
+    if cpu_before is None or after is None:
+        return None
+    return (after - cpu_before) / (args.workflows * args.states) * 1e6
+
+
 # -- the workload ----------------------------------------------------------------------------
 
 
@@ -143,6 +171,7 @@ def engine_run(args: argparse.Namespace, kind: str, where: str) -> dict[str, Any
         import psycopg
 
         watch = psycopg.connect(where, autocommit=True)
+    cpu_before = server_cpu() if kind == "postgres" else None
     started = time.perf_counter()
     go.set()
     deadline = started + args.timeout
@@ -154,6 +183,7 @@ def engine_run(args: argparse.Namespace, kind: str, where: str) -> dict[str, Any
         time.sleep(POLL)
         done = terminal_count(kind, where, watch)
     elapsed = time.perf_counter() - started
+    server_us = per_state(cpu_before, args)
     stop.set()
     reports = [out.get(timeout=120) for _ in procs]
     for p in procs:
@@ -166,6 +196,7 @@ def engine_run(args: argparse.Namespace, kind: str, where: str) -> dict[str, Any
         "steps_per_s": args.workflows * args.states / elapsed,
         "commits": None if None in commits else sum(commits),
         "processed": sum(r["processed"] for r in reports),
+        **({"server_cpu_us_per_state": server_us} if server_us is not None else {}),
     }
 
 
@@ -255,9 +286,10 @@ UPDATE steps SET status = 'done', result = %(result)s::jsonb, finished_at = %(at
  WHERE key = %(key)s AND status = 'executing' AND EXISTS (SELECT 1 FROM moved)"""
 
 
-def pg_raw(args: argparse.Namespace, dsn: str) -> float:
+def pg_raw(args: argparse.Namespace, dsn: str) -> tuple[float, float | None]:
     """Workflows/s of the fewest commits the work needs: ``concurrency`` threads, each with
-    its own connection and workflows, one autocommit statement per write."""
+    its own connection and workflows, one autocommit statement per write; and the server's
+    CPU microseconds per state meanwhile."""
     import psycopg
 
     from statewright import Engine
@@ -291,14 +323,69 @@ def pg_raw(args: argparse.Namespace, dsn: str) -> float:
     threads = [threading.Thread(target=client, args=(c,)) for c in range(args.concurrency)]
     for t in threads:
         t.start()
+    cpu_before = server_cpu()
     barrier.wait()
     started = time.perf_counter()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - started
+    server_us = per_state(cpu_before, args)
     for conn in conns:
         conn.close()
-    return len(ids) / elapsed
+    return len(ids) / elapsed, server_us
+
+
+def pg_raw_batched(args: argparse.Namespace, dsn: str) -> tuple[float, float | None]:
+    """The best group commit could do: one connection in pipeline mode, ``concurrency``
+    workflows advanced together in each transaction (the claim, then per state one commit of
+    all the executing records and one of all the transitions), as the SQLite ceiling does;
+    and the server's CPU microseconds per state meanwhile."""
+    import psycopg
+
+    from statewright import Engine
+
+    async def seed() -> None:
+        async with Engine(open_store("postgres", dsn), [workflow_type(args.states)]) as engine:
+            for i in range(args.workflows):
+                await engine.start("chain", {"n": i}, workflow_id=f"b{i:07d}")
+
+    asyncio.run(seed())
+    ids = [f"b{i:07d}" for i in range(args.workflows)]
+    ctx, result = json.dumps({"n": 0}), json.dumps({"ok": True})
+    conn = psycopg.connect(dsn)
+    cpu_before = server_cpu()
+    started = time.perf_counter()
+    with conn.pipeline():
+        for b in range(0, len(ids), args.concurrency):
+            batch = ids[b : b + args.concurrency]
+            now = time.time()
+            with conn.cursor() as cur:
+                cur.executemany(PG_CLAIM, [{"id": wid, "until": now + 30} for wid in batch])
+            conn.commit()
+            for s in range(args.states):
+                frm, to = f"s{s}", f"s{s + 1}" if s + 1 < args.states else "done"
+                terminal = to == "done"
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        PG_STEP_BEGIN,
+                        [{"key": f"{w}:{frm}", "id": w, "step": frm, "at": now} for w in batch],
+                    )
+                conn.commit()
+                moves = [
+                    {"id": w, "v": s + 1, "frm": frm, "to": to, "at": now, "ctx": ctx}
+                    | {"due": None if terminal else now, "terminal": terminal}
+                    | {"key": f"{w}:{frm}", "result": result}
+                    for w in batch
+                ]
+                with conn.cursor() as cur:
+                    cur.executemany(PG_MOVE, moves)
+                conn.commit()
+    elapsed = time.perf_counter() - started
+    server_us = per_state(cpu_before, args)
+    done = conn.execute("SELECT count(*) FROM workflows WHERE terminal").fetchone()
+    conn.close()
+    assert done is not None and done[0] == len(ids), f"raw batched finished {done}"
+    return len(ids) / elapsed, server_us
 
 
 # -- places ----------------------------------------------------------------------------------
@@ -401,7 +488,15 @@ def main() -> None:
                     if kind == "sqlite":
                         figure["raw_workflows_per_s"] = sqlite_raw(args, f"{tmp}/raw.db")
                     else:
-                        figure["raw_workflows_per_s"] = pg_raw(args, pg.fresh())  # type: ignore[union-attr]
+                        assert pg is not None
+                        rate, server_us = pg_raw(args, pg.fresh())
+                        figure["raw_workflows_per_s"] = rate
+                        if server_us is not None:
+                            figure["raw_server_cpu_us_per_state"] = server_us
+                        rate, server_us = pg_raw_batched(args, pg.fresh())
+                        figure["raw_batched_workflows_per_s"] = rate
+                        if server_us is not None:
+                            figure["raw_batched_server_cpu_us_per_state"] = server_us
                 rounds.append(figure)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -434,6 +529,27 @@ def main() -> None:
             f"{r['store']:>8}  {r['workflows_per_s']:>11,.0f}  {r['steps_per_s']:>8,.0f}  "
             f"{per_wf:>10}  {raw_wf:>8}  {raw_steps:>11}  {ratio:>10}"
         )
+    for r in results:
+        if "raw_batched_workflows_per_s" not in r:
+            continue
+        cpus = os.cpu_count() or 1
+        print(
+            f"\npostgres, the best group commit could do (raw batched: one connection, "
+            f"{args.concurrency} workflows per commit, no engine): "
+            f"{r['raw_batched_workflows_per_s']:,.0f} workflows/s"
+        )
+        for label, key in (
+            ("engine", "server_cpu_us_per_state"),
+            ("raw", "raw_server_cpu_us_per_state"),
+            ("raw batched", "raw_batched_server_cpu_us_per_state"),
+        ):
+            if key in r:
+                # The server alone, with every core to itself and no client: an upper bound.
+                bound = cpus / (r[key] * 1e-6) / args.states
+                print(
+                    f"  server CPU per state, {label:>11}: {r[key]:6,.0f} us "
+                    f"(at most {bound:,.0f} workflows/s on {cpus} cores with no client at all)"
+                )
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
     if pg is not None and pg.server is not None:
