@@ -1164,7 +1164,7 @@ class SQLiteStore(SQLiteSchedules):
                 attempts=1,
                 started_at=at,
                 finished_at=None,
-                fence=fenced["fence"],
+                fence=None if lease is None else lease.fence,
             )
             return StepOpening(begun, True, None)
 
