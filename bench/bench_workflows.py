@@ -112,6 +112,22 @@ def open_store(kind: str, where: str, pool: int = 4) -> Any:
     return PostgresStore(where, max_size=pool)
 
 
+def seed(args: argparse.Namespace, kind: str, where: str, prefix: str) -> list[str]:
+    """Start ``--workflows`` workflows through the engine (the schema and the rows as it makes
+    them), ids ``<prefix>0000000``...; their ids."""
+    from statewright import Engine
+
+    ids = [f"{prefix}{i:07d}" for i in range(args.workflows)]
+
+    async def go() -> None:
+        async with Engine(open_store(kind, where), [workflow_type(args.states)]) as engine:
+            for i, wid in enumerate(ids):
+                await engine.start("chain", {"n": i}, workflow_id=wid)
+
+    asyncio.run(go())
+    return ids
+
+
 def worker_main(
     kind: str, where: str, states: int, concurrency: int, ready: Any, go: Any, stop: Any, out: Any
 ) -> None:
@@ -143,14 +159,7 @@ def terminal_count(kind: str, where: str, conn: Any) -> int:
 
 
 def engine_run(args: argparse.Namespace, kind: str, where: str) -> dict[str, Any]:
-    from statewright import Engine
-
-    async def seed() -> None:
-        async with Engine(open_store(kind, where), [workflow_type(args.states)]) as engine:
-            for i in range(args.workflows):
-                await engine.start("chain", {"n": i}, workflow_id=f"w{i:07d}")
-
-    asyncio.run(seed())
+    seed(args, kind, where, "w")
     ctx = mp.get_context("spawn")
     ready, out = ctx.Queue(), ctx.Queue()
     go, stop = ctx.Event(), ctx.Event()
@@ -219,21 +228,13 @@ SQLITE_STEP_DONE = """UPDATE steps SET status = 'done', result = :result, finish
 
 def sqlite_raw(args: argparse.Namespace, path: str) -> float:
     """Workflows/s of the fewest commits the work needs, ``concurrency`` workflows a commit."""
-    from statewright import Engine
-
-    async def seed() -> None:  # the schema and the rows, as the engine makes them
-        async with Engine(open_store("sqlite", path), [workflow_type(args.states)]) as engine:
-            for i in range(args.workflows):
-                await engine.start("chain", {"n": i}, workflow_id=f"r{i:07d}")
-
-    asyncio.run(seed())
+    ids = seed(args, "sqlite", path, "r")
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
     ctx = json.dumps({"n": 0}, separators=(",", ":"), sort_keys=True)
     result = json.dumps({"ok": True}, separators=(",", ":"), sort_keys=True)
-    ids = [f"r{i:07d}" for i in range(args.workflows)]
     started = time.perf_counter()
     for b in range(0, len(ids), args.concurrency):
         batch = ids[b : b + args.concurrency]
@@ -292,15 +293,7 @@ def pg_raw(args: argparse.Namespace, dsn: str) -> tuple[float, float | None]:
     CPU microseconds per state meanwhile."""
     import psycopg
 
-    from statewright import Engine
-
-    async def seed() -> None:
-        async with Engine(open_store("postgres", dsn), [workflow_type(args.states)]) as engine:
-            for i in range(args.workflows):
-                await engine.start("chain", {"n": i}, workflow_id=f"r{i:07d}")
-
-    asyncio.run(seed())
-    ids = [f"r{i:07d}" for i in range(args.workflows)]
+    ids = seed(args, "postgres", dsn, "r")
     conns = [psycopg.connect(dsn, autocommit=True) for _ in range(args.concurrency)]
     barrier = threading.Barrier(args.concurrency + 1)
     ctx, result = json.dumps({"n": 0}), json.dumps({"ok": True})
@@ -342,15 +335,7 @@ def pg_raw_batched(args: argparse.Namespace, dsn: str) -> tuple[float, float | N
     and the server's CPU microseconds per state meanwhile."""
     import psycopg
 
-    from statewright import Engine
-
-    async def seed() -> None:
-        async with Engine(open_store("postgres", dsn), [workflow_type(args.states)]) as engine:
-            for i in range(args.workflows):
-                await engine.start("chain", {"n": i}, workflow_id=f"b{i:07d}")
-
-    asyncio.run(seed())
-    ids = [f"b{i:07d}" for i in range(args.workflows)]
+    ids = seed(args, "postgres", dsn, "b")
     ctx, result = json.dumps({"n": 0}), json.dumps({"ok": True})
     conn = psycopg.connect(dsn)
     cpu_before = server_cpu()

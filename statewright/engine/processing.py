@@ -224,7 +224,7 @@ async def _due_timers(store: Store, slot: Slot, now: float) -> list[TimerRecord]
     since the write, or scheduled since by another process, fires after this handler runs
     (or goes with the state it belonged to), as when it lands just after the read. A timer
     due at exactly the write's instant (a timer kept from an earlier state, on a clock that
-    stood still) counts as not due yet. The chain is what runs states back to back."""
+    stood still) counts as not due yet."""
     row = slot.row
     if slot.own_write and row.next_due_at is not None and row.next_due_at >= row.updated_at:
         return []

@@ -116,6 +116,15 @@ def describe_dsn(dsn: str) -> str:
     return f"{info.get('dbname') or info.get('user') or ''}@{host}{port}"
 
 
+def _step_params(
+    key: str, workflow_id: str, step: str, at: float, lease: Lease | None
+) -> dict[str, Any]:
+    """The parameters of step_begin and step_open."""
+    return {"key": key, "workflow_id": workflow_id, "step": step, "at": float(at)} | lease_params(
+        lease
+    )
+
+
 class PostgresStore(PostgresSchedules):
     """The :class:`~statewright.store.protocol.Store` on PostgreSQL.
 
@@ -929,13 +938,7 @@ class PostgresStore(PostgresSchedules):
     async def step_begin(
         self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
     ) -> StepRecord:
-        params = {
-            "key": key,
-            "workflow_id": workflow_id,
-            "step": step,
-            "at": float(at),
-            **lease_params(lease),
-        }
+        params = _step_params(key, workflow_id, step, at, lease)
         async with self._connection(write=True) as conn:
             row = await (await conn.execute(Q["step_begin"], params)).fetchone()
             if row is not None:
@@ -952,13 +955,7 @@ class PostgresStore(PostgresSchedules):
     async def step_open(
         self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
     ) -> StepOpening:
-        params = {
-            "key": key,
-            "workflow_id": workflow_id,
-            "step": step,
-            "at": float(at),
-            **lease_params(lease),
-        }
+        params = _step_params(key, workflow_id, step, at, lease)
         row = await self._fetchone(Q["step_open"], params, write=True)
         if row is None:
             raise WorkflowNotFound(workflow_id)

@@ -1094,14 +1094,45 @@ class SQLiteStore(SQLiteSchedules):
 
     # -- step ledger -------------------------------------------------------------------------
 
-    async def step_begin(
-        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
-    ) -> StepRecord:
-        fenced = {
+    @staticmethod
+    def _fenced(workflow_id: str, lease: Lease | None) -> dict[str, Any]:
+        """The parameters of a query fenced by ``lease`` (``lease_holds``)."""
+        return {
             "workflow_id": workflow_id,
             "owner": None if lease is None else lease.owner,
             "fence": None if lease is None else lease.fence,
         }
+
+    @staticmethod
+    def _insert_step(
+        conn: sqlite3.Connection,
+        key: str,
+        workflow_id: str,
+        step: str,
+        at: float,
+        lease: Lease | None,
+    ) -> StepRecord:
+        """Record a new step executing at attempt 1; what the INSERT wrote, not read back."""
+        fence = None if lease is None else lease.fence
+        params = {"key": key, "workflow_id": workflow_id, "step": step, "at": at, "fence": fence}
+        conn.execute(Q["insert_step"], params)
+        return StepRecord(
+            key=key,
+            workflow_id=workflow_id,
+            step=step,
+            status="executing",
+            result=None,
+            error=None,
+            attempts=1,
+            started_at=at,
+            finished_at=None,
+            fence=fence,
+        )
+
+    async def step_begin(
+        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+    ) -> StepRecord:
+        fenced = self._fenced(workflow_id, lease)
 
         def fn(conn: sqlite3.Connection) -> StepRecord:
             row = conn.execute(Q["get_step"], {"key": key}).fetchone()
@@ -1111,24 +1142,9 @@ class SQLiteStore(SQLiteSchedules):
                 if conn.execute(Q["version_of"], {"id": workflow_id}).fetchone() is None:
                     raise WorkflowNotFound(workflow_id)
                 raise LeaseLost(workflow_id)
-            params = {"key": key, "workflow_id": workflow_id, "step": step, "at": at}
             if row is None:
-                conn.execute(Q["insert_step"], params | {"fence": fenced["fence"]})
-                # What the INSERT wrote, without reading it back.
-                return StepRecord(
-                    key=key,
-                    workflow_id=workflow_id,
-                    step=step,
-                    status="executing",
-                    result=None,
-                    error=None,
-                    attempts=1,
-                    started_at=at,
-                    finished_at=None,
-                    fence=None if lease is None else lease.fence,
-                )
-            else:
-                conn.execute(Q["restart_step"], {"key": key, "at": at, "fence": fenced["fence"]})
+                return self._insert_step(conn, key, workflow_id, step, at, lease)
+            conn.execute(Q["restart_step"], {"key": key, "at": at, "fence": fenced["fence"]})
             return _step(conn.execute(Q["get_step"], {"key": key}).fetchone())
 
         return await self.conn.write(fn)
@@ -1136,11 +1152,7 @@ class SQLiteStore(SQLiteSchedules):
     async def step_open(
         self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
     ) -> StepOpening:
-        fenced = {
-            "workflow_id": workflow_id,
-            "owner": None if lease is None else lease.owner,
-            "fence": None if lease is None else lease.fence,
-        }
+        fenced = self._fenced(workflow_id, lease)
 
         def fn(conn: sqlite3.Connection) -> StepOpening:
             wf = conn.execute(Q["step_open_workflow"], fenced).fetchone()
@@ -1152,20 +1164,7 @@ class SQLiteStore(SQLiteSchedules):
                 return StepOpening(None if row is None else _step(row), False, cancel)
             if not wf["held"]:
                 raise LeaseLost(workflow_id)
-            params = {"key": key, "workflow_id": workflow_id, "step": step, "at": at}
-            conn.execute(Q["insert_step"], params | {"fence": fenced["fence"]})
-            begun = StepRecord(  # what the INSERT wrote, without reading it back
-                key=key,
-                workflow_id=workflow_id,
-                step=step,
-                status="executing",
-                result=None,
-                error=None,
-                attempts=1,
-                started_at=at,
-                finished_at=None,
-                fence=None if lease is None else lease.fence,
-            )
+            begun = self._insert_step(conn, key, workflow_id, step, at, lease)
             return StepOpening(begun, True, None)
 
         return await self.conn.write(fn)

@@ -149,15 +149,20 @@ class GroupCommitConnection:
         # Switching a new file to WAL needs an exclusive lock; when several processes open a
         # fresh database at once SQLite answers "locked" at once instead of calling the busy
         # handler (waiting could deadlock), so retry here until the busy timeout.
+        self._retry_locked(conn, "PRAGMA journal_mode=WAL", 0.005)
+
+    def _retry_locked(self, conn: sqlite3.Connection, statement: str, pause: float) -> None:
+        """Run ``statement``, trying again every ``pause`` seconds while the database is
+        locked by another connection, up to the busy timeout."""
         deadline = time.monotonic() + self.busy_timeout_ms / 1000
         while True:
             try:
-                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(statement)
                 return
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                if not _busy(exc) or time.monotonic() >= deadline:
                     raise
-                time.sleep(0.005)
+            time.sleep(pause)
 
     def _run(self) -> None:
         try:
@@ -218,15 +223,7 @@ class GroupCommitConnection:
         statement (a read meeting a checkpoint, say); only this wait is polled."""
         conn.execute("PRAGMA busy_timeout=0")
         try:
-            deadline = time.monotonic() + self.busy_timeout_ms / 1000
-            while True:
-                try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    return
-                except sqlite3.OperationalError as exc:
-                    if not _busy(exc) or time.monotonic() >= deadline:
-                        raise
-                time.sleep(LOCK_POLL)
+            self._retry_locked(conn, "BEGIN IMMEDIATE", LOCK_POLL)
         finally:
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
 
