@@ -65,24 +65,26 @@ class Slot:
     """Handlers run under this claim (a chain: see :func:`process`)."""
     claimed_at: float = 0.0
     """``time.monotonic()`` of the claim."""
-    own_write: bool = False
-    """``row`` came back from this claim's own transition, which armed no timer of the
-    handler's: see :func:`_due_timers`."""
 
     def __post_init__(self) -> None:
         self.claimed_at = time.monotonic()
 
-    def chain_to(self, row: WorkflowRow, scheduled: bool) -> None:
-        """Run the next handler under the same claim, on the row the transition returned
-        (``scheduled``: the transition armed timers the handler asked for)."""
+    def chain_to(self, row: WorkflowRow) -> None:
+        """Run the next handler under the same claim, on the row the transition returned."""
         self.row = row
-        self.own_write = not scheduled
         # ``run`` stays the finished run until the next one replaces it: the heartbeat may
         # hold this slot across an await and expects a run on a slot it saw running.
         self.handler = None
         self.killer = self.timer = None
         self.killed_for_cancel = self.timed_out = False
         self.deadline = None
+
+    @property
+    def own_write(self) -> bool:
+        """``row`` came back from this claim's own transition (a chain), which armed no
+        timer the handler asked for: see :func:`_due_timers`. ``run`` is still that
+        handler's run here (a new one starts after the timers are looked at)."""
+        return self.runs > 0 and self.run is not None and not self.run.scheduled
 
     @property
     def lease(self) -> Lease:
@@ -160,7 +162,7 @@ async def process(w: Worker, slot: Slot) -> None:
         if after is None or slot.lost or slot.abandoned:
             return
         w.processed += 1
-        slot.chain_to(after, bool(slot.run and slot.run.scheduled))
+        slot.chain_to(after)
 
 
 async def _process_row(w: Worker, slot: Slot) -> WorkflowRow | None:
