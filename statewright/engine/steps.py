@@ -425,11 +425,7 @@ class Run:
         begun: _Begun | StepRecord
         if opened.begun:
             assert opened.record is not None
-            begun = _Begun(
-                StepKey(self.workflow.id, name, self.fencing_token, opened.record.attempts),
-                opened.record,
-                time.perf_counter(),
-            )
+            begun = self._begun(name, opened.record)
         else:
             begun = await self._prepare(name, reconcile, safe_to_repeat, opened.record)
         if not isinstance(begun, _Begun):
@@ -485,15 +481,19 @@ class Run:
         rec = await store.step_begin(key, self.workflow.id, name, self.now(), self.lease)
         if rec.status == "done":
             return rec  # finished meanwhile (its result stands)
-        begun = _Begun(
-            StepKey(self.workflow.id, name, self.fencing_token, rec.attempts),
-            rec,
-            time.perf_counter(),
-        )
+        begun = self._begun(name, rec)
         if isinstance(verdict, Applied):
             await self._keepable(begun, name, verdict.result)
             return await self._finish(begun, "done", verdict.result, None, None)
         return begun
+
+    def _begun(self, name: str, record: StepRecord) -> _Begun:
+        """The attempt ``record`` (just recorded executing) as it runs now."""
+        return _Begun(
+            StepKey(self.workflow.id, name, self.fencing_token, record.attempts),
+            record,
+            time.perf_counter(),
+        )
 
     async def _finish(
         self,
