@@ -99,7 +99,14 @@ class Principal:
 
 
 LOCAL = Principal("local", frozenset({ADMIN, APPROVER}), ALL_TENANTS)
-"""The caller in open mode (no tokens configured; the service then only listens locally)."""
+"""The caller of the HTTP API and dashboard in open mode (no tokens configured; the service
+then only listens locally): the person at this machine."""
+AGENT = "agent"
+LOCAL_AGENT = Principal("local-agent", frozenset({AGENT}), DEFAULT_TENANT)
+"""The caller of MCP without credentials (stdio without ``--tokens``, ``/mcp`` in open mode):
+the model on the other end, so the ``agent`` role only (no approval, no admin) in the
+default tenant, where the workflows started on this machine without a tenant live. More only
+when granted explicitly (a token, or ``statewright mcp --role``)."""
 
 
 @dataclass(frozen=True)

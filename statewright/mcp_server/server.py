@@ -27,7 +27,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from statewright import __version__, jsonvalue, paging
-from statewright.access import LOCAL, Access, Principal
+from statewright.access import LOCAL_AGENT, Access, Principal
 from statewright.definition.formats.document import to_dict
 from statewright.definition.render.mermaid import to_mermaid
 from statewright.engine.core import Engine, check_idempotency_key
@@ -76,7 +76,7 @@ out), call it again with the same key: it is never done twice.
 
 def create_server(
     engine: Engine,
-    principal: Principal | PrincipalOf = LOCAL,
+    principal: Principal | PrincipalOf = LOCAL_AGENT,
     *,
     poll_interval: float = 0.2,
 ) -> Server[Any]:
@@ -84,7 +84,8 @@ def create_server(
 
     Args:
         principal: the caller (stdio: one per process), or a function finding it in each
-            request's context (HTTP: from its bearer token).
+            request's context (HTTP: from its bearer token). By default the local agent:
+            the ``agent`` role only, never an approver.
         poll_interval: how often ``wait_for_state`` looks at the workflow.
     """
     handlers = _Handlers(engine, principal, poll_interval)
