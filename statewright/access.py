@@ -570,23 +570,30 @@ class Access:
         *,
         idempotency_key: str | None = None,
         expected_version: int | None = None,
+        if_allowed: bool = False,
     ) -> Dispatched:
-        """:meth:`cancel`, telling also whether it was an idempotent retry."""
+        """:meth:`cancel`, telling also whether it was an idempotent retry, and with
+        ``if_allowed`` whether it was applied (see :meth:`Engine.cancel_ex`)."""
         row = await self.get(workflow_id)
         event = self.engine.type_of(row.type, row.machine_version).cancel_event
         if event is None:
             raise InvalidInput(f"workflows of type {row.type!r} cannot be cancelled")
         self._check_event(row, event)
         try:
-            return await self.engine.cancel_ex(
+            cancelled = await self.engine.cancel_ex(
                 row.id,
                 reason=reason,
                 actor=self.principal.actor,
                 idempotency_key=idempotency_key,
                 expected_version=expected_version,
+                if_allowed=if_allowed,
             )
         except IllegalTransition as exc:
             raise self._refusal(row, exc) from None
+        if cancelled.refusal is not None:
+            refusal = self._refusal(cancelled.row, cancelled.refusal)
+            cancelled = dataclasses.replace(cancelled, refusal=refusal)
+        return cancelled
 
     # -- operator actions --------------------------------------------------------------------
 

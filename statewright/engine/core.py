@@ -563,11 +563,14 @@ class Engine:
         actor: str = "system",
         idempotency_key: str | None = None,
         expected_version: int | None = None,
+        if_allowed: bool = False,
     ) -> Dispatched:
         """:meth:`cancel`, telling also whether it was an idempotent retry (``replayed``:
         the key's cancel fired already, or is pending with the worker). With
         ``expected_version``, refused (VersionConflict) unless the workflow is still at it,
-        or the key's cancel was made already."""
+        or the key's cancel was made already. With ``if_allowed``, a state that does not
+        allow the cancel now (finished, no edge) is no error: ``applied`` False and
+        ``refusal`` says why, nothing changed, as for :meth:`dispatch`."""
         return await cancel_workflow(
             self,
             workflow_id,
@@ -575,6 +578,7 @@ class Engine:
             actor,
             check_idempotency_key(idempotency_key),
             expected_version,
+            if_allowed,
         )
 
     async def post_input(

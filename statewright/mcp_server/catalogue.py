@@ -339,8 +339,7 @@ def _event_tool(wtype: WorkflowType, event: Event) -> EventTool | None:
             "expected_version": _EXPECTED_VERSION,
             "idempotency_key": _IDEMPOTENCY_KEY,
         }
-        if kind == "send":
-            props["if_allowed"] = _IF_ALLOWED
+        props["if_allowed"] = _IF_ALLOWED  # (send and cancel: not a decision)
         required = ["workflow_id"]
         if payload.get("required"):
             required.append("payload")

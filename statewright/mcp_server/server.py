@@ -31,6 +31,7 @@ from statewright.access import LOCAL_AGENT, Access, Principal
 from statewright.definition.formats.document import to_dict
 from statewright.definition.render.mermaid import to_mermaid
 from statewright.engine.core import Engine, check_idempotency_key
+from statewright.engine.transitions import Dispatched
 from statewright.errors import (
     Forbidden,
     IdempotencyKeyReused,
@@ -290,12 +291,10 @@ class _Handlers:
     ) -> dict[str, Any]:
         if spec.kind == "decide":
             _only(args, "workflow_id", "comment", "expected_version", "idempotency_key")
-        elif spec.kind == "send":
+        else:  # send and cancel
             _only(
                 args, "workflow_id", "payload", "expected_version", "idempotency_key", "if_allowed"
             )
-        else:
-            _only(args, "workflow_id", "payload", "expected_version", "idempotency_key")
         if_allowed = args.get("if_allowed", False)
         if not isinstance(if_allowed, bool):
             raise InvalidInput("'if_allowed' must be true or false")
@@ -324,7 +323,9 @@ class _Handlers:
             if not isinstance(payload, Mapping):
                 raise InvalidInput("'payload' must be a JSON object", event=spec.event)
             if spec.kind == "cancel":
-                after, replayed = await _cancel(access, before, spec, payload, expected, key)
+                sent = await _cancel(
+                    access, workflow_id, before, spec, payload, expected, key, if_allowed
+                )
             else:
                 sent = await access.dispatch(
                     workflow_id,
@@ -334,9 +335,9 @@ class _Handlers:
                     idempotency_key=key,
                     if_allowed=if_allowed,
                 )
-                if not sent.applied:
-                    return await _not_applied(access, catalogue, spec, sent.row, sent.refusal)
-                after, replayed = sent.row, sent.replayed
+            if not sent.applied:
+                return await _not_applied(access, catalogue, spec, sent.row, sent.refusal)
+            after, replayed = sent.row, sent.replayed
         view = await state_view(access, catalogue, after)
         if replayed:
             done = (
@@ -434,22 +435,26 @@ def _result(body: dict[str, Any], *, is_error: bool = False) -> types.CallToolRe
 
 async def _cancel(
     access: Access,
+    workflow_id: str,
     row: WorkflowRow,
     spec: EventTool,
     payload: Mapping[str, Any],
     expected: int | None,
     key: str | None,
-) -> tuple[WorkflowRow, bool]:
-    """Cancel through the engine, so a running step hears of it and can save partial results.
-    Returns the row and whether this retried a cancel already made with ``key``."""
+    if_allowed: bool,
+) -> Dispatched:
+    """Cancel through the engine, so a running step hears of it and can save partial results
+    (``replayed``: this retried a cancel already made with ``key``; ``applied`` False: not
+    allowed now, with ``if_allowed``). ``workflow_id``: as the caller gave it (``access``
+    takes the caller's ids, not the store's ``row.id``, which for a tenant's workflow is
+    ``tenant:id``)."""
     access.machine_of(row).events[spec.event].validate_payload(payload)
     reason = payload.get("reason")
     if not isinstance(reason, str) or not reason.strip():
         reason = f"cancelled by {access.principal.actor}"
-    cancelled = await access.cancel_ex(
-        row.id, reason, idempotency_key=key, expected_version=expected
+    return await access.cancel_ex(
+        workflow_id, reason, idempotency_key=key, expected_version=expected, if_allowed=if_allowed
     )
-    return cancelled.row, cancelled.replayed
 
 
 async def _not_applied(
