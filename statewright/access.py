@@ -12,7 +12,8 @@ Roles are the machine's own strings (``agent``, ``system``, ``operator``...) plu
 fixed meaning: ``admin`` may fire every event that is not an approval, ``approver`` may fire
 approval events, ``viewer`` alone may only read, ``operator`` may resolve steps and resume
 parked workflows, and ``ops`` may read ``/metrics`` when the service runs with
-``--metrics-auth``.
+``--metrics-auth`` (and otherwise only read, like ``viewer``: a scraper's token must not
+start workflows or post inputs).
 
 Workflow ids are scoped per tenant (:mod:`statewright.ids`): a caller bound to a tenant names
 its workflows by their ids in that tenant, and sees them so.
@@ -64,6 +65,10 @@ APPROVER = "approver"
 OPERATOR = "operator"
 """May resolve steps whose outcome is unknown and resume parked workflows (admin may too)."""
 VIEWER = "viewer"
+OPS = "ops"
+"""May read ``/metrics`` (with ``--metrics-auth``); otherwise read-only, like viewer."""
+READ_ONLY_ROLES = frozenset({VIEWER, OPS})
+"""Roles that only read: a caller with no other role writes nothing."""
 ALL_TENANTS = "*"
 """A token whose tenant is ``*`` sees every tenant (operators, the local open mode)."""
 DEFAULT_TENANT = ids.DEFAULT_TENANT
@@ -79,7 +84,7 @@ class Principal:
 
     @property
     def read_only(self) -> bool:
-        return self.roles <= {VIEWER}
+        return self.roles <= READ_ONLY_ROLES
 
     def sees(self, row: WorkflowRow) -> bool:
         return self.tenant in (ALL_TENANTS, row.tenant)
