@@ -44,6 +44,7 @@ from statewright.errors import (
     Forbidden,
     IllegalTransition,
     InvalidInput,
+    StatewrightError,
     Unauthorized,
     UnknownWorkflowType,
     WorkflowNotFound,
@@ -238,7 +239,7 @@ class Access:
         if scope is None:
             return await self.engine.get(workflow_id)
         if not ids.valid_id(workflow_id):
-            raise WorkflowNotFound(workflow_id)
+            raise _not_found(workflow_id)
         store = self.engine.store
         store_id = ids.qualify(scope, workflow_id)
         row = await store.get_workflow(store_id)
@@ -246,13 +247,24 @@ class Access:
             # One of this tenant's started before ids were scoped: kept under its bare id.
             row = await store.get_workflow(workflow_id)
         if row is None or not self.principal.sees(row):
-            raise WorkflowNotFound(workflow_id)
+            raise _not_found(workflow_id)
         self.engine.transitions.rows.put(row)
         return row
 
     def public_id(self, store_id: str) -> str:
         """The id this caller knows a workflow by."""
         return ids.local(store_id, self.principal.scope)
+
+    def public_text(self, text: str) -> str:
+        """A message (an error's, a workflow's last error) naming workflows by the ids this
+        caller knows them by (see :func:`statewright.ids.localize`)."""
+        return ids.localize(text, self.principal.scope)
+
+    def public_error(self, exc: StatewrightError) -> dict[str, Any]:
+        """``exc.to_dict()`` as this caller may read it: its message and details name
+        workflows by the caller's ids, never by the tenant-qualified store id (unless the
+        caller gave one: ``exc.as_given``)."""
+        return public_error(exc, self.principal)
 
     def view(self, row: WorkflowRow) -> dict[str, Any]:
         """The workflow as this caller sees it: its id, the events it may fire now, its
@@ -261,6 +273,8 @@ class Access:
             row, self.allowed_for(row), summary=self.summary(row), redactor=self.redactor(row)
         )
         view["id"] = self.public_id(row.id)
+        if view["last_error"] is not None:
+            view["last_error"] = self.public_text(view["last_error"])
         view["version_registered"] = self.known_machine(row) is not None
         return view
 
@@ -384,7 +398,7 @@ class Access:
         if row is None:
             return await self.get(workflow_id)
         if not self.principal.sees(row):
-            raise WorkflowNotFound(workflow_id)
+            raise _not_found(workflow_id)
         return row
 
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
@@ -764,7 +778,7 @@ class Access:
                 f"(needs one of the roles: {', '.join(dict.fromkeys(needed)) or 'any writer'})",
                 event=event,
                 state=row.state,
-                workflow_id=row.id,
+                workflow_id=self.public_id(row.id),
                 allowed=self.allowed_for(row),
             )
 
@@ -801,6 +815,23 @@ class Access:
         if asked not in (None, mine):
             raise Forbidden(f"{self.principal.actor!r} may only start workflows in {mine!r}")
         return mine
+
+
+def public_error(exc: StatewrightError, principal: Principal) -> dict[str, Any]:
+    """:meth:`Access.public_error` (for a surface that has the caller, not an Access)."""
+    body = exc.to_dict()
+    if exc.as_given:
+        return body
+    localized: dict[str, Any] = ids.localize_value(body, principal.scope)
+    return localized
+
+
+def _not_found(workflow_id: str) -> WorkflowNotFound:
+    """Not found, naming the id as the caller gave it (even one that looks like a store id:
+    for this caller it names nothing)."""
+    exc = WorkflowNotFound(workflow_id)
+    exc.as_given = True
+    return exc
 
 
 def _redacted_transition(rec: TransitionRecord, red: Redactor) -> TransitionRecord:

@@ -16,6 +16,9 @@ class StatewrightError(Exception):
     """A statewright operation failed."""
 
     code: ClassVar[str] = "statewright_error"
+    as_given: bool = False
+    """True when the message names ids as the caller gave them, not as the store keeps them:
+    the surfaces then leave it as it is (see ``Access.public_error``)."""
 
     def __init__(self, message: str | None = None, **details: Any) -> None:
         self.message = message or (self.__doc__ or self.code).strip()

@@ -170,6 +170,15 @@ def _view(access: Access, row: WorkflowRow) -> dict[str, Any]:
     }
 
 
+def _step(access: Access, rec: StepRecord) -> dict[str, Any]:
+    """A step as the caller reads it: its error names workflows by the caller's ids (its
+    ``key`` stays the one external systems were given)."""
+    view = step_view(rec)
+    if view["error"] is not None:
+        view["error"] = access.public_text(view["error"])
+    return view
+
+
 def _body(content: Any, status_code: int = 200, *, replayed: bool = False) -> JSONBody:
     """A response built from a view (see :mod:`statewright.http.jsonbody`)."""
     if replayed:
@@ -458,7 +467,7 @@ async def steps(
         return await access.steps(workflow_id, after, n, row=row)
 
     items, last, more = await _budgeted(
-        fetch, start, lambda s: (s.started_at, s.key), step_view, limit
+        fetch, start, lambda s: (s.started_at, s.key), lambda s: _step(access, s), limit
     )
     following = paging.step_cursor(*last) if more and last is not None else None
     return _page(items, {"next_cursor": following})
@@ -537,7 +546,7 @@ async def resolve_step(
 ) -> Response:
     verdict = Applied(body.result) if isinstance(body, ResolveAppliedIn) else NotApplied()
     record = await access.resolve_step(workflow_id, step, verdict, reason=body.reason)
-    return _body(step_view(record))
+    return _body(_step(access, record))
 
 
 @router.post(

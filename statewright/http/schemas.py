@@ -319,7 +319,10 @@ class TransitionPage(BaseModel):
 
 
 class StepOut(BaseModel):
-    key: str
+    key: str = Field(
+        description="`<store id>:<step>`, the key external systems were given (a tenant's "
+        "workflow `order-1` is kept as `tenant:order-1`)."
+    )
     step: str
     status: str
     outcome: Literal["not_applied", "unknown"] | None = Field(

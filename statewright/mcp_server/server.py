@@ -411,7 +411,7 @@ class _Handlers:
             else:
                 raise _no_resource(uri)
         except (UnknownWorkflowType, WorkflowNotFound) as exc:
-            raise _no_resource(uri, exc.message) from None
+            raise _no_resource(uri, access.public_error(exc)["message"]) from None
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=uri, mime_type=mime, text=text)]
         )
@@ -481,7 +481,8 @@ async def _error_body(
     access: Access, catalogue: Catalogue, exc: StatewrightError, workflow_id: Any
 ) -> dict[str, Any]:
     """The error with the workflow's current state and what the caller may do now."""
-    body = {k: v for k, v in exc.to_dict().items() if v is not None}
+    # Worded for this caller: a tenant's workflows by the ids it knows them by.
+    body = {k: v for k, v in access.public_error(exc).items() if v is not None}
     # The machine's allowed events include ones this caller may not fire (approvals):
     # report only the caller's own.
     body.pop("allowed", None)

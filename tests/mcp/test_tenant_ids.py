@@ -1,14 +1,17 @@
 """Callers bound to a tenant name workflows by their ids in it (statewright.ids): every tool
-takes those ids for a workflow started through MCP (kept as ``acme:<id>``)."""
+takes those ids for a workflow started through MCP (kept as ``acme:<id>``), and no answer,
+error or not, names the tenant-qualified store id."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
-from mcp import Client
+from mcp import Client, MCPError
 
 from statewright import Engine, SQLiteStore
 from statewright.access import Principal
@@ -163,3 +166,49 @@ async def test_the_cancel_tool_takes_if_allowed(engine: Engine) -> None:
         )
         assert err["code"] == "invalid_payload"
     assert await engine.history("acme:order-1") == log
+
+
+async def test_no_error_names_the_tenant_qualified_id(engine: Engine) -> None:
+    """Every refusal a tenant's caller can provoke words the workflow by the caller's id."""
+    errors: list[dict[str, Any]] = []
+    async with connect(engine)("agent") as agent:
+
+        async def refused(tool: str, args: dict[str, Any], code: str) -> None:
+            err = tool_error(await agent.call_tool(tool, args))
+            assert err["code"] == code, (tool, args, err)
+            errors.append(err)
+
+        start = {"type": "order_fulfilment", "input": ORDER, "id": "order-1"}
+        data(await agent.call_tool("start_workflow", start))
+        await refused("start_workflow", {**start, "type": "refund_approval"}, "workflow_exists")
+        cancel = {"workflow_id": "order-1", "payload": {"reason": "no"}}
+        await refused(
+            "order_fulfilment__cancel", {**cancel, "expected_version": 9}, "version_conflict"
+        )
+        await refused("order_fulfilment__refund", {"workflow_id": "order-1"}, "illegal_transition")
+        note = {"workflow_id": "order-1", "name": "note", "idempotency_key": "k1"}
+        data(await agent.call_tool("post_input", {**note, "payload": {"a": 1}}))
+        await refused("post_input", {**note, "payload": {"a": 2}}, "idempotency_key_reused")
+        data(
+            await agent.call_tool("order_fulfilment__cancel", {**cancel, "idempotency_key": "c1"})
+        )
+        await refused(
+            "order_fulfilment__cancel",
+            {"workflow_id": "order-1", "payload": {"reason": "other"}, "idempotency_key": "c1"},
+            "idempotency_key_reused",
+        )
+        await refused(
+            "post_input",
+            {"workflow_id": "order-1", "name": "n", "payload": {}},
+            "workflow_finished",
+        )
+        await refused("get_workflow_state", {"workflow_id": "acme:order-1"}, "workflow_not_found")
+        with pytest.raises(MCPError) as raised:
+            await agent.read_resource("statewright://workflows/nope/diagram")
+        assert "'nope'" in str(raised.value)
+    for err in errors:
+        text = json.dumps(err)
+        if err["code"] != "workflow_not_found":  # (that one echoes the id it was given)
+            assert "acme:" not in text, err
+            assert "order-1" in err["message"] or err["code"] == "illegal_transition", err
+        assert err.get("workflow_id") in (None, "order-1", "acme:order-1"), err
