@@ -427,6 +427,14 @@ class InvalidSchedule(InvalidInput):
     code = "invalid_schedule"
 
 
+class InvalidCursor(InvalidInput):
+    """A page cursor that no page returned: pass ``next_cursor`` exactly as a previous page
+    returned it. (Over HTTP a 409, like ``invalid_schedule``: a cursor of the documented
+    characters is schema-valid, and a schema-valid request is never answered 422.)"""
+
+    code = "invalid_cursor"
+
+
 class StepDone(StatewrightError):
     """The step is done: its result stands and cannot be resolved again."""
 

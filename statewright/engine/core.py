@@ -1376,12 +1376,16 @@ FORK_EVENT = "$fork"
 """The first log entry of a workflow started from a past version of another (``fork``)."""
 
 
+MAX_REASON = 1000
+"""Characters an operator's reason (resume, move, fork, context patch, migration) may have."""
+
+
 def _check_reason(reason: object, what: str) -> None:
     """An operator's reason: required, and kept in the log (bounded)."""
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidInput(f"{what} needs a reason")
-    if len(reason) > 1000:
-        raise InvalidInput("the reason is longer than 1000 characters")
+    if len(reason) > MAX_REASON:
+        raise InvalidInput(f"the reason is longer than {MAX_REASON} characters")
 
 
 def id_for_key(tenant: str, key: str) -> str:

@@ -83,9 +83,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         "unknown_workflow_type, unknown_state, step_not_found).",
         409: "Illegal transition, version conflict, id taken by another type, finished "
         "workflow, an Idempotency-Key used for another request, or an operator action that "
-        "does not fit the workflow now (illegal_transition, version_conflict, "
-        "workflow_exists, workflow_finished, idempotency_key_reused, lease_lost, "
-        "workflow_busy, step_done).",
+        "does not fit the workflow now, or a cursor no page returned (illegal_transition, "
+        "version_conflict, workflow_exists, workflow_finished, idempotency_key_reused, "
+        "lease_lost, workflow_busy, step_done, invalid_cursor).",
         422: "Malformed request or payload, or a JSON value nested deeper than the engine "
         "takes (invalid_input, invalid_payload, value_too_deep).",
         503: "The store is unavailable and nothing was changed (store_error), or the "
@@ -115,7 +115,8 @@ Cursor = Annotated[
         min_length=1,
         max_length=paging.MAX_CURSOR,
         pattern=r"^[A-Za-z0-9_-]+$",
-        description="`next_cursor` of the previous page, as it was returned.",
+        description="`next_cursor` of the previous page, as it was returned (one that no "
+        "page returned: 409 invalid_cursor).",
         json_schema_extra=not_null,
     ),
 ]
@@ -649,7 +650,8 @@ async def fork(workflow_id: WorkflowId, body: ForkIn, access: AccessDep) -> Resp
     description="Outside the machine's edges: logged as a `$move` transition with the caller "
     "as actor and the reason; the target state is entered as by any transition (its timers "
     "armed, its handler due; a terminal state finishes the workflow). Needs the admin role; "
-    "409 for a finished workflow, 422 for a state the workflow's machine version lacks.",
+    "409 for a finished workflow, 404 `unknown_state` for a state the workflow's machine "
+    "version lacks.",
     responses=_replay_doc("The workflow after the move (or as it is now, for a retry)."),
 )
 async def move(
