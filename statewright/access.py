@@ -12,7 +12,8 @@ Roles are the machine's own strings (``agent``, ``system``, ``operator``...) plu
 fixed meaning: ``admin`` may fire every event that is not an approval, ``approver`` may fire
 approval events, ``viewer`` alone may only read, ``operator`` may resolve steps and resume
 parked workflows, and ``ops`` may read ``/metrics`` when the service runs with
-``--metrics-auth``.
+``--metrics-auth`` (and otherwise only read, like ``viewer``: a scraper's token must not
+start workflows or post inputs).
 
 Workflow ids are scoped per tenant (:mod:`statewright.ids`): a caller bound to a tenant names
 its workflows by their ids in that tenant, and sees them so.
@@ -43,6 +44,7 @@ from statewright.errors import (
     Forbidden,
     IllegalTransition,
     InvalidInput,
+    StatewrightError,
     Unauthorized,
     UnknownWorkflowType,
     WorkflowNotFound,
@@ -64,6 +66,10 @@ APPROVER = "approver"
 OPERATOR = "operator"
 """May resolve steps whose outcome is unknown and resume parked workflows (admin may too)."""
 VIEWER = "viewer"
+OPS = "ops"
+"""May read ``/metrics`` (with ``--metrics-auth``); otherwise read-only, like viewer."""
+READ_ONLY_ROLES = frozenset({VIEWER, OPS})
+"""Roles that only read: a caller with no other role writes nothing."""
 ALL_TENANTS = "*"
 """A token whose tenant is ``*`` sees every tenant (operators, the local open mode)."""
 DEFAULT_TENANT = ids.DEFAULT_TENANT
@@ -79,7 +85,7 @@ class Principal:
 
     @property
     def read_only(self) -> bool:
-        return self.roles <= {VIEWER}
+        return self.roles <= READ_ONLY_ROLES
 
     def sees(self, row: WorkflowRow) -> bool:
         return self.tenant in (ALL_TENANTS, row.tenant)
@@ -99,7 +105,14 @@ class Principal:
 
 
 LOCAL = Principal("local", frozenset({ADMIN, APPROVER}), ALL_TENANTS)
-"""The caller in open mode (no tokens configured; the service then only listens locally)."""
+"""The caller of the HTTP API and dashboard in open mode (no tokens configured; the service
+then only listens locally): the person at this machine."""
+AGENT = "agent"
+LOCAL_AGENT = Principal("local-agent", frozenset({AGENT}), DEFAULT_TENANT)
+"""The caller of MCP without credentials (stdio without ``--tokens``, ``/mcp`` in open mode):
+the model on the other end, so the ``agent`` role only (no approval, no admin) in the
+default tenant, where the workflows started on this machine without a tenant live. More only
+when granted explicitly (a token, or ``statewright mcp --role``)."""
 
 
 @dataclass(frozen=True)
@@ -226,7 +239,7 @@ class Access:
         if scope is None:
             return await self.engine.get(workflow_id)
         if not ids.valid_id(workflow_id):
-            raise WorkflowNotFound(workflow_id)
+            raise _not_found(workflow_id)
         store = self.engine.store
         store_id = ids.qualify(scope, workflow_id)
         row = await store.get_workflow(store_id)
@@ -234,13 +247,24 @@ class Access:
             # One of this tenant's started before ids were scoped: kept under its bare id.
             row = await store.get_workflow(workflow_id)
         if row is None or not self.principal.sees(row):
-            raise WorkflowNotFound(workflow_id)
+            raise _not_found(workflow_id)
         self.engine.transitions.rows.put(row)
         return row
 
     def public_id(self, store_id: str) -> str:
         """The id this caller knows a workflow by."""
         return ids.local(store_id, self.principal.scope)
+
+    def public_text(self, text: str) -> str:
+        """A message (an error's, a workflow's last error) naming workflows by the ids this
+        caller knows them by (see :func:`statewright.ids.localize`)."""
+        return ids.localize(text, self.principal.scope)
+
+    def public_error(self, exc: StatewrightError) -> dict[str, Any]:
+        """``exc.to_dict()`` as this caller may read it: its message and details name
+        workflows by the caller's ids, never by the tenant-qualified store id (unless the
+        caller gave one: ``exc.as_given``)."""
+        return public_error(exc, self.principal)
 
     def view(self, row: WorkflowRow) -> dict[str, Any]:
         """The workflow as this caller sees it: its id, the events it may fire now, its
@@ -249,6 +273,8 @@ class Access:
             row, self.allowed_for(row), summary=self.summary(row), redactor=self.redactor(row)
         )
         view["id"] = self.public_id(row.id)
+        if view["last_error"] is not None:
+            view["last_error"] = self.public_text(view["last_error"])
         view["version_registered"] = self.known_machine(row) is not None
         return view
 
@@ -372,7 +398,7 @@ class Access:
         if row is None:
             return await self.get(workflow_id)
         if not self.principal.sees(row):
-            raise WorkflowNotFound(workflow_id)
+            raise _not_found(workflow_id)
         return row
 
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
@@ -563,23 +589,30 @@ class Access:
         *,
         idempotency_key: str | None = None,
         expected_version: int | None = None,
+        if_allowed: bool = False,
     ) -> Dispatched:
-        """:meth:`cancel`, telling also whether it was an idempotent retry."""
+        """:meth:`cancel`, telling also whether it was an idempotent retry, and with
+        ``if_allowed`` whether it was applied (see :meth:`Engine.cancel_ex`)."""
         row = await self.get(workflow_id)
         event = self.engine.type_of(row.type, row.machine_version).cancel_event
         if event is None:
             raise InvalidInput(f"workflows of type {row.type!r} cannot be cancelled")
         self._check_event(row, event)
         try:
-            return await self.engine.cancel_ex(
+            cancelled = await self.engine.cancel_ex(
                 row.id,
                 reason=reason,
                 actor=self.principal.actor,
                 idempotency_key=idempotency_key,
                 expected_version=expected_version,
+                if_allowed=if_allowed,
             )
         except IllegalTransition as exc:
             raise self._refusal(row, exc) from None
+        if cancelled.refusal is not None:
+            refusal = self._refusal(cancelled.row, cancelled.refusal)
+            cancelled = dataclasses.replace(cancelled, refusal=refusal)
+        return cancelled
 
     # -- operator actions --------------------------------------------------------------------
 
@@ -745,7 +778,7 @@ class Access:
                 f"(needs one of the roles: {', '.join(dict.fromkeys(needed)) or 'any writer'})",
                 event=event,
                 state=row.state,
-                workflow_id=row.id,
+                workflow_id=self.public_id(row.id),
                 allowed=self.allowed_for(row),
             )
 
@@ -782,6 +815,23 @@ class Access:
         if asked not in (None, mine):
             raise Forbidden(f"{self.principal.actor!r} may only start workflows in {mine!r}")
         return mine
+
+
+def public_error(exc: StatewrightError, principal: Principal) -> dict[str, Any]:
+    """:meth:`Access.public_error` (for a surface that has the caller, not an Access)."""
+    body = exc.to_dict()
+    if exc.as_given:
+        return body
+    localized: dict[str, Any] = ids.localize_value(body, principal.scope)
+    return localized
+
+
+def _not_found(workflow_id: str) -> WorkflowNotFound:
+    """Not found, naming the id as the caller gave it (even one that looks like a store id:
+    for this caller it names nothing)."""
+    exc = WorkflowNotFound(workflow_id)
+    exc.as_given = True
+    return exc
 
 
 def _redacted_transition(rec: TransitionRecord, red: Redactor) -> TransitionRecord:

@@ -128,7 +128,7 @@ def view(access: Access, s: ScheduleRecord) -> dict[str, Any]:
         "last_workflow_id": (
             None if s.last_workflow_id is None else access.public_id(s.last_workflow_id)
         ),
-        "last_error": s.last_error,
+        "last_error": None if s.last_error is None else access.public_text(s.last_error),
         "created_at": s.created_at,
         "updated_at": s.updated_at,
     }

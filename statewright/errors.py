@@ -16,6 +16,9 @@ class StatewrightError(Exception):
     """A statewright operation failed."""
 
     code: ClassVar[str] = "statewright_error"
+    as_given: bool = False
+    """True when the message names ids as the caller gave them, not as the store keeps them:
+    the surfaces then leave it as it is (see ``Access.public_error``)."""
 
     def __init__(self, message: str | None = None, **details: Any) -> None:
         self.message = message or (self.__doc__ or self.code).strip()
@@ -422,6 +425,14 @@ class InvalidSchedule(InvalidInput):
     """A schedule's cron expression, time zone, catch-up policy or id is not valid."""
 
     code = "invalid_schedule"
+
+
+class InvalidCursor(InvalidInput):
+    """A page cursor that no page returned: pass ``next_cursor`` exactly as a previous page
+    returned it. (Over HTTP a 409, like ``invalid_schedule``: a cursor of the documented
+    characters is schema-valid, and a schema-valid request is never answered 422.)"""
+
+    code = "invalid_cursor"
 
 
 class StepDone(StatewrightError):

@@ -19,6 +19,7 @@ bare id given to another tenant this way is the one id a default-tenant caller c
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -78,3 +79,35 @@ def local(store_id: str, tenant: str | None) -> str:
     if tenant is not None and store_id.startswith(tenant + SEPARATOR):
         return store_id[len(tenant) + 1 :]
     return store_id
+
+
+def localize(text: str, tenant: str | None) -> str:
+    """``text`` (an error message, a last error) as a caller bound to ``tenant`` reads it: every
+    store id of that tenant in it (``acme:order-1``, also inside a step key
+    ``acme:order-1:charge``) named as the caller knows it (``order-1``). Unchanged for a
+    caller that sees every tenant (None) and for the default tenant (its store ids are bare).
+    """
+    if tenant is None or tenant == DEFAULT_TENANT or tenant + SEPARATOR not in text:
+        return text
+    return _qualifier(tenant).sub("", text)
+
+
+def localize_value(value: Any, tenant: str | None) -> Any:
+    """:func:`localize` applied to every string in a JSON value (an error's details)."""
+    if tenant is None or tenant == DEFAULT_TENANT:
+        return value
+    if isinstance(value, str):
+        return localize(value, tenant)
+    if isinstance(value, dict):
+        return {k: localize_value(v, tenant) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [localize_value(v, tenant) for v in value]
+    return value
+
+
+@functools.lru_cache(maxsize=256)
+def _qualifier(tenant: str) -> re.Pattern[str]:
+    # The tenant's prefix where an id starts: not inside a longer name (``xacme:1``), and
+    # followed by an id's first character.
+    prefix = re.escape(tenant + SEPARATOR)
+    return re.compile(rf"(?<![A-Za-z0-9_.\-{SEPARATOR}]){prefix}(?=[A-Za-z0-9])")

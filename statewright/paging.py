@@ -2,7 +2,8 @@
 
 A cursor is the listing's sort key of the last item of a page, as base64url of a JSON array:
 opaque to clients (they pass it back as they got it), checked strictly when it comes back
-(a malformed one is :class:`~statewright.errors.InvalidInput`, never a store error), and
+(a malformed one is :class:`~statewright.errors.InvalidCursor`, an InvalidInput, never a
+store error), and
 harmless when forged: it only says where a page starts, every filter (the caller's tenant
 included) still applies.
 """
@@ -15,7 +16,7 @@ import json
 import math
 from typing import Any
 
-from statewright.errors import InvalidInput
+from statewright.errors import InvalidCursor
 from statewright.types import StuckKey, WorkflowRow
 
 MAX_CURSOR = 2000
@@ -31,7 +32,7 @@ def encode(*key: str | float) -> str:
 
 def decode(cursor: str, shape: str) -> tuple[Any, ...]:
     """The key a cursor holds; ``shape`` gives its parts: ``s`` a string, ``f`` a number."""
-    problem = InvalidInput(
+    problem = InvalidCursor(
         "invalid cursor: pass next_cursor exactly as a previous page returned it",
         field="cursor",
     )

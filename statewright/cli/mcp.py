@@ -1,4 +1,10 @@
-"""``statewright mcp``: the MCP server over stdio, for desktop agents, IDEs and scripts."""
+"""``statewright mcp``: the MCP server over stdio, for desktop agents, IDEs and scripts.
+
+The process on the other end of stdio is the model. Without credentials it acts for the
+``agent`` role only (:data:`~statewright.access.LOCAL_AGENT`: no approval tool, no admin);
+more only when granted explicitly: a token (``--tokens`` and ``--token``), or ``--role``,
+which adds roles to that caller and says so on stderr at start-up.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import typer
 
 from statewright.cli.loading import build_engine
 from statewright.cli.options import Settings
+from statewright.cli.output import err
 from statewright.errors import InvalidInput, Unauthorized
 
 if TYPE_CHECKING:
@@ -39,7 +46,17 @@ def mcp(
             envvar="STATEWRIGHT_TOKENS_FILE",
             show_envvar=True,
             help="API tokens file (YAML/JSON: token or sha256, actor, roles, tenant). Without "
-            "it the server is open: the caller is the local admin and approver.",
+            "it the caller (the model) has the agent role only, in the default tenant: no "
+            "approval tools; --role grants more.",
+        ),
+    ] = None,
+    role: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--role",
+            metavar="ROLE",
+            help="Without --tokens: also grant this role to the caller (repeatable), e.g. "
+            "--role approver to let the model approve. Printed as a warning at start-up.",
         ),
     ] = None,
     worker: Annotated[
@@ -53,25 +70,60 @@ def mcp(
     Tools: get_workflow_state, list_workflows, start_workflow, wait_for_state, and one tool
     per event the caller's roles may fire (named <machine>__<event>; approval events only
     for approvers). Resources: each machine's definition (JSON) and Mermaid diagram.
+
+    Without --tokens the caller has the agent role only (it gets no approval tool); --role
+    adds roles.
     """
     import asyncio
 
-    principal = _principal(token, tokens)
+    principal = _principal(token, tokens, role or [])
+    granted = sorted(principal.roles - {"agent"}) if tokens is None else []
+    if granted:
+        err.print(_grant_warning(principal, granted), style="yellow", markup=False)
     engine = build_engine(s)
     asyncio.run(serve_stdio(engine, principal, worker=worker, concurrency=concurrency))
 
 
-def _principal(token: str | None, tokens_file: str | None) -> Principal:
-    from statewright.access import LOCAL, TokenRegistry
+def _principal(token: str | None, tokens_file: str | None, roles: list[str]) -> Principal:
+    """The caller: a token's principal, or the local agent with the ``--role`` grants."""
+    import dataclasses
+
+    from statewright.access import LOCAL_AGENT, TokenRegistry
 
     if tokens_file is None:
         if token:
             raise InvalidInput("--token needs --tokens FILE, the tokens it is checked against")
-        return LOCAL
+        bad = [r for r in roles if not r.strip() or r != r.strip()]
+        if bad:
+            raise InvalidInput(f"--role needs a role name, got {bad[0]!r}")
+        return dataclasses.replace(LOCAL_AGENT, roles=LOCAL_AGENT.roles | frozenset(roles))
+    if roles:
+        raise InvalidInput(
+            "--role grants roles to a caller without a token; with --tokens, the token's "
+            "roles apply (give it the roles in the tokens file)"
+        )
     registry = TokenRegistry.from_file(tokens_file)
     if not token:
         raise Unauthorized("--tokens needs the caller's --token (or STATEWRIGHT_TOKEN)")
     return registry.authenticate(token)
+
+
+_MEANS = {
+    "approver": "approve and deny (every approval event: the decision this product keeps "
+    "for people)",
+    "admin": "fire every event that is not an approval",
+    "operator": "fire the events that name the operator role",
+}
+
+
+def _grant_warning(principal: Principal, granted: list[str]) -> str:
+    what = "; ".join(_MEANS.get(r, f"fire the events that name the {r} role") for r in granted)
+    return (
+        f"warning: --role {' --role '.join(granted)}: the MCP client (the model on the other "
+        f"end of stdio) acts as {principal.actor!r} with the roles "
+        f"{', '.join(sorted(principal.roles))} and no token: it may {what}. Without --role it "
+        "has the agent role only."
+    )
 
 
 async def serve_stdio(

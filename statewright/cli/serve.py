@@ -85,7 +85,8 @@ def serve(
             envvar="STATEWRIGHT_TOKENS_FILE",
             show_envvar=True,
             help="API tokens file (YAML/JSON: token or sha256, actor, roles, tenant). Without "
-            "it the service is open (every caller a local admin) and binds only to loopback.",
+            "it the service is open (every caller of the API and dashboard a local admin; of "
+            "/mcp, the agent role only) and binds only to loopback.",
         ),
     ] = None,
     worker: Annotated[
@@ -181,7 +182,12 @@ def serve(
         )
         run_with_app(app, delivery)
     if registry is None:
-        _notice(log_format, "open mode: no --tokens, every local caller is an admin", warn=True)
+        _notice(
+            log_format,
+            "open mode: no --tokens, every local caller of the API and dashboard is an admin "
+            "(MCP at /mcp: the agent role only)",
+            warn=True,
+        )
     _notice(log_format, f"statewright serving on http://{host}:{port}/")
     tune_gc()
     uvicorn.run(

@@ -80,8 +80,10 @@ async def cancel(
     actor: str,
     key: str | None,
     expected_version: int | None = None,
+    if_allowed: bool = False,
 ) -> Dispatched:
-    """See :meth:`statewright.engine.core.Engine.cancel`."""
+    """See :meth:`statewright.engine.core.Engine.cancel` (and ``cancel_ex`` for
+    ``if_allowed``)."""
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidInput("a cancel needs a reason")
     payload = {"reason": reason}
@@ -110,6 +112,19 @@ async def cancel(
                     )
                 transitions.plan(row, Fire(event, payload, actor))  # raises, naming why
             except (IllegalTransition, InvalidPayload) as exc:
+                if if_allowed and event is not None and isinstance(exc, IllegalTransition):
+                    # Not allowed now (finished, no edge from this state): told, not refused,
+                    # as for an event sent if_allowed; a payload its schema rejects still is.
+                    refused: StatewrightError = exc
+                    try:
+                        wtype.machine.events[event].validate_payload(payload)
+                    except InvalidPayload as bad:
+                        refused = bad
+                    else:
+                        engine.observers.event_not_applied(row, event, exc, actor)
+                        return Dispatched(row, False, row.version, applied=False, refusal=exc)
+                    await transitions.rejected(workflow_id, row, event, refused, actor)
+                    raise refused from None
                 await transitions.rejected(workflow_id, row, event or "cancel", exc, actor)
                 raise
         if row.lease_owner is not None and not row.terminal:

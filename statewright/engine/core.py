@@ -563,11 +563,14 @@ class Engine:
         actor: str = "system",
         idempotency_key: str | None = None,
         expected_version: int | None = None,
+        if_allowed: bool = False,
     ) -> Dispatched:
         """:meth:`cancel`, telling also whether it was an idempotent retry (``replayed``:
         the key's cancel fired already, or is pending with the worker). With
         ``expected_version``, refused (VersionConflict) unless the workflow is still at it,
-        or the key's cancel was made already."""
+        or the key's cancel was made already. With ``if_allowed``, a state that does not
+        allow the cancel now (finished, no edge) is no error: ``applied`` False and
+        ``refusal`` says why, nothing changed, as for :meth:`dispatch`."""
         return await cancel_workflow(
             self,
             workflow_id,
@@ -575,6 +578,7 @@ class Engine:
             actor,
             check_idempotency_key(idempotency_key),
             expected_version,
+            if_allowed,
         )
 
     async def post_input(
@@ -1372,12 +1376,16 @@ FORK_EVENT = "$fork"
 """The first log entry of a workflow started from a past version of another (``fork``)."""
 
 
+MAX_REASON = 1000
+"""Characters an operator's reason (resume, move, fork, context patch, migration) may have."""
+
+
 def _check_reason(reason: object, what: str) -> None:
     """An operator's reason: required, and kept in the log (bounded)."""
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidInput(f"{what} needs a reason")
-    if len(reason) > 1000:
-        raise InvalidInput("the reason is longer than 1000 characters")
+    if len(reason) > MAX_REASON:
+        raise InvalidInput(f"the reason is longer than {MAX_REASON} characters")
 
 
 def id_for_key(tenant: str, key: str) -> str:

@@ -83,9 +83,9 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         "unknown_workflow_type, unknown_state, step_not_found).",
         409: "Illegal transition, version conflict, id taken by another type, finished "
         "workflow, an Idempotency-Key used for another request, or an operator action that "
-        "does not fit the workflow now (illegal_transition, version_conflict, "
-        "workflow_exists, workflow_finished, idempotency_key_reused, lease_lost, "
-        "workflow_busy, step_done).",
+        "does not fit the workflow now, or a cursor no page returned (illegal_transition, "
+        "version_conflict, workflow_exists, workflow_finished, idempotency_key_reused, "
+        "lease_lost, workflow_busy, step_done, invalid_cursor).",
         422: "Malformed request or payload, or a JSON value nested deeper than the engine "
         "takes (invalid_input, invalid_payload, value_too_deep).",
         503: "The store is unavailable and nothing was changed (store_error), or the "
@@ -115,7 +115,8 @@ Cursor = Annotated[
         min_length=1,
         max_length=paging.MAX_CURSOR,
         pattern=r"^[A-Za-z0-9_-]+$",
-        description="`next_cursor` of the previous page, as it was returned.",
+        description="`next_cursor` of the previous page, as it was returned (one that no "
+        "page returned: 409 invalid_cursor).",
         json_schema_extra=not_null,
     ),
 ]
@@ -168,6 +169,15 @@ def _view(access: Access, row: WorkflowRow) -> dict[str, Any]:
         "stuck": access.engine.is_stuck(row),
         "operator_actions": access.operator_actions(row),
     }
+
+
+def _step(access: Access, rec: StepRecord) -> dict[str, Any]:
+    """A step as the caller reads it: its error names workflows by the caller's ids (its
+    ``key`` stays the one external systems were given)."""
+    view = step_view(rec)
+    if view["error"] is not None:
+        view["error"] = access.public_text(view["error"])
+    return view
 
 
 def _body(content: Any, status_code: int = 200, *, replayed: bool = False) -> JSONBody:
@@ -458,7 +468,7 @@ async def steps(
         return await access.steps(workflow_id, after, n, row=row)
 
     items, last, more = await _budgeted(
-        fetch, start, lambda s: (s.started_at, s.key), step_view, limit
+        fetch, start, lambda s: (s.started_at, s.key), lambda s: _step(access, s), limit
     )
     following = paging.step_cursor(*last) if more and last is not None else None
     return _page(items, {"next_cursor": following})
@@ -537,7 +547,7 @@ async def resolve_step(
 ) -> Response:
     verdict = Applied(body.result) if isinstance(body, ResolveAppliedIn) else NotApplied()
     record = await access.resolve_step(workflow_id, step, verdict, reason=body.reason)
-    return _body(step_view(record))
+    return _body(_step(access, record))
 
 
 @router.post(
@@ -640,7 +650,8 @@ async def fork(workflow_id: WorkflowId, body: ForkIn, access: AccessDep) -> Resp
     description="Outside the machine's edges: logged as a `$move` transition with the caller "
     "as actor and the reason; the target state is entered as by any transition (its timers "
     "armed, its handler due; a terminal state finishes the workflow). Needs the admin role; "
-    "409 for a finished workflow, 422 for a state the workflow's machine version lacks.",
+    "409 for a finished workflow, 404 `unknown_state` for a state the workflow's machine "
+    "version lacks.",
     responses=_replay_doc("The workflow after the move (or as it is now, for a retry)."),
 )
 async def move(

@@ -25,8 +25,12 @@ async def engine_of(request: Request) -> Engine:
 def _authenticate(request: Request, token: str | None) -> Principal:
     tokens: TokenRegistry | None = request.app.state.tokens
     if tokens is None:
-        return LOCAL  # open mode: no tokens configured (serve only binds locally then)
-    return tokens.authenticate(token)
+        found = LOCAL  # open mode: no tokens configured (serve only binds locally then)
+    else:
+        found = tokens.authenticate(token)
+    # The error handler words a refusal for this caller (its ids, not the store's).
+    request.state.principal = found
+    return found
 
 
 async def principal(

@@ -12,6 +12,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match, Mount
 
+from statewright.access import Principal, public_error
 from statewright.errors import OutcomeUnknown, StatewrightError
 
 log = logging.getLogger("statewright.http")
@@ -46,6 +47,8 @@ STATUS = {
     # A cron line (or zone) the schema's pattern admits but whose values do not hold: the
     # schedule cannot be declared as asked (schema-valid requests are never answered 422).
     "invalid_schedule": 409,
+    # Likewise a cursor of the documented characters that no page returned (forged, cut).
+    "invalid_cursor": 409,
     "store_error": 503,
     "outcome_unknown": 503,
 }
@@ -86,10 +89,14 @@ def install(app: FastAPI) -> None:
         status = STATUS.get(exc.code, 500)
         if status >= 500:
             log.error("request failed", extra={"code": exc.code, "error": exc.message})
-        message = exc.message
+        # A caller bound to a tenant reads its workflows' ids as it knows them: the engine's
+        # messages name the store's (``acme:order-1``).
+        caller = getattr(request.state, "principal", None)
+        body = exc.to_dict() if not isinstance(caller, Principal) else public_error(exc, caller)
+        code, message = body.pop("code"), body.pop("message")
         if isinstance(exc, OutcomeUnknown):
             message = _outcome_unknown(request, exc)
-        return error_response(exc.code, message, status, details=_jsonable(exc.details))
+        return error_response(code, message, status, details=_jsonable(body))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -15,7 +15,7 @@ from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from pydantic import BaseModel, Field
 
-from statewright.access import ADMIN, LOCAL, Access, Principal, TokenRegistry
+from statewright.access import ADMIN, LOCAL, OPS, Access, Principal, TokenRegistry
 from statewright.engine.core import Engine
 from statewright.errors import Forbidden
 from statewright.http.deps import AccessDep, bearer
@@ -28,8 +28,6 @@ router = APIRouter(tags=["observability"])
 alerts_router = APIRouter(prefix="/v1", tags=["observability"])
 _TEXT = CONTENT_TYPE_PLAIN_0_0_4
 """What ``generate_latest`` writes (the classic text format every Prometheus reads)."""
-OPS = "ops"
-"""The role that may read ``/metrics`` when it wants a token (``admin`` may too)."""
 _JSON_ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
 
 

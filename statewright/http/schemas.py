@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from statewright.engine.core import MAX_REASON
 from statewright.ids import ID_PATTERN, REF_PATTERN  # one validator for every surface
 
 EVENT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,99}$"
@@ -16,6 +17,11 @@ IDEMPOTENCY_KEY_PATTERN = r"^[!-~]{1,255}$"
 TIMER_KEY_PATTERN = r"^[!-~]{1,200}$"
 """A timer's key: 1-200 printable ASCII characters (as the engine checks it)."""
 """An idempotency key: 1-255 printable ASCII characters, no spaces (the engine's rule)."""
+NONBLANK = r"[^\s\x1c-\x1f]"
+"""Text with something besides whitespace in it: the engine refuses a reason or an approver's
+name that ``str.strip()`` leaves empty (U+001C to U+001F are whitespace to Python, not to the
+pattern's class of spaces). With the schema saying so, a schema-valid request is never
+refused for it."""
 
 
 def not_null(schema: dict[str, Any]) -> None:
@@ -91,7 +97,11 @@ class EventIn(_In):
     )
 
     event: str = Field(pattern=EVENT_PATTERN)
-    payload: dict[str, Any] = Field(default_factory=dict)
+    payload: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The event's data, checked against the event's `payload_schema` (see "
+        "`GET /v1/types/{name}`): 422 invalid_payload when it does not match.",
+    )
     expected_version: int | None = Field(
         default=None,
         ge=1,
@@ -116,6 +126,7 @@ class ApprovalIn(_In):
         default=None,
         min_length=1,
         max_length=200,
+        pattern=NONBLANK,
         description="The person deciding, when a service relays it (default: the caller).",
     )
     comment: str | None = Field(default=None, max_length=10_000)
@@ -125,7 +136,7 @@ class ApprovalIn(_In):
 class CancelIn(_In):
     model_config = ConfigDict(json_schema_extra={"examples": [{"reason": "Not needed any more."}]})
 
-    reason: str = Field(min_length=1, max_length=10_000)
+    reason: str = Field(min_length=1, max_length=10_000, pattern=NONBLANK)
 
 
 class InputIn(_In):
@@ -152,7 +163,9 @@ class ResolveAppliedIn(_In):
     result: Any = Field(
         default=None, description="The step's result as the external system holds it."
     )
-    reason: str = Field(min_length=1, max_length=10_000, description="Why (for the audit).")
+    reason: str = Field(
+        min_length=1, max_length=10_000, pattern=NONBLANK, description="Why (for the audit)."
+    )
 
 
 class ResolveNotAppliedIn(_In):
@@ -165,7 +178,9 @@ class ResolveNotAppliedIn(_In):
     verdict: Literal["not_applied"] = Field(
         description="The external system never applied the step: it is safe to run again."
     )
-    reason: str = Field(min_length=1, max_length=10_000, description="Why (for the audit).")
+    reason: str = Field(
+        min_length=1, max_length=10_000, pattern=NONBLANK, description="Why (for the audit)."
+    )
 
 
 class ResumeIn(_In):
@@ -173,7 +188,9 @@ class ResumeIn(_In):
         json_schema_extra={"examples": [{"reason": "the gateway is back up"}]}
     )
 
-    reason: str = Field(min_length=1, max_length=10_000, description="Why (for the audit).")
+    reason: str = Field(
+        min_length=1, max_length=MAX_REASON, pattern=NONBLANK, description="Why (kept in the log)."
+    )
 
 
 class ForkIn(_In):
@@ -181,7 +198,9 @@ class ForkIn(_In):
         json_schema_extra={"examples": [{"version": 7, "reason": "retry after the fix"}]}
     )
 
-    reason: str = Field(min_length=1, max_length=1000, description="Why (kept in the log).")
+    reason: str = Field(
+        min_length=1, max_length=MAX_REASON, pattern=NONBLANK, description="Why (kept in the log)."
+    )
     version: int | None = Field(
         default=None, ge=1, description="The version to start from (default: the latest)."
     )
@@ -200,7 +219,9 @@ class MoveIn(_In):
     )
 
     state: str = Field(min_length=1, max_length=200, description="The state to move to.")
-    reason: str = Field(min_length=1, max_length=1000, description="Why (kept in the log).")
+    reason: str = Field(
+        min_length=1, max_length=MAX_REASON, pattern=NONBLANK, description="Why (kept in the log)."
+    )
     expected_version: int | None = Field(
         default=None, ge=0, description="Refuse (409) unless the workflow is at this version."
     )
@@ -218,7 +239,9 @@ class ContextPatchIn(_In):
         description="Top-level context keys to set (a shallow merge).",
         json_schema_extra={"propertyNames": {"minLength": 1}},
     )
-    reason: str = Field(min_length=1, max_length=1000, description="Why (kept in the log).")
+    reason: str = Field(
+        min_length=1, max_length=MAX_REASON, pattern=NONBLANK, description="Why (kept in the log)."
+    )
     expected_version: int | None = Field(
         default=None, ge=0, description="Refuse (409) unless the workflow is at this version."
     )
@@ -319,7 +342,10 @@ class TransitionPage(BaseModel):
 
 
 class StepOut(BaseModel):
-    key: str
+    key: str = Field(
+        description="`<store id>:<step>`, the key external systems were given (a tenant's "
+        "workflow `order-1` is kept as `tenant:order-1`)."
+    )
     step: str
     status: str
     outcome: Literal["not_applied", "unknown"] | None = Field(
@@ -473,7 +499,10 @@ class TimerIn(_In):
         }
     )
 
-    event: str = Field(min_length=1, max_length=100, description="The event it fires.")
+    event: str = Field(
+        pattern=EVENT_PATTERN,
+        description="The event it fires (also the timer's key, unless `key` is given).",
+    )
     after: float | None = Field(
         default=None, ge=0, allow_inf_nan=False, description="Seconds from now."
     )

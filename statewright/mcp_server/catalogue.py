@@ -180,7 +180,12 @@ def _list_tool(wtypes: list[WorkflowType]) -> types.Tool:
             "enum": [t.name for t in wtypes],
             "description": "Only workflows of this type.",
         },
-        "state": {"type": "string", "maxLength": 200, "description": "Only in this state."},
+        "state": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 200,
+            "description": "Only in this state.",
+        },
         "terminal": {
             "type": "boolean",
             "description": "true: only finished workflows; false: only unfinished ones.",
@@ -325,7 +330,12 @@ def _event_tool(wtype: WorkflowType, event: Event) -> EventTool | None:
         kind: Kind = "decide"
         props: dict[str, Any] = {
             "workflow_id": _workflow_id_for(machine),
-            "comment": {"type": "string", "maxLength": 10_000, "description": "Why."},
+            "comment": {
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 10_000,
+                "description": "Why.",
+            },
             "expected_version": _EXPECTED_VERSION,
             "idempotency_key": _IDEMPOTENCY_KEY,
         }
@@ -339,8 +349,7 @@ def _event_tool(wtype: WorkflowType, event: Event) -> EventTool | None:
             "expected_version": _EXPECTED_VERSION,
             "idempotency_key": _IDEMPOTENCY_KEY,
         }
-        if kind == "send":
-            props["if_allowed"] = _IF_ALLOWED
+        props["if_allowed"] = _IF_ALLOWED  # (send and cancel: not a decision)
         required = ["workflow_id"]
         if payload.get("required"):
             required.append("payload")

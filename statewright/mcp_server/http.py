@@ -5,8 +5,10 @@ app's :class:`~statewright.access.TokenRegistry` (``app.state.tokens``): the pri
 in the ASGI scope to the tool handlers, so each call acts as the token it came with. A request
 without a valid token gets ``401`` before the MCP layer sees it. A session is also bound to
 the caller that opened it (the SDK answers another caller's use of its id with 404). In open
-mode (no tokens) every caller is the local admin, and requests must come from a loopback
-host and origin (DNS-rebinding protection), as the service then only listens locally.
+mode (no tokens) every caller is :data:`~statewright.access.LOCAL_AGENT`, the ``agent`` role
+only (the API and dashboard's local admin is not given to whatever model connects: approvals
+need a token with the approver role), and requests must come from a loopback host and origin
+(DNS-rebinding protection), as the service then only listens locally.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from statewright.access import LOCAL, Principal, TokenRegistry
+from statewright.access import LOCAL_AGENT, Principal, TokenRegistry
 from statewright.engine.core import Engine
 from statewright.errors import StatewrightError, Unauthorized
 from statewright.mcp_server.server import Context, create_server
@@ -95,7 +97,7 @@ class MCPEndpoint:
     def _authenticate(self, scope: Scope) -> Principal:
         tokens = self._tokens()
         if tokens is None:
-            return LOCAL
+            return LOCAL_AGENT
         header = next(
             (v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), ""
         )

@@ -27,10 +27,11 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from statewright import __version__, jsonvalue, paging
-from statewright.access import LOCAL, Access, Principal
+from statewright.access import LOCAL_AGENT, Access, Principal
 from statewright.definition.formats.document import to_dict
 from statewright.definition.render.mermaid import to_mermaid
 from statewright.engine.core import Engine, check_idempotency_key
+from statewright.engine.transitions import Dispatched
 from statewright.errors import (
     Forbidden,
     IdempotencyKeyReused,
@@ -76,7 +77,7 @@ out), call it again with the same key: it is never done twice.
 
 def create_server(
     engine: Engine,
-    principal: Principal | PrincipalOf = LOCAL,
+    principal: Principal | PrincipalOf = LOCAL_AGENT,
     *,
     poll_interval: float = 0.2,
 ) -> Server[Any]:
@@ -84,7 +85,8 @@ def create_server(
 
     Args:
         principal: the caller (stdio: one per process), or a function finding it in each
-            request's context (HTTP: from its bearer token).
+            request's context (HTTP: from its bearer token). By default the local agent:
+            the ``agent`` role only, never an approver.
         poll_interval: how often ``wait_for_state`` looks at the workflow.
     """
     handlers = _Handlers(engine, principal, poll_interval)
@@ -289,12 +291,10 @@ class _Handlers:
     ) -> dict[str, Any]:
         if spec.kind == "decide":
             _only(args, "workflow_id", "comment", "expected_version", "idempotency_key")
-        elif spec.kind == "send":
+        else:  # send and cancel
             _only(
                 args, "workflow_id", "payload", "expected_version", "idempotency_key", "if_allowed"
             )
-        else:
-            _only(args, "workflow_id", "payload", "expected_version", "idempotency_key")
         if_allowed = args.get("if_allowed", False)
         if not isinstance(if_allowed, bool):
             raise InvalidInput("'if_allowed' must be true or false")
@@ -323,7 +323,9 @@ class _Handlers:
             if not isinstance(payload, Mapping):
                 raise InvalidInput("'payload' must be a JSON object", event=spec.event)
             if spec.kind == "cancel":
-                after, replayed = await _cancel(access, before, spec, payload, expected, key)
+                sent = await _cancel(
+                    access, workflow_id, before, spec, payload, expected, key, if_allowed
+                )
             else:
                 sent = await access.dispatch(
                     workflow_id,
@@ -333,9 +335,9 @@ class _Handlers:
                     idempotency_key=key,
                     if_allowed=if_allowed,
                 )
-                if not sent.applied:
-                    return await _not_applied(access, catalogue, spec, sent.row, sent.refusal)
-                after, replayed = sent.row, sent.replayed
+            if not sent.applied:
+                return await _not_applied(access, catalogue, spec, sent.row, sent.refusal)
+            after, replayed = sent.row, sent.replayed
         view = await state_view(access, catalogue, after)
         if replayed:
             done = (
@@ -409,7 +411,7 @@ class _Handlers:
             else:
                 raise _no_resource(uri)
         except (UnknownWorkflowType, WorkflowNotFound) as exc:
-            raise _no_resource(uri, exc.message) from None
+            raise _no_resource(uri, access.public_error(exc)["message"]) from None
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=uri, mime_type=mime, text=text)]
         )
@@ -433,22 +435,26 @@ def _result(body: dict[str, Any], *, is_error: bool = False) -> types.CallToolRe
 
 async def _cancel(
     access: Access,
+    workflow_id: str,
     row: WorkflowRow,
     spec: EventTool,
     payload: Mapping[str, Any],
     expected: int | None,
     key: str | None,
-) -> tuple[WorkflowRow, bool]:
-    """Cancel through the engine, so a running step hears of it and can save partial results.
-    Returns the row and whether this retried a cancel already made with ``key``."""
+    if_allowed: bool,
+) -> Dispatched:
+    """Cancel through the engine, so a running step hears of it and can save partial results
+    (``replayed``: this retried a cancel already made with ``key``; ``applied`` False: not
+    allowed now, with ``if_allowed``). ``workflow_id``: as the caller gave it (``access``
+    takes the caller's ids, not the store's ``row.id``, which for a tenant's workflow is
+    ``tenant:id``)."""
     access.machine_of(row).events[spec.event].validate_payload(payload)
     reason = payload.get("reason")
     if not isinstance(reason, str) or not reason.strip():
         reason = f"cancelled by {access.principal.actor}"
-    cancelled = await access.cancel_ex(
-        row.id, reason, idempotency_key=key, expected_version=expected
+    return await access.cancel_ex(
+        workflow_id, reason, idempotency_key=key, expected_version=expected, if_allowed=if_allowed
     )
-    return cancelled.row, cancelled.replayed
 
 
 async def _not_applied(
@@ -475,7 +481,8 @@ async def _error_body(
     access: Access, catalogue: Catalogue, exc: StatewrightError, workflow_id: Any
 ) -> dict[str, Any]:
     """The error with the workflow's current state and what the caller may do now."""
-    body = {k: v for k, v in exc.to_dict().items() if v is not None}
+    # Worded for this caller: a tenant's workflows by the ids it knows them by.
+    body = {k: v for k, v in access.public_error(exc).items() if v is not None}
     # The machine's allowed events include ones this caller may not fire (approvals):
     # report only the caller's own.
     body.pop("allowed", None)

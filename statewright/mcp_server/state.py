@@ -102,14 +102,16 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
     if row.parked is not None:
         view["parked"] = row.parked
     if row.last_error:
-        view["last_error"] = red.text(row.last_error)
+        view["last_error"] = access.public_text(red.text(row.last_error))
     if row.cancel_requested is not None:
         view["cancel_requested"] = True
     if summary.text is not None:
         view["summary_text"] = summary.text
     view["summary"] = summary.data
-    view["completed_steps"] = [_step(s, red) for s in steps[:STEPS_SHOWN] if s.status == "done"]
-    unfinished = [_step(s, red) for s in steps[:STEPS_SHOWN] if s.status != "done"]
+    view["completed_steps"] = [
+        _step(access, s, red) for s in steps[:STEPS_SHOWN] if s.status == "done"
+    ]
+    unfinished = [_step(access, s, red) for s in steps[:STEPS_SHOWN] if s.status != "done"]
     if unfinished:
         view["unfinished_steps"] = unfinished
     if len(steps) > STEPS_SHOWN:
@@ -158,7 +160,7 @@ def _action(catalogue: Catalogue, name: str) -> dict[str, Any]:
     return out
 
 
-def _step(s: StepRecord, red: Redactor) -> dict[str, Any]:
+def _step(access: Access, s: StepRecord, red: Redactor) -> dict[str, Any]:
     out: dict[str, Any] = {"step": s.step, "status": s.status}
     if s.status == "done":
         out["result"] = summarize(red.value(s.result))
@@ -166,7 +168,7 @@ def _step(s: StepRecord, red: Redactor) -> dict[str, Any]:
         # unknown: it may have taken effect; not_applied: safe to run again.
         out["outcome"] = s.outcome
     if s.error:
-        out["error"] = red.text(s.error)
+        out["error"] = access.public_text(red.text(s.error))
     if s.attempts > 1:
         out["attempts"] = s.attempts
     out["finished_at" if s.finished_at is not None else "started_at"] = iso(

@@ -116,19 +116,6 @@ def _real_ids(context: Any, path_parameters: dict[str, Any] | None) -> Any:
     return st.one_of(st.just(path_parameters), st.fixed_dictionaries(real))
 
 
-def _real_cursor(case: schemathesis.Case) -> None:
-    """A generated ``cursor`` is schema-valid (base64url) yet names no page (refused, 422):
-    make it a cursor of the right shape, as a previous page returns (any such one is a valid
-    place to start a page, forged ones too). Malformed cursors are tested in test_paging.py."""
-    if not case.query or "cursor" not in case.query:
-        return
-    if case.operation.path == "/v1/stuck":
-        key: tuple[Any, ...] = ("agent_task", "running", 1_800_000_000.0, "seed-running")
-    else:
-        key = (1_800_000_000.0, "seed-running")
-    case.query = {**case.query, "cursor": paging.encode(*key)}
-
-
 @pytest.fixture(scope="module")
 def app() -> Iterator[FastAPI]:
     """The app, seeded. Schemathesis's ASGI client runs it in its own event loop thread, and
@@ -163,7 +150,8 @@ def app() -> Iterator[FastAPI]:
 def test_openapi_contract(case: schemathesis.Case, app: FastAPI, who: str) -> None:
     """``app`` (seeded) is what ``schema.app`` points the requests at."""
     streaming = case.operation.path == "/v1/stream"
-    _real_cursor(case)
+    # (A generated cursor is schema-valid base64url that no page returned: 409 invalid_cursor,
+    # which the document says, not a 422 for a request the schema admits.)
     case.call_and_validate(
         headers=auth(who),
         timeout=STREAM_TIMEOUT if streaming else 10.0,
@@ -280,3 +268,86 @@ def test_deep_json_gets_a_4xx_json_error_never_a_5xx(
     # The documented JSON error (call_and_validate checked the status, type and shape).
     assert 400 <= response.status_code < 500, response.text
     assert response.json()["error"]["code"], response.text
+
+
+# -- the document's edges, where it and the engine must agree ---------------------------------
+
+OPENAPI = APP.openapi()
+TEXTS = ["", " ", "\u00a0\t", "\x1c", "\u2028x", "x", "x" * 1000, "x" * 1001, "x" * 10_000]
+TEXTS += ["x" * 10_001]
+# (method, path, a valid body, the text field tried with every value of TEXTS)
+EDGES: list[tuple[str, str, dict[str, Any], str]] = [
+    ("POST", "/v1/workflows/{workflow_id}/resume", {}, "reason"),
+    ("POST", "/v1/workflows/{workflow_id}/fork", {}, "reason"),
+    ("POST", "/v1/workflows/{workflow_id}/move", {"state": "running"}, "reason"),
+    ("PATCH", "/v1/workflows/{workflow_id}/context", {"patch": {"a": 1}}, "reason"),
+    (
+        "POST",
+        "/v1/workflows/{workflow_id}/steps/{step}/resolve",
+        {"verdict": "not_applied"},
+        "reason",
+    ),
+    ("POST", "/v1/approvals", {"workflow_id": "edge-1", "decision": "approve"}, "approver"),
+    ("POST", "/v1/workflows/{workflow_id}/timers", {"after": 60}, "event"),
+    ("POST", "/v1/workflows/{workflow_id}/cancel", {}, "reason"),  # last: it ends edge-1
+]
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    """A JSON Schema validator of ``schema``, its ``$ref``s resolved in the document."""
+    import jsonschema
+
+    return jsonschema.Draft202012Validator({**schema, "components": OPENAPI["components"]})
+
+
+def _body_schema(method: str, path: str) -> dict[str, Any]:
+    schema: dict[str, Any] = OPENAPI["paths"][path][method.lower()]["requestBody"]["content"][
+        "application/json"
+    ]["schema"]
+    return schema
+
+
+def test_a_schema_valid_value_is_never_refused_as_invalid_input(app: FastAPI) -> None:
+    """What the document admits, the server takes (a 2xx, or a 404/409 about the workflow,
+    never 422), and what it refuses is 422: reasons (the engine's 1,000-character limit, and
+    text with nothing but whitespace), an approver's name, a timer's event (its default key),
+    and cursors (base64url that no page returned is 409 invalid_cursor, not 422)."""
+    with asgi.get_client(APP) as client:
+        r = client.post("/v1/workflows", json={"type": "agent_task", "id": "edge-1"},
+                        headers=auth("admin"))  # fmt: skip
+        assert r.status_code == 201, r.text
+        checked = 0
+        for method, template, body, field in EDGES:
+            valid = _validator(_body_schema(method, template))
+            path = template.format(workflow_id="edge-1", step="charge")
+            for text in TEXTS:
+                sent = {**body, field: text}
+                admitted = valid.is_valid(sent)
+                r = client.request(method, path, json=sent, headers=auth("admin"))
+                assert r.status_code < 500, r.text
+                if admitted:
+                    assert r.status_code != 422, (path, field, text[:20], r.text)
+                else:
+                    assert r.status_code == 422, (path, field, text[:20], r.text)
+                checked += admitted
+        assert checked >= len(EDGES) * 3  # (the limits are not all refusing)
+
+        workflows = OPENAPI["paths"]["/v1/workflows"]["get"]["parameters"]
+        cursor = next(p for p in workflows if p["name"] == "cursor")["schema"]
+        good = paging.encode(1_800_000_000.0, "seed-running")
+        for value, status in (
+            (good, 200),
+            ("bm90IGpzb24", 409),  # base64url of "not json"
+            (paging.encode(1.5), 409),
+            ("not a cursor", 422),
+            ("A" * 2001, 422),
+        ):
+            assert _validator(cursor).is_valid(value) == (status != 422), value
+            for path in ("/v1/workflows", "/v1/stuck", "/v1/workflows/edge-1/steps"):
+                r = client.get(path, params={"cursor": value}, headers=auth("admin"))
+                if status == 200 and path == "/v1/stuck":
+                    good_stuck = paging.encode("agent_task", "running", 1.0, "x")
+                    r = client.get(path, params={"cursor": good_stuck}, headers=auth("admin"))
+                assert r.status_code == status, (path, value, r.text)
+                if status == 409:
+                    assert r.json()["error"]["code"] == "invalid_cursor"

@@ -135,14 +135,23 @@ class Progress:
 
 @asynccontextmanager
 async def stdio_session(
-    db: Path, tokens: Path | None, who: str | None, errlog: TextIO, *, worker: bool = False
+    db: Path,
+    tokens: Path | None,
+    who: str | None,
+    errlog: TextIO,
+    *,
+    worker: bool = False,
+    roles: tuple[str, ...] = (),
 ) -> AsyncIterator[ClientSession]:
-    """A client session with a ``statewright mcp`` subprocess (``who``'s token)."""
+    """A client session with a ``statewright mcp`` subprocess (``who``'s token; ``roles``:
+    given with ``--role``)."""
     args = ["-m", "statewright.cli", "--db", str(db), "--app", APPS, "mcp"]
     if tokens is not None:
         args += ["--tokens", str(tokens)]
     if worker:
         args.append("--worker")
+    for role in roles:
+        args += ["--role", role]
     env = {"STATEWRIGHT_TOKEN": TOKENS[who][0]} if who else {}
     params = StdioServerParameters(command=sys.executable, args=args, env=env, cwd=ROOT)
     async with stdio_client(params, errlog=errlog) as (read, write):
@@ -177,14 +186,24 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     base = tmp_path_factory.mktemp("serve")
-    tokens = write_tokens(base / "tokens.yaml")
+    yield from _serve(base, write_tokens(base / "tokens.yaml"))
+
+
+@pytest.fixture(scope="module")
+def served_open(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """``statewright serve --worker`` without tokens (open mode, on loopback)."""
+    yield from _serve(tmp_path_factory.mktemp("serve-open"), None)
+
+
+def _serve(base: Path, tokens: Path | None) -> Iterator[Served]:
     port = free_port()
     db, log = base / "sw.db", base / "serve.log"
+    auth = () if tokens is None else ("--tokens", str(tokens))
     with log.open("w") as out:
         proc = subprocess.Popen(
             [
                 *(sys.executable, "-m", "statewright.cli", "--db", str(db), "--app", APPS),
-                *("serve", "--worker", "--tokens", str(tokens), "--port", str(port)),
+                *("serve", "--worker", *auth, "--port", str(port)),
             ],
             cwd=ROOT,
             env=clean_env(),
@@ -218,16 +237,16 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         assert "Traceback" not in text and "ERROR" not in text, text
 
 
-def _http(token: str) -> httpx2.AsyncClient:
-    return httpx2.AsyncClient(
-        headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(TIMEOUT)
-    )
+def _http(who: str | None) -> httpx2.AsyncClient:
+    """An HTTP client sending ``who``'s bearer token (None: no token, for open mode)."""
+    headers = {} if who is None else {"Authorization": f"Bearer {TOKENS[who][0]}"}
+    return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(TIMEOUT))
 
 
 @asynccontextmanager
-async def http_session(served: Served, who: str) -> AsyncIterator[ClientSession]:
+async def http_session(served: Served, who: str | None) -> AsyncIterator[ClientSession]:
     """A session of the initialize handshake (2025-11-25) with ``who``'s bearer token."""
-    async with _http(TOKENS[who][0]) as http:
+    async with _http(who) as http:
         async with streamable_http_client(served.mcp, http_client=http) as (read, write):
             async with ClientSession(read, write, read_timeout_seconds=TIMEOUT) as session:
                 await session.initialize()
@@ -235,9 +254,9 @@ async def http_session(served: Served, who: str) -> AsyncIterator[ClientSession]
 
 
 @asynccontextmanager
-async def http_client(served: Served, who: str) -> AsyncIterator[Client]:
+async def http_client(served: Served, who: str | None) -> AsyncIterator[Client]:
     """The SDK's high-level client (negotiates the newest protocol: per-request exchanges)."""
-    async with _http(TOKENS[who][0]) as http:
+    async with _http(who) as http:
         async with Client(
             streamable_http_client(served.mcp, http_client=http), read_timeout_seconds=TIMEOUT
         ) as client:

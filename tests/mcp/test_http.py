@@ -193,3 +193,27 @@ async def test_another_tenant_sees_nothing(served: Served) -> None:
         assert err["code"] == "workflow_not_found"
         listed = data(await other.call_tool("list_workflows", {}))
         assert wid not in {w["workflow_id"] for w in listed["workflows"]}
+
+
+async def test_in_open_mode_mcp_callers_are_agents(served_open: Served) -> None:
+    """No tokens: the API and dashboard's caller is the local admin, but whatever connects to
+    /mcp (a model) has the agent role only: no approval tool, approving refused."""
+    refund = {"order_id": "order-1003", "amount_cents": 8_900, "customer": "ada@example.com"}
+    async with http_client(served_open, None) as model:
+        tools = {t.name for t in (await model.list_tools()).tools}
+        assert FIXED_TOOLS <= tools and approval_tools(tools) == set()
+        assert "order_fulfilment__ship" not in tools  # (admin could fire it)
+        wid = data(
+            await model.call_tool("start_workflow", {"type": "refund_approval", "input": refund})
+        )["workflow_id"]
+        paused = data(await model.call_tool("wait_for_state", {"workflow_id": wid}))
+        assert paused["state"] == "awaiting_approval"
+        err = tool_error(
+            await model.call_tool("refund_approval__approval_granted", {"workflow_id": wid})
+        )
+        assert (err["code"], err["state"]) == ("forbidden", "awaiting_approval")
+    records = await history(served_open.db, wid, tenant="default")
+    assert len(records) == paused["version"] and records[0].actor == "local-agent"
+    # The API itself is still open to the local admin (the dashboard's approve button).
+    r = httpx.get(f"{served_open.url}/v1/workflows/{wid}")
+    assert r.status_code == 200 and "approval_granted" in r.json()["allowed_events"]

@@ -47,12 +47,12 @@ async def test_the_list_tool_pages_with_a_cursor(engine: Engine) -> None:
             await c.call_tool("list_workflows", {"limit": 5, "cursor": cursor, "offset": 5})
         )
         assert [w["workflow_id"] for w in page["workflows"]] == expected[10:15]
-        for bad in (
-            {"offset": 10_001},
-            {"cursor": "garbage"},
-            {"cursor": 7},
+        for bad, code in (
+            ({"offset": 10_001}, "invalid_input"),
+            ({"cursor": "garbage"}, "invalid_cursor"),  # (an InvalidInput)
+            ({"cursor": 7}, "invalid_input"),
         ):
-            assert tool_error(await c.call_tool("list_workflows", bad))["code"] == "invalid_input"
+            assert tool_error(await c.call_tool("list_workflows", bad))["code"] == code
 
 
 async def test_the_state_view_carries_a_bounded_number_of_steps(engine: Engine) -> None:

@@ -145,6 +145,28 @@ async def test_a_viewer_only_reads(engine: Engine) -> None:
         assert err["code"] == "unknown_tool"
 
 
+async def test_the_ops_role_only_reads(engine: Engine) -> None:
+    """``ops`` (the /metrics scraper's role) reads like viewer: no tool that writes."""
+    await engine.start("order_fulfilment", ORDER, workflow_id="o-1", actor="t", tenant="acme")
+    ops = Principal("scraper", frozenset({"ops"}), "acme")
+    names = {t.name for t in build_catalogue(engine, ops).tools()}
+    assert names == {"get_workflow_state", "list_workflows", "wait_for_state"}
+    before = await engine.history("o-1")
+    async with Client(create_server(engine, ops)) as c:
+        assert data(await c.call_tool("get_workflow_state", {"workflow_id": "o-1"}))["state"] == (
+            "created"
+        )
+        for tool, args in (
+            ("start_workflow", {"type": "report"}),
+            ("post_input", {"workflow_id": "o-1", "name": "n", "payload": {}}),
+        ):
+            assert tool_error(await c.call_tool(tool, args))["code"] == "unknown_tool"
+        err = tool_error(await c.call_tool("order_fulfilment__cancel", {"workflow_id": "o-1"}))
+        assert err["code"] == "forbidden"
+    assert await engine.history("o-1") == before
+    assert await engine.store.next_input("o-1") is None
+
+
 async def test_refusals_are_structured_and_change_nothing(engine: Engine) -> None:
     await engine.start("order_fulfilment", ORDER, workflow_id="o-1", actor="t", tenant="acme")
     await engine.start("report", {}, workflow_id="r-1", actor="t", tenant="acme")

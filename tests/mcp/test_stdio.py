@@ -203,3 +203,82 @@ def test_a_token_is_checked_before_serving(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "error[unauthorized]" in result.stderr
     result = runner.invoke(app, [*base, "--token", TOKENS["agent"][0]], env=env)
     assert result.exit_code == 2 and "--token needs --tokens" in result.stderr
+
+
+REFUND = {"order_id": "order-1003", "amount_cents": 8_900, "customer": "ada@example.com"}
+
+
+async def test_without_credentials_the_model_is_an_agent(tmp_path: Path, errlog: TextIO) -> None:
+    """No --tokens: the caller on stdio (the model) has the agent role only. It drives its
+    workflows but gets no approval tool, and calling one anyway is refused."""
+    db = tmp_path / "sw.db"
+    async with stdio_session(db, None, None, errlog, worker=True) as s:
+        tools = {t.name for t in (await s.list_tools()).tools}
+        assert FIXED_TOOLS <= tools
+        assert approval_tools(tools) == set()
+        assert "order_fulfilment__cancel" in tools and "order_fulfilment__ship" not in tools
+        # It starts and reads its workflows (the default tenant: bare ids)...
+        started = data(
+            await s.call_tool(
+                "start_workflow", {"type": "refund_approval", "input": REFUND, "id": "r-1"}
+            )
+        )
+        assert started["workflow_id"] == "r-1"
+        paused = data(await s.call_tool("wait_for_state", {"workflow_id": "r-1", "timeout": 20}))
+        assert paused["state"] == "awaiting_approval" and paused["allowed_actions"] == []
+        # ...but cannot approve: refused, nothing changes.
+        for tool in ("refund_approval__approval_granted", "agent_task__approval_granted"):
+            err = tool_error(await s.call_tool(tool, {"workflow_id": "r-1"}))
+            assert err["code"] == "forbidden", err
+        again = data(await s.call_tool("get_workflow_state", {"workflow_id": "r-1"}))
+        assert (again["state"], again["version"]) == ("awaiting_approval", paused["version"])
+    records = await history(db, "r-1", tenant="default")
+    assert records[0].actor == "local-agent"
+    assert "approval_granted" not in {r.event for r in records}
+    errlog.seek(0)
+    assert "warning" not in errlog.read()
+
+
+async def test_role_approver_is_an_explicit_grant_with_a_warning(
+    tmp_path: Path, errlog: TextIO
+) -> None:
+    db = tmp_path / "sw.db"
+    async with stdio_session(db, None, None, errlog, worker=True, roles=("approver",)) as s:
+        tools = {t.name for t in (await s.list_tools()).tools}
+        assert {
+            "refund_approval__approval_granted",
+            "refund_approval__approval_denied",
+            "agent_task__approval_granted",
+        } <= approval_tools(tools)
+        assert "order_fulfilment__cancel" in tools  # the agent's tools stay
+        await s.call_tool(
+            "start_workflow", {"type": "refund_approval", "input": REFUND, "id": "r-1"}
+        )
+        paused = data(await s.call_tool("wait_for_state", {"workflow_id": "r-1", "timeout": 20}))
+        assert paused["state"] == "awaiting_approval"
+        approved = data(
+            await s.call_tool("refund_approval__approval_granted", {"workflow_id": "r-1"})
+        )
+        assert approved["done"] == "approval_granted: awaiting_approval -> paying_out"
+    decision = (await history(db, "r-1", tenant="default"))[paused["version"]]
+    assert (decision.event, decision.actor) == ("approval_granted", "local-agent")
+    errlog.seek(0)
+    warning = errlog.read()
+    assert "warning: --role approver" in warning and "approval" in warning, warning
+
+
+def test_role_is_for_a_caller_without_a_token(tmp_path: Path) -> None:
+    tokens = write_tokens(tmp_path / "tokens.yaml")
+    runner = CliRunner()
+    base = ["--db", str(tmp_path / "sw.db"), "--app", APPS, "mcp"]
+    env: dict[str, str | None] = {
+        name: None for name in ("STATEWRIGHT_TOKEN", "STATEWRIGHT_TOKENS_FILE", "STATEWRIGHT_JSON")
+    }
+    result = runner.invoke(
+        app,
+        [*base, "--tokens", str(tokens), "--token", TOKENS["agent"][0], "--role", "approver"],
+        env=env,
+    )
+    assert result.exit_code == 2 and "with --tokens, the token's roles apply" in result.stderr
+    result = runner.invoke(app, [*base, "--role", " "], env=env)
+    assert result.exit_code == 2 and "--role needs a role name" in result.stderr
