@@ -324,8 +324,9 @@ async def get_workflow(workflow_id: WorkflowId, access: AccessDep) -> Response:
     row = await access.get(workflow_id)
     view = _view(access, row)
     # Parked for a step's unknown outcome: which step (from the ledger), and so which action.
-    view["unresolved_steps"] = unresolved = await access.unresolved_steps(row)
+    unresolved = await access.unresolved_steps(row)
     if unresolved is not None:
+        view["unresolved_steps"] = unresolved
         view["operator_actions"] = access.operator_actions(row, bool(unresolved))
     return _body(view)
 

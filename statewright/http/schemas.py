@@ -294,7 +294,7 @@ class WorkflowOut(BaseModel):
         default=None,
         description="Only from GET /v1/workflows/{id}, for a workflow parked with "
         "step_outcome_unknown: the steps whose outcome is unknown, to resolve (POST "
-        ".../steps/{step}/resolve); null otherwise.",
+        ".../steps/{step}/resolve); absent otherwise.",
     )
 
 
