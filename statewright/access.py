@@ -36,8 +36,10 @@ import yaml
 
 from statewright import ids
 from statewright.definition.machine import Event, Machine
+from statewright.engine import parked as parking
 from statewright.engine import timers as timer_ops
 from statewright.engine.core import Engine, Stuck, id_for_key
+from statewright.engine.failures import PARKED_UNKNOWN
 from statewright.engine.transitions import Dispatched
 from statewright.engine.workflow_type import Applied, NotApplied
 from statewright.errors import (
@@ -278,15 +280,22 @@ class Access:
         view["version_registered"] = self.known_machine(row) is not None
         return view
 
-    def operator_actions(self, row: WorkflowRow) -> list[str]:
+    def operator_actions(self, row: WorkflowRow, unresolved: bool | None = None) -> list[str]:
         """The operator actions this caller may take on ``row`` now, in the order the dashboard
         shows them: ``resume`` (re-run its state's handler) and ``move`` (admin only) while
         it is not finished and its machine version is registered, ``fork`` always. Empty for
-        callers without the operator or admin role. The actions check the same rules again."""
+        callers without the operator or admin role. The actions check the same rules again.
+
+        A workflow parked because a step's outcome is unknown offers ``resolve_step`` instead
+        of ``resume`` (which would park it again), unless ``unresolved`` (whether its ledger
+        still has such a step, when it was read) is False."""
         if not self.principal.roles & {OPERATOR, ADMIN}:
             return []
         live = not row.terminal and self.known_machine(row) is not None
-        actions = ["resume"] if live else []
+        actions = []
+        if live:
+            unknown = row.parked == PARKED_UNKNOWN and unresolved is not False
+            actions.append("resolve_step" if unknown else "resume")
         actions.append("fork")
         if live and ADMIN in self.principal.roles:
             actions.append("move")
@@ -626,11 +635,24 @@ class Access:
             row.id, step, verdict, actor=self.principal.actor, reason=reason
         )
 
-    async def resume(self, workflow_id: str, *, reason: str) -> WorkflowRow:
-        """Make a parked workflow run its state's handler again (roles operator/admin)."""
+    async def resume(
+        self, workflow_id: str, *, reason: str, reconcile: bool = False
+    ) -> WorkflowRow:
+        """Make a parked workflow run its state's handler again (roles operator/admin); see
+        :meth:`Engine.resume` (refused while a step's outcome is unknown, unless
+        ``reconcile``)."""
         row = await self.get(workflow_id)
         self._operator("resume workflows")
-        return await self.engine.resume(row.id, actor=self.principal.actor, reason=reason)
+        return await self.engine.resume(
+            row.id, actor=self.principal.actor, reason=reason, reconcile=reconcile
+        )
+
+    async def unresolved_steps(self, row: WorkflowRow) -> list[str] | None:
+        """Of a workflow parked because a step's outcome is unknown: the steps to resolve
+        (their names, in the order they started); None for any other workflow."""
+        if row.parked != PARKED_UNKNOWN or row.terminal:
+            return None
+        return (await parking.unresolved_steps(self.engine.store, [row])).get(row.id, [])
 
     async def schedule(
         self,

@@ -445,3 +445,24 @@ class WorkflowBusy(StatewrightError):
     """A worker holds the workflow now: try again once it lets go."""
 
     code = "workflow_busy"
+
+
+class StepUnresolved(StatewrightError):
+    """The workflow is parked because a step's outcome is unknown: running its handler again
+    would meet the same step and park it again. Resolve the step instead (applied, with its
+    result, or not applied)."""
+
+    code = "step_unresolved"
+
+    def __init__(self, workflow_id: str, steps: Sequence[str]) -> None:
+        self.workflow_id = workflow_id
+        self.steps = list(steps)
+        names = ", ".join(repr(s) for s in self.steps)
+        super().__init__(
+            f"workflow {workflow_id!r} is parked because the outcome of step {names} is "
+            "unknown: resuming it would park it again. Check the external system, then resolve "
+            "the step: applied (with its result) or not applied (it runs again); that resumes "
+            "the workflow",
+            workflow_id=workflow_id,
+            steps=self.steps,
+        )

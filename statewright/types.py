@@ -343,6 +343,8 @@ class WorkflowFilter:
     """Keyset paging: only workflows after this ``(state_entered_at, id)`` in the listing's
     order (pass the last row's of the previous page). Every page then costs what the first
     does, where ``offset`` reads and drops everything before it."""
+    parked: bool = False
+    """Only workflows parked for an operator (from their partial index)."""
 
 
 StuckKey = tuple[str, str, float, str]

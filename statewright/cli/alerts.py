@@ -158,8 +158,10 @@ def alerts(
     retry_attempts, or retry_transitions transient-error events within retry_window),
     paused_abandoned (waiting for an approval past paused_too_long), blocked_too_long,
     failure_ratio (share of the workflows ended within failure_window that ended in a
-    failure_states state, with at least failure_min_ended ended) and invalid_transition_spike
-    (rejection_spike refused events of one type within rejection_window).
+    failure_states state, with at least failure_min_ended ended), invalid_transition_spike
+    (rejection_spike refused events of one type within rejection_window) and workflow_parked
+    (critical: parked_workflows workflows of one type parked for an operator in one state,
+    from the moment they park).
 
     Exit codes: 0 no alert fires; 1 at least one alert fires (or the store could not be read:
     then an error line is on stderr and nothing on stdout); 2 a bad option.

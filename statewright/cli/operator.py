@@ -84,17 +84,36 @@ def resume(
     s: Settings,
     workflow_id: IdArg,
     reason: ReasonOption,
+    reconcile: Annotated[
+        bool,
+        typer.Option(
+            "--reconcile",
+            help="For a workflow parked because a step's outcome is unknown: resume anyway, "
+            "to have the step's reconcile hook asked again (it may answer now); without a "
+            "verdict it parks again. Without this flag such a workflow is refused: resolve "
+            "the step instead (resolve-step).",
+        ),
+    ] = False,
     actor: ActorOption = "cli",
 ) -> None:
     """Make a parked workflow run its state's handler again (finished steps keep their
-    results). Refused (exit code 2) for a finished workflow, or while a worker holds it."""
-    row = with_engine(s, lambda e: e.resume(workflow_id, actor=actor, reason=reason))
+    results). Refused (exit code 2) for a finished workflow, while a worker holds it, or
+    (step_unresolved) while it is parked because a step's outcome is unknown: it would park
+    again; answer for the step with resolve-step, which resumes it."""
+    row = with_engine(
+        s, lambda e: e.resume(workflow_id, actor=actor, reason=reason, reconcile=reconcile)
+    )
     if s.json:
         emit_json(row)
         return
     out.print(
         f"resumed [bold]{escape(row.id)}[/]: [bold cyan]{escape(row.state)}[/] runs again "
         "when a worker picks it up"
+        + (
+            " (the step's reconcile hook is asked again: without a verdict it parks again)"
+            if reconcile
+            else ""
+        )
     )
 
 

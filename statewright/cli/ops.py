@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shlex
 import signal
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -50,7 +51,8 @@ STUCK_SHOWN = 1000
 
 
 def stuck(s: Settings) -> None:
-    """Non-terminal workflows that have sat in their state longer than its threshold."""
+    """Workflows parked for an operator (from the moment they park) and non-terminal ones
+    that have sat in their state longer than its threshold, with what to do about each."""
 
     async def go(engine: Engine) -> tuple[list[Stuck], int]:
         total = sum(g.count for g in await engine.stuck_counts())
@@ -59,7 +61,18 @@ def stuck(s: Settings) -> None:
     found, total = with_engine(s, go)
     if s.json:
         emit_json(
-            [{"workflow": x.workflow, "age": x.age, "threshold": x.threshold} for x in found]
+            [
+                {
+                    "workflow": x.workflow,
+                    "age": x.age,
+                    "threshold": x.threshold,
+                    "parked": x.parked,
+                    "action": x.action,
+                    "step": x.step,
+                    "todo": _todo(x),
+                }
+                for x in found
+            ]
         )
         return
     if not found:
@@ -69,7 +82,7 @@ def stuck(s: Settings) -> None:
         table(
             f"{total} stuck workflow(s)"
             + (f", the first {len(found)} by type, state and age" if total > len(found) else ""),
-            ["id", "type", "state", "in state", "threshold", "error"],
+            ["id", "type", "state", "in state", "threshold", "why (parked)", "error"],
             [
                 (
                     x.workflow.id,
@@ -77,12 +90,31 @@ def stuck(s: Settings) -> None:
                     x.workflow.state,
                     duration(x.age),
                     duration(x.threshold),
+                    x.parked or "past threshold",
                     x.workflow.last_error or "",
                 )
                 for x in found
             ],
         )
     )
+    out.print("what to do:", markup=False)
+    for x in found:
+        out.print(f"  {x.workflow.id}: {_todo(x)}", markup=False, highlight=False)
+
+
+def _todo(x: Stuck) -> str:
+    """What to do about a stuck workflow, as the command to run."""
+    wid = shlex.quote(x.workflow.id)
+    if x.action == "resolve_step":
+        step = shlex.quote(x.step or "")
+        return (
+            f"the outcome of step {x.step!r} is unknown: check the external system, then "
+            f"statewright resolve-step {wid} {step} --applied RESULT_JSON (or --not-applied) "
+            "--reason ..."
+        )
+    if x.action == "resume":
+        return f"fix the cause (see its error), then statewright resume {wid} --reason ..."
+    return f"see why it has not moved: statewright show {wid}"
 
 
 def replay(s: Settings, workflow_id: Annotated[str, typer.Argument(help="Workflow id.")]) -> None:

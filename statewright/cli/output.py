@@ -29,6 +29,7 @@ from statewright.errors import (
     OutcomeUnknown,
     StatewrightError,
     StepDone,
+    StepUnresolved,
     WorkflowBusy,
     WorkflowFinished,
 )
@@ -74,6 +75,7 @@ REFUSED = (
     WorkflowFinished,
     IdempotencyKeyReused,
     StepDone,
+    StepUnresolved,
     WorkflowBusy,
 )
 """Errors that mean "bad input, nothing changed": exit code 2."""

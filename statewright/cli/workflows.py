@@ -286,9 +286,13 @@ def show(s: Settings, workflow_id: IdArg) -> None:
         by = f" by {request.actor}" if request.actor else ""
         lines.append(f"[yellow]cancel    requested{escape(by)}: {escape(request.reason)}[/]")
     if row.parked is not None:
+        todo = (
+            "statewright resolve-step: resume would park it again"
+            if row.parked == "step_outcome_unknown"
+            else "fix the cause, then statewright resume"
+        )
         lines.append(
-            f"[bold red]parked    {escape(row.parked)}[/]: waits for an operator "
-            "(statewright resolve-step / resume)"
+            f"[bold red]parked    {escape(row.parked)}[/]: waits for an operator ({todo})"
         )
     if row.last_error:
         lines.append(f"[red]error     {escape(row.last_error)}[/]")

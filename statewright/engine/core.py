@@ -7,6 +7,7 @@ the transition on the machine (pure), build one write, and let the store apply i
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from statewright import ids
 from statewright.clock import Clock, SystemClock
 from statewright.definition.machine import Machine, State
+from statewright.engine import parked as parking
 from statewright.engine import schedules as schedule_ops
 from statewright.engine import timers as timer_ops
 from statewright.engine.cancel import cancel as cancel_workflow
@@ -46,6 +48,7 @@ from statewright.errors import (
     InvalidInput,
     ReplayMismatch,
     StatewrightError,
+    StepUnresolved,
     UnknownState,
     UnknownWorkflowType,
     VersionConflict,
@@ -101,17 +104,37 @@ class Replayed:
 
 @dataclass(frozen=True)
 class Stuck:
-    """A non-terminal workflow that has sat in its state past the state's threshold."""
+    """A non-terminal workflow that has sat in its state past the state's threshold, or is
+    parked for an operator (stuck from the moment it parks, whatever its age)."""
 
     workflow: WorkflowRow
     age: float
     threshold: float
+    step: str | None = None
+    """Parked with ``step_outcome_unknown``: the step whose outcome is unknown (the first,
+    if several), to resolve; else None."""
 
     @property
     def key(self) -> StuckKey:
         """Its place in the stuck listing (``Engine.stuck(after=...)`` continues after it)."""
         w = self.workflow
         return (w.type, w.state, w.state_entered_at, w.id)
+
+    @property
+    def parked(self) -> str | None:
+        """Why it waits for an operator (``step_outcome_unknown``, ``fatal_error``, ...), or
+        None: it has only sat past its threshold."""
+        return self.workflow.parked
+
+    @property
+    def action(self) -> parking.Action:
+        """What to do: ``resolve_step`` (:attr:`step`), ``resume`` or ``investigate``."""
+        return parking.action(self.workflow, self.step)
+
+    @property
+    def hint(self) -> str:
+        """What to do, as a sentence."""
+        return parking.hint(self.workflow, self.step)
 
 
 @dataclass(frozen=True)
@@ -120,6 +143,18 @@ class StuckTotal:
 
     type: str
     state: str
+    count: int
+    oldest_age: float
+
+
+@dataclass(frozen=True)
+class ParkedTotal:
+    """How many workflows are parked for one reason in one state of one type, and the oldest
+    one's time in the state."""
+
+    type: str
+    state: str
+    reason: str
     count: int
     oldest_age: float
 
@@ -683,7 +718,10 @@ class Engine:
             },
         )
         if row.parked is not None and not row.terminal:
-            await self.resume(workflow_id, actor=actor, reason=f"step {step!r} resolved")
+            # Another step whose outcome is unknown would park it again: then it stays
+            # parked (the stuck listing names that step next).
+            with contextlib.suppress(StepUnresolved):
+                await self.resume(workflow_id, actor=actor, reason=f"step {step!r} resolved")
         return rec
 
     async def resume(
@@ -693,6 +731,7 @@ class Engine:
         actor: str,
         reason: str,
         idempotency_key: str | None = None,
+        reconcile: bool = False,
     ) -> WorkflowRow:
         """Make a workflow due again, typically a parked one: its state's handler runs once
         more (its finished steps return their results; the failure counters are kept).
@@ -700,8 +739,15 @@ class Engine:
         One logged transition, ``$resume`` (a self-transition: the state and its timers stay),
         with the actor and ``{"reason": reason}``: the log says who resumed it and why.
 
+        A workflow parked because a step's outcome is unknown (``step_outcome_unknown``) is
+        refused while that step is unresolved (StepUnresolved): the handler would meet the
+        step again and park again. Resolve the step (:meth:`resolve_step`, which resumes it);
+        or, with ``reconcile=True``, resume anyway to have the step's reconcile hook asked
+        again (it may answer now, e.g. its service was down): without a verdict it parks
+        again. The log then says so (``{"reason": ..., "reconcile": true}``).
+
         Raises WorkflowNotFound, WorkflowFinished, WorkflowBusy (a worker holds it),
-        InvalidInput (no reason).
+        StepUnresolved, InvalidInput (no reason).
         """
         _check_reason(reason, "resuming a workflow")
         row = await self.get(workflow_id)
@@ -709,9 +755,17 @@ class Engine:
             raise WorkflowFinished(workflow_id, row.state)
         if row.lease_owner is not None:
             raise WorkflowBusy(f"a worker holds workflow {workflow_id!r}: nothing to resume")
+        if not reconcile:
+            try:
+                await parking.check_resumable(self.store, row)
+            except StepUnresolved:
+                # A retry of a resume applied earlier (the key is in the log) is its replay.
+                key = check_idempotency_key(idempotency_key)
+                if key is None or await self.store.transition_by_key(row.id, key) is None:
+                    raise
         fire = Fire(
             RESUME_EVENT,
-            {"reason": reason},
+            {"reason": reason} | ({"reconcile": True} if reconcile else {}),
             actor,
             release_lease=False,
             require_unleased=True,
@@ -1164,8 +1218,12 @@ class Engine:
         return state.stuck_after or self.default_stuck_after
 
     def is_stuck(self, row: WorkflowRow, now: float | None = None) -> bool:
+        """Whether ``row`` is stuck: parked for an operator (from the moment it parks), or in
+        a non-terminal state past the state's threshold."""
         if row.terminal:
             return False
+        if row.parked is not None:
+            return True
         now = self.clock.now() if now is None else now
         try:
             state = self.type_of(row.type, row.machine_version).machine.states.get(row.state)
@@ -1217,31 +1275,38 @@ class Engine:
         after: StuckKey | None = None,
     ) -> list[Stuck]:
         """Up to ``limit`` non-terminal workflows that have sat in their state longer than its
-        threshold (the ``stuck_after`` of the state in the workflow's machine version).
+        threshold (the ``stuck_after`` of the state in the workflow's machine version), and
+        those parked for an operator, whatever their age: a parked workflow is stuck from the
+        moment it parks. Each says what to do (:attr:`Stuck.action`, :attr:`Stuck.hint`;
+        for a step whose outcome is unknown, :attr:`Stuck.step`).
 
         In ``(type, state, state_entered_at, id)`` order, so within a state the oldest first;
         pass the last one's :attr:`Stuck.key` as ``after`` for the next page (each page is a
-        range of an index). :meth:`stuck_counts` counts them all.
+        range of an index, or two: those past the threshold and the younger parked ones).
+        :meth:`stuck_counts` counts them all.
         """
         now = self.clock.now() if now is None else now
         rules = self._stuck_rules()
         rows = await self.store.stuck_workflows(
-            self.stuck_cutoffs(now), after=after, limit=limit, tenant=tenant
+            self.stuck_cutoffs(now), after=after, limit=limit, tenant=tenant, parked=True
         )
+        steps = await parking.unresolved_steps(self.store, rows)
         found = []
         for r in rows:
             default, per_version = rules.get((r.type, r.state), (None, {}))
             threshold = per_version.get(r.machine_version, default)
-            found.append(Stuck(r, now - r.state_entered_at, threshold or 0.0))
+            step = steps.get(r.id, [None])[0]
+            found.append(Stuck(r, now - r.state_entered_at, threshold or 0.0, step))
         return found
 
     async def stuck_counts(
         self, now: float | None = None, tenant: str | None = None
     ) -> list[StuckTotal]:
-        """How many workflows are stuck, per type and state, and the oldest one's age: true
-        counts from aggregates over index ranges (no row is read), by type and state."""
+        """How many workflows are stuck (past their threshold, or parked for an operator),
+        per type and state, and the oldest one's age: true counts from aggregates over index
+        ranges (no row is read), by type and state."""
         now = self.clock.now() if now is None else now
-        counted = await self.store.count_stuck(self.stuck_cutoffs(now), tenant)
+        counted = await self.store.count_stuck(self.stuck_cutoffs(now), tenant, parked=True)
         return [StuckTotal(t, s, n, now - oldest) for t, s, n, oldest in counted]
 
     async def unregistered_counts(self) -> list[tuple[str, int, int]]:
@@ -1261,8 +1326,20 @@ class Engine:
 
     async def parked_counts(self, tenant: str | None = None) -> list[tuple[str, str, int]]:
         """``(type, state, count)`` of the workflows parked for an operator, whatever their
-        age (a parked workflow counts as stuck only once past its state's threshold)."""
-        return await self.store.count_parked(tenant)
+        age (each is stuck too: :meth:`stuck_counts` counts it)."""
+        out: dict[tuple[str, str], int] = {}
+        for t in await self.parked_totals(tenant=tenant):
+            out[(t.type, t.state)] = out.get((t.type, t.state), 0) + t.count
+        return [(t, s, n) for (t, s), n in sorted(out.items())]
+
+    async def parked_totals(
+        self, now: float | None = None, tenant: str | None = None
+    ) -> list[ParkedTotal]:
+        """How many workflows are parked for an operator, per type, state and reason, and the
+        oldest one's age in its state: true counts from one aggregate over a partial index."""
+        now = self.clock.now() if now is None else now
+        counted = await self.store.count_parked(tenant)
+        return [ParkedTotal(t, s, why, n, now - oldest) for t, s, why, n, oldest in counted]
 
     async def replay(self, workflow_id: str) -> Replayed:
         """Rebuild state, version and context from the log alone, checking every step."""
@@ -1424,4 +1501,12 @@ def _replay_problem(
     return None
 
 
-__all__ = ["Dispatched", "Engine", "Replayed", "StatewrightError", "Stuck", "StuckTotal"]
+__all__ = [
+    "Dispatched",
+    "Engine",
+    "ParkedTotal",
+    "Replayed",
+    "StatewrightError",
+    "Stuck",
+    "StuckTotal",
+]

@@ -331,7 +331,14 @@ async def list_workflows(
     summary="A workflow: state, summary, allowed events",
 )
 async def get_workflow(workflow_id: WorkflowId, access: AccessDep) -> Response:
-    return _body(_view(access, await access.get(workflow_id)))
+    row = await access.get(workflow_id)
+    view = _view(access, row)
+    # Parked for a step's unknown outcome: which step (from the ledger), and so which action.
+    unresolved = await access.unresolved_steps(row)
+    if unresolved is not None:
+        view["unresolved_steps"] = unresolved
+        view["operator_actions"] = access.operator_actions(row, bool(unresolved))
+    return _body(view)
 
 
 @router.get(
@@ -555,11 +562,14 @@ async def resolve_step(
     response_model=WorkflowOut,
     summary="Operators: make a parked workflow run its state's handler again",
     description="Its finished steps return their results; the failure counters are kept. "
-    "Needs the operator or admin role; refused (409) for a finished workflow, or while a "
-    "worker holds it.",
+    "Needs the operator or admin role; refused (409) for a finished workflow, while a "
+    "worker holds it, or (`step_unresolved`) while it is parked because a step's outcome is "
+    "unknown: it would park again; resolve the step instead (or pass `reconcile: true` to "
+    "have its reconcile hook asked again).",
 )
 async def resume(workflow_id: WorkflowId, body: ResumeIn, access: AccessDep) -> Response:
-    return _body(_view(access, await access.resume(workflow_id, reason=body.reason)))
+    row = await access.resume(workflow_id, reason=body.reason, reconcile=body.reconcile)
+    return _body(_view(access, row))
 
 
 def _timer(t: TimerRecord) -> dict[str, Any]:
@@ -670,10 +680,11 @@ async def move(
 @router.get(
     "/stuck",
     response_model=StuckPage,
-    summary="Workflows past their state's stuck threshold, a page at a time",
+    summary="Stuck workflows (parked, or past their state's threshold), a page at a time",
     description="Ordered by type, state, time entered the state (so within a state the "
-    "oldest first) and id; each page is one range of an index. Parked workflows are here "
-    "once past their state's threshold. `/health/workflows` has the counts.",
+    "oldest first) and id; each page reads ranges of indexes. A workflow parked for an "
+    "operator is here from the moment it parks, with its reason and what to do (`action`, "
+    "`step`, `hint`). `/health/workflows` has the counts.",
 )
 async def stuck(access: AccessDep, cursor: Cursor = None, limit: PageLimit = 100) -> Response:
     after = None if cursor is None else paging.stuck_after(cursor)
@@ -682,7 +693,15 @@ async def stuck(access: AccessDep, cursor: Cursor = None, limit: PageLimit = 100
     return _body(
         {
             "items": [
-                {"workflow": _view(access, s.workflow), "age": s.age, "threshold": s.threshold}
+                {
+                    "workflow": _view(access, s.workflow),
+                    "age": s.age,
+                    "threshold": s.threshold,
+                    "parked": s.parked,
+                    "action": s.action,
+                    "step": s.step,
+                    "hint": s.hint,
+                }
                 for s in page
             ],
             "next_cursor": paging.stuck_cursor(page[-1].key) if len(found) > limit else None,

@@ -33,6 +33,7 @@ STATUS = {
     "lease_lost": 409,
     "workflow_busy": 409,
     "step_done": 409,
+    "step_unresolved": 409,
     "invalid_payload": 422,
     "action_failed": 422,
     "invalid_input": 422,

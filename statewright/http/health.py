@@ -1,10 +1,11 @@
 """Probes: ``/livez`` (the process answers), ``/ready`` (the store answers), ``/health`` (both,
-plus the in-process worker), ``/health/workflows`` (503 while any workflow is stuck).
+plus the in-process worker), ``/health/workflows`` (503 while any workflow is stuck: past
+its state's threshold, or parked for an operator, from the moment it parks).
 
 They need no token: orchestrators and load balancers call them. ``/health/workflows`` shows
 counts by type and state only, never ids or contexts: true counts, from aggregates over index
 ranges (cheap however many workflows there are), plus the parked workflows (waiting for an
-operator) by type and state.
+operator) by type, state and reason.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ async def workflows_health(engine: EngineDep) -> JSONResponse:
     # True counts from two aggregate statements over index ranges: no row is read, however
     # many workflows are stuck.
     groups = await engine.stuck_counts()
-    parked = await engine.parked_counts()
+    parked = await engine.parked_totals()
     unregistered = await engine.unregistered_counts()
     stuck = sum(g.count for g in groups)
     body = WorkflowHealth(
@@ -101,8 +102,13 @@ async def workflows_health(engine: EngineDep) -> JSONResponse:
             StuckCount(type=g.type, state=g.state, count=g.count, oldest_age=g.oldest_age)
             for g in groups
         ],
-        parked=sum(n for _, _, n in parked),
-        parked_by_state=[ParkedCount(type=t, state=st, count=n) for t, st, n in parked],
+        parked=sum(p.count for p in parked),
+        parked_by_state=[
+            ParkedCount(
+                type=p.type, state=p.state, reason=p.reason, count=p.count, oldest_age=p.oldest_age
+            )
+            for p in parked
+        ],
         unregistered=sum(n for _, _, n in unregistered),
         unregistered_by_version=[
             VersionCount(type=t, machine_version=v, count=n) for t, v, n in unregistered

@@ -34,7 +34,7 @@ _JSON_ERROR = {"application/json": {"schema": {"$ref": "#/components/schemas/Err
 class AlertOut(BaseModel):
     rule: str = Field(
         description="running_too_long, retry_flapping, paused_abandoned, "
-        "blocked_too_long, failure_ratio or invalid_transition_spike."
+        "blocked_too_long, failure_ratio, invalid_transition_spike or workflow_parked."
     )
     severity: Literal["warning", "critical"]
     message: str

@@ -191,6 +191,13 @@ class ResumeIn(_In):
     reason: str = Field(
         min_length=1, max_length=MAX_REASON, pattern=NONBLANK, description="Why (kept in the log)."
     )
+    reconcile: bool = Field(
+        default=False,
+        strict=True,
+        description="For a workflow parked because a step's outcome is unknown (otherwise "
+        "refused, 409 step_unresolved): resume anyway so that the step's reconcile hook is "
+        "asked again (it may answer now); without a verdict it parks again.",
+    )
 
 
 class ForkIn(_In):
@@ -294,12 +301,23 @@ class WorkflowOut(BaseModel):
     allowed_events: list[str] | None = Field(
         default=None, description="Events that could fire now and that the caller may fire."
     )
-    stuck: bool | None = None
-    operator_actions: list[Literal["resume", "fork", "move"]] | None = Field(
+    stuck: bool | None = Field(
+        default=None,
+        description="Parked for an operator (from the moment it parks), or in its state past "
+        "the state's threshold.",
+    )
+    operator_actions: list[Literal["resolve_step", "resume", "fork", "move"]] | None = Field(
         default=None,
         description="The operator actions the caller may take on it now (the dashboard's "
-        "buttons): `resume`, `fork`, and for admins `move`; empty without the operator or "
-        "admin role.",
+        "buttons): `resume`, or `resolve_step` instead for a workflow parked because a "
+        "step's outcome is unknown (resuming would park it again), `fork`, and for admins "
+        "`move`; empty without the operator or admin role.",
+    )
+    unresolved_steps: list[str] | None = Field(
+        default=None,
+        description="Only from GET /v1/workflows/{id}, for a workflow parked with "
+        "step_outcome_unknown: the steps whose outcome is unknown, to resolve (POST "
+        ".../steps/{step}/resolve); absent otherwise.",
     )
 
 
@@ -363,6 +381,19 @@ class StuckOut(BaseModel):
     workflow: WorkflowOut
     age: float
     threshold: float
+    parked: str | None = Field(
+        description="Why it waits for an operator (step_outcome_unknown, fatal_error, "
+        "error_event_refused, cancel_refused; stuck from the moment it parks), or null: it "
+        "has sat in its state past the threshold."
+    )
+    action: Literal["resolve_step", "resume", "investigate"] = Field(
+        description="What to do: `resolve_step` (the outcome of `step` is unknown: POST "
+        ".../steps/{step}/resolve, applied with its result or not applied; that resumes it), "
+        "`resume` (parked for another reason: fix the cause, then POST .../resume), or "
+        "`investigate` (not parked: see why it has not moved)."
+    )
+    step: str | None = Field(description="The step to resolve (action `resolve_step`).")
+    hint: str = Field(description="What to do, as a sentence.")
 
 
 class StepPage(BaseModel):
@@ -387,7 +418,9 @@ class StuckCount(BaseModel):
 class ParkedCount(BaseModel):
     type: str
     state: str
+    reason: str = Field(description="Why they wait (step_outcome_unknown, fatal_error, ...).")
     count: int
+    oldest_age: float
 
 
 class VersionCount(BaseModel):
@@ -398,11 +431,14 @@ class VersionCount(BaseModel):
 
 class WorkflowHealth(BaseModel):
     status: Literal["ok", "stuck"]
-    stuck: int = Field(description="Workflows past their state's threshold (a true count).")
+    stuck: int = Field(
+        description="Workflows past their state's threshold, or parked for an operator "
+        "(whatever their age): a true count."
+    )
     by_state: list[StuckCount]
     parked: int = Field(
-        description="Workflows waiting for an operator, whatever their age (each counts as "
-        "stuck too once past its state's threshold)."
+        description="Workflows waiting for an operator, whatever their age (each is stuck "
+        "too: counted in `stuck`)."
     )
     parked_by_state: list[ParkedCount]
     unregistered: int = Field(

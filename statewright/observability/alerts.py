@@ -15,7 +15,10 @@ Every rule reads the store (so it sees every process's workflows) and gives at m
   seconds (at least ``failure_min_ended`` of them), the share that ended in a
   ``failure_states`` state reached ``failure_ratio``;
 - ``invalid_transition_spike``: at least ``rejection_spike`` refused events (illegal in the
-  state, or an invalid payload) for one type in the last ``rejection_window`` seconds.
+  state, or an invalid payload) for one type in the last ``rejection_window`` seconds;
+- ``workflow_parked`` (critical): at least ``parked_workflows`` workflows of one machine
+  parked for an operator in one state, from the moment they park (a step whose outcome is
+  unknown, a fatal error without an error edge, ...): nothing runs them until someone acts.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ RULES = (
     "blocked_too_long",
     "failure_ratio",
     "invalid_transition_spike",
+    "workflow_parked",
 )
 _SCAN_LIMIT = 1000
 """At most this many workflows are read for one retry-counter check (counts are then 1000+)."""
@@ -68,6 +72,8 @@ class AlertThresholds:
     """Terminal states that count as failures."""
     rejection_spike: int = 20
     rejection_window: float = 300.0
+    parked_workflows: int = 1
+    """Parked workflows of one machine in one state that fire ``workflow_parked``."""
     samples: int = 5
     """Workflow ids named per alert."""
 
@@ -78,6 +84,8 @@ class AlertThresholds:
                 raise InvalidInput(f"alert threshold {f.name} must not be negative")
         if self.failure_ratio > 1:
             raise InvalidInput("alert threshold failure_ratio is a share: at most 1")
+        if self.parked_workflows < 1:
+            raise InvalidInput("alert threshold parked_workflows must be at least 1")
 
     def with_overrides(self, overrides: Mapping[str, str]) -> AlertThresholds:
         """A copy with some fields given as text (``{"running_too_long": "7200"}``; a set of
@@ -331,6 +339,49 @@ class _Rules:
             )
         return alerts
 
+    async def workflow_parked(self) -> list[Alert]:
+        th = self.th
+        groups: dict[tuple[str, str], dict[str, tuple[int, float]]] = defaultdict(dict)
+        for p in await self.engine.parked_totals(self.now, self.tenant):
+            groups[(p.type, p.state)][p.reason] = (p.count, p.oldest_age)
+        alerts = []
+        for (type_name, state), reasons in sorted(groups.items()):
+            count = sum(n for n, _ in reasons.values())
+            if count < th.parked_workflows:
+                continue
+            rows = await self.store.list_workflows(
+                WorkflowFilter(
+                    type=type_name,
+                    state=state,
+                    parked=True,
+                    tenant=self.tenant,
+                    limit=max(1, th.samples),
+                )
+            )
+            oldest = max(age for _, age in reasons.values())
+            detail = ", ".join(f"{why} {n}" for why, (n, _) in sorted(reasons.items()))
+            todo = (
+                "resolve the step whose outcome is unknown"
+                if "step_outcome_unknown" in reasons
+                else "fix the cause, then resume"
+            )
+            alerts.append(
+                Alert(
+                    rule="workflow_parked",
+                    severity="critical",
+                    message=f"{count} {type_name} workflow(s) parked in {state!r}, waiting for "
+                    f"an operator ({detail}; oldest {_ago(oldest)}): {todo} "
+                    "(`statewright stuck` lists them with what to do)",
+                    type=type_name,
+                    state=state,
+                    count=count,
+                    sample_ids=tuple(r.id for r in rows[: th.samples]),
+                    value=float(count),
+                    threshold=float(th.parked_workflows),
+                )
+            )
+        return alerts
+
 
 async def evaluate_alerts(
     engine: Engine,
@@ -366,6 +417,8 @@ async def evaluate_alerts(
         found += await r.failure_ratio()
     if "invalid_transition_spike" in wanted:
         found += await r.invalid_transition_spike()
+    if "workflow_parked" in wanted:
+        found += await r.workflow_parked()
     order = {rule: i for i, rule in enumerate(RULES)}
     return sorted(
         found,

@@ -12,7 +12,8 @@ declared, a type this process does not know) counts under the one value :data:`U
 hostile input cannot grow the exposition (each new label set is a series a scraper keeps).
 Step names come from handler code, not from the machine: the first :data:`MAX_STEP_NAMES` of
 each machine are kept, later ones count as :data:`UNKNOWN`. The workflow gauge's labels come
-from stored rows, which only an engine that has the type registered writes.
+from stored rows, which only an engine that has the type registered writes; the parked gauge's
+reason label is one of the reasons the runtime parks for (anything else: :data:`UNKNOWN`).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from statewright.definition.machine import Machine
-from statewright.engine.core import Engine, StuckTotal
+from statewright.engine.core import Engine, ParkedTotal, StuckTotal
 from statewright.engine.hooks import Rejection, RetryEvent, TransitionEvent
 from statewright.engine.looplag import LagReport
+from statewright.engine.parked import REASONS as PARKED_REASONS
 from statewright.errors import UnknownWorkflowType
 from statewright.observability.oldest import OldestAges
 from statewright.store.protocol import Store
@@ -108,6 +110,7 @@ class _WorkflowCounts(Collector):
     def __init__(self) -> None:
         self.counts: Sequence[tuple[str, str, int]] | None = None
         self.stuck: Sequence[StuckTotal] = ()
+        self.parked: Sequence[ParkedTotal] = ()
 
     def collect(self) -> Iterable[Metric]:
         gauge = GaugeMetricFamily(
@@ -135,17 +138,38 @@ class _WorkflowCounts(Collector):
             oldest.add_metric([g.type, g.state], g.oldest_age)
         yield stuck
         yield oldest
+        yield self._parked()
         yield GaugeMetricFamily(
             "statewright_store_up",
             "1 when the store answered this scrape's count query, else 0.",
             value=0.0 if self.counts is None else 1.0,
         )
 
+    def _parked(self) -> GaugeMetricFamily:
+        gauge = GaugeMetricFamily(
+            "statewright_workflows_parked",
+            "Workflows parked for an operator (each is stuck too, whatever its age) per "
+            "machine, state and reason (step_outcome_unknown, fatal_error, "
+            "error_event_refused, cancel_refused), read from the store at scrape time.",
+            labels=["machine", "state", "reason"],
+        )
+        found: dict[tuple[str, str, str], int] = {}
+        for p in self.parked if self.counts is not None else ():
+            reason = p.reason if p.reason in PARKED_REASONS else UNKNOWN
+            key = (p.type, p.state, reason)
+            found[key] = found.get(key, 0) + p.count
+        for labels, n in sorted(found.items()):
+            gauge.add_metric(list(labels), n)
+        return gauge
+
     def describe(self) -> Iterable[Metric]:
         return [
             GaugeMetricFamily("statewright_workflows", "", labels=["machine", "state"]),
             GaugeMetricFamily("statewright_stuck_workflows", "", labels=["machine", "state"]),
             GaugeMetricFamily("statewright_stuck_oldest_seconds", "", labels=["machine", "state"]),
+            GaugeMetricFamily(
+                "statewright_workflows_parked", "", labels=["machine", "state", "reason"]
+            ),
             GaugeMetricFamily("statewright_store_up", ""),
         ]
 
@@ -297,6 +321,9 @@ class EngineMetrics:
         async def stuck_counts() -> list[StuckTotal]:
             return [] if engine is None else await engine.stuck_counts()
 
+        async def parked_totals() -> list[ParkedTotal]:
+            return [] if engine is None else await engine.parked_totals()
+
         async def oldest_ages() -> None:
             with contextlib.suppress(Exception):  # its gauge is left empty; store_up tells
                 await self._oldest.refresh(self.store, self.clock)
@@ -305,8 +332,8 @@ class EngineMetrics:
             async with asyncio.timeout(self.scrape_timeout):
                 # Concurrent: on PostgreSQL each read takes a pooled connection of its own, so
                 # a scrape costs about its slowest read rather than their sum.
-                counts, stuck, _ = await asyncio.gather(
-                    self.store.count_by_state(), stuck_counts(), oldest_ages()
+                counts, stuck, parked, _ = await asyncio.gather(
+                    self.store.count_by_state(), stuck_counts(), parked_totals(), oldest_ages()
                 )
         except Exception as exc:
             log.warning(
@@ -316,6 +343,7 @@ class EngineMetrics:
             self._workflows.counts = None
             return
         self._workflows.counts, self._workflows.stuck = counts, stuck
+        self._workflows.parked = parked
 
     async def render(self) -> bytes:
         """The text exposition of every collector, with fresh workflow counts."""

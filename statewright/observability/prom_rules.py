@@ -16,6 +16,9 @@ machines this engine does not register. How each rule maps:
 - invalid_transition_spike: refused events within the window
   (``statewright_rejected_transitions_total`` without ``version_conflict``, which the
   rejections log does not record either): the same test.
+- workflow_parked: the workflows parked for an operator per machine and state
+  (``statewright_workflows_parked``, read from the store at scrape time, summed over the
+  reasons) at the threshold: the same test.
 - retry_flapping: NOT exactly expressible. The Python rule looks at each workflow (a retry
   counter at ``retry_attempts``, or ``retry_transitions`` transient errors within the window);
   metrics carry no workflow label (one series per workflow would grow without bound). The rule
@@ -43,6 +46,7 @@ AGE = "statewright_workflow_oldest_age_seconds"
 TRANSITIONS = "statewright_transitions_total"
 RETRIES = "statewright_retries_total"
 REJECTED = "statewright_rejected_transitions_total"
+PARKED = "statewright_workflows_parked"
 
 
 def _regex(names: Iterable[str]) -> str:
@@ -187,6 +191,15 @@ def prometheus_rules(engine: Engine, thresholds: AlertThresholds | None = None) 
         f"refused events on {{{{ $labels.machine }}}} workflows in the last "
         f"{_ago(th.rejection_window)}",
         f"{th.rejection_spike}+ refused events (illegal in the state, or an invalid payload).",
+    )
+
+    add(
+        "workflow_parked",
+        "critical",
+        f"max by (machine, state) (sum without (reason) ({PARKED})) >= {th.parked_workflows:g}",
+        "{{ $labels.machine }} workflow(s) parked in {{ $labels.state }}, waiting for an operator",
+        "Nothing runs them until someone acts: `statewright stuck` lists them with what to do "
+        "(resolve a step whose outcome is unknown, or fix the cause and resume).",
     )
     return {"groups": [{"name": GROUP, "rules": rules}]}
 

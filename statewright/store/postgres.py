@@ -476,16 +476,14 @@ class PostgresStore(PostgresSchedules):
         return [workflow_row(r) for r in await self._fetchall(sql, params)]
 
     async def count_stuck(
-        self, cutoffs: Sequence[StuckCutoff], tenant: str | None = None
+        self, cutoffs: Sequence[StuckCutoff], tenant: str | None = None, *, parked: bool = False
     ) -> list[tuple[str, str, int, float]]:
         groups = sqlbuild.stuck_groups(cutoffs)
         out = []
         async with self._serial() as conn:
-            for sql, params, chunk in sqlbuild.count_stuck(groups, "postgres", tenant):
-                for r in await (await conn.execute(sql, params)).fetchall():
-                    if r["n"]:
-                        g = chunk[r["g"]]
-                        out.append((g.type, g.state, r["n"], r["oldest"]))
+            for sql, params, chunk in sqlbuild.count_stuck(groups, "postgres", tenant, parked):
+                rows = await (await conn.execute(sql, params)).fetchall()
+                out += sqlbuild.add_counts(((r["g"], r["n"], r["oldest"]) for r in rows), chunk)
         return out
 
     @asynccontextmanager
@@ -509,20 +507,40 @@ class PostgresStore(PostgresSchedules):
         after: StuckKey | None = None,
         limit: int = 100,
         tenant: str | None = None,
+        parked: bool = False,
     ) -> list[WorkflowRow]:
         found: list[DictRow] = []
         async with self._connection() as conn:
             for g in sqlbuild.stuck_groups(cutoffs):
                 if len(found) >= limit:
                     break
-                page = sqlbuild.stuck_page(g, "postgres", tenant, after, limit - len(found))
-                if page is not None:
-                    found += await (await conn.execute(*page)).fetchall()
+                want = limit - len(found)
+                pages = [sqlbuild.stuck_page(g, "postgres", tenant, after, want)]
+                if parked:
+                    pages.append(sqlbuild.stuck_parked_page(g, "postgres", tenant, after, want))
+                rows: list[DictRow] = []
+                for page in pages:
+                    if page is not None:
+                        rows += await (await conn.execute(*page)).fetchall()
+                rows.sort(key=lambda r: (r["state_entered_at"], r["id"]))
+                found += rows[:want]
         return [workflow_row(r) for r in found]
 
-    async def count_parked(self, tenant: str | None = None) -> list[tuple[str, str, int]]:
+    async def count_parked(
+        self, tenant: str | None = None
+    ) -> list[tuple[str, str, str, int, float]]:
         sql, params = sqlbuild.count_parked("postgres", tenant)
-        return [(r["type"], r["state"], r["n"]) for r in await self._fetchall(sql, params)]
+        return [
+            (r["type"], r["state"], r["parked"], r["n"], r["oldest"])
+            for r in await self._fetchall(sql, params)
+        ]
+
+    async def unresolved_steps(self, workflow_ids: Sequence[str]) -> list[StepRecord]:
+        if not workflow_ids:
+            return []
+        rows = await self._fetchall(Q["unresolved_steps"], {"ids": list(workflow_ids)})
+        found = [step_record(r) for r in rows]
+        return sorted(found, key=lambda s: (s.workflow_id, s.started_at, s.key))
 
     async def count_by_state(
         self,

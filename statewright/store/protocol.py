@@ -99,10 +99,12 @@ class Store(Protocol):
         a range of an index, however deep)."""
 
     async def count_stuck(
-        self, cutoffs: Sequence[StuckCutoff], tenant: str | None = None
+        self, cutoffs: Sequence[StuckCutoff], tenant: str | None = None, *, parked: bool = False
     ) -> list[tuple[str, str, int, float]]:
         """``(type, state, count, oldest_state_entered_at)`` of the workflows the cutoffs
         call stuck (of one tenant when given), only groups with some, by type and state.
+        With ``parked``, also the parked workflows of each group's live state that are not
+        past the cutoff yet (a parked workflow is stuck from the moment it parks).
 
         True counts, never capped: aggregates over index ranges, no row is read.
         """
@@ -114,12 +116,21 @@ class Store(Protocol):
         after: StuckKey | None = None,
         limit: int = 100,
         tenant: str | None = None,
+        parked: bool = False,
     ) -> list[WorkflowRow]:
-        """Up to ``limit`` workflows the cutoffs call stuck, in ``(type, state,
-        state_entered_at, id)`` order, after ``after`` (keyset paging)."""
+        """Up to ``limit`` workflows the cutoffs call stuck (with ``parked``, and the parked
+        ones, as :meth:`count_stuck`), in ``(type, state, state_entered_at, id)`` order, after
+        ``after`` (keyset paging)."""
 
-    async def count_parked(self, tenant: str | None = None) -> list[tuple[str, str, int]]:
-        """``(type, state, count)`` of the workflows parked for an operator (any age)."""
+    async def count_parked(
+        self, tenant: str | None = None
+    ) -> list[tuple[str, str, str, int, float]]:
+        """``(type, state, parked reason, count, oldest_state_entered_at)`` of the workflows
+        parked for an operator (any age), in that order."""
+
+    async def unresolved_steps(self, workflow_ids: Sequence[str]) -> list[StepRecord]:
+        """The steps of these workflows whose outcome is unknown (not done, and not known as
+        never applied), in ``(workflow_id, started_at, key)`` order."""
 
     async def count_by_state(
         self,

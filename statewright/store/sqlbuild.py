@@ -12,8 +12,11 @@ state                          ``workflows_state (state, ...)``
 tenant                         ``workflows_tenant (tenant, ...)``
 terminal, or nothing           ``workflows_terminal_age (terminal, ...)``: without a terminal
                                filter, the two ranges (live, ended) merged
-stuck (type, state, cutoff)    ``workflows_state_age``: ``state_entered_at < cutoff``
-parked                         ``workflows_parked (type, state) WHERE parked IS NOT NULL``
+stuck (type, state, cutoff)    ``workflows_state_age``: ``state_entered_at < cutoff``; the
+                               parked ones younger than that (stuck from the moment they
+                               park) from ``workflows_parked``
+parked                         ``workflows_parked (type, state, state_entered_at, id, parked)
+                               WHERE parked IS NOT NULL``
 retry counter (min_attempts)   ``workflows_retrying (...) WHERE attempts > 0``
 counts by type and state       ``workflow_counts`` (kept by triggers); with a time range or a
                                tenant, one range of ``workflows_state_age`` per group
@@ -31,7 +34,7 @@ of every statement here and of every named query on 100,000 workflows.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -79,6 +82,16 @@ def list_workflows(where: WorkflowFilter, dialect: Dialect) -> tuple[str, dict[s
         at, wid = where.after
         clauses.append(f"(state_entered_at, id) > ({p(float(at))}, {p(str(wid))})")
     limit, offset = int(where.limit), int(where.offset)
+    if where.parked:
+        # Parked workflows are few: the partial index workflows_parked has them all, by type
+        # and state in listing order.
+        clauses.insert(0, "parked IS NOT NULL")
+        if where.terminal is not None:
+            clauses.append(f"terminal = {p.flag(where.terminal)}")
+        table = "workflows INDEXED BY workflows_parked" if dialect == "sqlite" else "workflows"
+        sql = f"SELECT * FROM {table}" + _where(clauses) + ORDER
+        sql += f" LIMIT {p(limit)}" + (f" OFFSET {p(offset)}" if offset else "")
+        return sql, p.values
     if where.min_attempts is not None and where.min_attempts >= 1 and where.type is None:
         # Workflows being retried are few: the partial index workflows_retrying has them all,
         # in listing order (SQLite, without statistics, would read a whole range of another).
@@ -145,6 +158,27 @@ class StuckGroup:
             parts.append(f"(CASE machine_version {cases} ELSE {_before(p, self.default)} END)")
         return " AND ".join(parts)
 
+    def parked_clause(self, p: Params, tenant: str | None) -> str | None:
+        """The WHERE clause of this group's parked workflows that :meth:`clause` leaves out
+        (not past their threshold yet): a parked workflow is stuck from the moment it parks.
+        None when the group has no live state (terminal in every version)."""
+        upper = self.upper
+        if upper is None:
+            return None
+        parts = [f"type = {p(self.type)}", f"state = {p(self.state)}", "parked IS NOT NULL"]
+        own = {v: c for v, c in self.versions.items() if c != self.default}
+        if own:
+            cases = " ".join(f"WHEN {p(v)} THEN {_before(p, c)}" for v, c in sorted(own.items()))
+            parts.append(
+                f"NOT (state_entered_at < {p(upper)}"
+                f" AND (CASE machine_version {cases} ELSE {_before(p, self.default)} END))"
+            )
+        else:
+            parts.append(f"state_entered_at >= {p(upper)}")
+        if tenant is not None:
+            parts.append(f"tenant = {p(tenant)}")
+        return " AND ".join(parts)
+
 
 def _before(p: Params, cutoff: float | None) -> str:
     return "FALSE" if cutoff is None else f"state_entered_at < {p(cutoff)}"
@@ -166,11 +200,14 @@ def stuck_groups(cutoffs: Sequence[StuckCutoff]) -> list[StuckGroup]:
 
 
 def count_stuck(
-    groups: Sequence[StuckGroup], dialect: Dialect, tenant: str | None
+    groups: Sequence[StuckGroup], dialect: Dialect, tenant: str | None, parked: bool = False
 ) -> Iterator[tuple[str, dict[str, Any], list[StuckGroup]]]:
     """Statements counting the stuck workflows of the groups, ``GROUPS_PER_STATEMENT`` at a
-    time: rows ``(g, n, oldest)``, ``g`` the group's index in the yielded list."""
+    time: rows ``(g, n, oldest)``, ``g`` the group's index in the yielded list. With
+    ``parked``, a group's parked workflows not yet past its threshold are another row of the
+    same ``g`` (from ``workflows_parked``): add them up."""
     live = [g for g in groups if g.upper is not None]
+    table = "workflows INDEXED BY workflows_parked" if dialect == "sqlite" else "workflows"
     for start in range(0, len(live), GROUPS_PER_STATEMENT):
         chunk = live[start : start + GROUPS_PER_STATEMENT]
         p = Params(dialect)
@@ -181,7 +218,26 @@ def count_stuck(
                 f"SELECT {i} AS g, count(*) AS n, min(state_entered_at) AS oldest"
                 f" FROM workflows WHERE {clause}"
             )
+            if parked:
+                selects.append(
+                    f"SELECT {i} AS g, count(*) AS n, min(state_entered_at) AS oldest"
+                    f" FROM {table} WHERE {g.parked_clause(p, tenant)}"
+                )
         yield " UNION ALL ".join(selects), p.values, chunk
+
+
+def add_counts(
+    rows: Iterable[tuple[int, int, float | None]], groups: Sequence[StuckGroup]
+) -> list[tuple[str, str, int, float]]:
+    """``(type, state, n, oldest)`` per group with some, from the rows of :func:`count_stuck`
+    (``(g, n, oldest)``; a group may have two)."""
+    found: dict[int, tuple[int, float]] = {}
+    for g, n, oldest in rows:
+        if n:
+            assert oldest is not None
+            seen = found.get(g)
+            found[g] = (n, oldest) if seen is None else (seen[0] + n, min(seen[1], oldest))
+    return [(groups[g].type, groups[g].state, n, at) for g, (n, at) in sorted(found.items())]
 
 
 def stuck_page(
@@ -200,8 +256,27 @@ def stuck_page(
     return f"SELECT * FROM workflows WHERE {clause}{ORDER} LIMIT {p(int(limit))}", p.values
 
 
+def stuck_parked_page(
+    group: StuckGroup, dialect: Dialect, tenant: str | None, after: StuckKey | None, limit: int
+) -> tuple[str, dict[str, Any]] | None:
+    """The other share of a group's stuck page: its parked workflows not yet past the
+    threshold (:meth:`StuckGroup.parked_clause`), after ``after``, in the same order, from
+    ``workflows_parked``. Merged with :func:`stuck_page`'s rows (the two never overlap)."""
+    if after is not None and (group.type, group.state) < (after[0], after[1]):
+        return None
+    p = Params(dialect)
+    clause = group.parked_clause(p, tenant)
+    if clause is None:
+        return None
+    if after is not None and (group.type, group.state) == (after[0], after[1]):
+        clause += f" AND (state_entered_at, id) > ({p(float(after[2]))}, {p(str(after[3]))})"
+    table = "workflows INDEXED BY workflows_parked" if dialect == "sqlite" else "workflows"
+    return f"SELECT * FROM {table} WHERE {clause}{ORDER} LIMIT {p(int(limit))}", p.values
+
+
 def count_parked(dialect: Dialect, tenant: str | None) -> tuple[str, dict[str, Any]]:
-    """Parked workflows by ``(type, state)`` (from the partial index ``workflows_parked``)."""
+    """Parked workflows by ``(type, state, parked)``, with the oldest one's time entered (from
+    the partial index ``workflows_parked``)."""
     p = Params(dialect)
     clauses = ["parked IS NOT NULL"]
     if tenant is not None:
@@ -209,9 +284,10 @@ def count_parked(dialect: Dialect, tenant: str | None) -> tuple[str, dict[str, A
     # SQLite, without statistics, would rather read a tenant's whole range of its index.
     table = "workflows INDEXED BY workflows_parked" if dialect == "sqlite" else "workflows"
     sql = (
-        f"SELECT type, state, count(*) AS n FROM {table}"
+        f"SELECT type, state, parked, count(*) AS n, min(state_entered_at) AS oldest"
+        f" FROM {table}"
         + _where(clauses)
-        + " GROUP BY type, state ORDER BY type, state"
+        + " GROUP BY type, state, parked ORDER BY type, state, parked"
     )
     return sql, p.values
 

@@ -632,17 +632,16 @@ class SQLiteStore(SQLiteSchedules):
         return [_workflow(r) for r in rows]
 
     async def count_stuck(
-        self, cutoffs: Sequence[StuckCutoff], tenant: str | None = None
+        self, cutoffs: Sequence[StuckCutoff], tenant: str | None = None, *, parked: bool = False
     ) -> list[tuple[str, str, int, float]]:
-        statements = list(sqlbuild.count_stuck(sqlbuild.stuck_groups(cutoffs), "sqlite", tenant))
+        groups = sqlbuild.stuck_groups(cutoffs)
+        statements = list(sqlbuild.count_stuck(groups, "sqlite", tenant, parked))
 
         def fn(conn: sqlite3.Connection) -> list[tuple[str, str, int, float]]:
             out = []
-            for sql, params, groups in statements:
-                for r in conn.execute(sql, params).fetchall():
-                    if r["n"]:
-                        g = groups[r["g"]]
-                        out.append((g.type, g.state, r["n"], r["oldest"]))
+            for sql, params, chunk in statements:
+                rows = conn.execute(sql, params).fetchall()
+                out += sqlbuild.add_counts(((r["g"], r["n"], r["oldest"]) for r in rows), chunk)
             return out
 
         return await self.conn.read(fn)
@@ -654,6 +653,7 @@ class SQLiteStore(SQLiteSchedules):
         after: StuckKey | None = None,
         limit: int = 100,
         tenant: str | None = None,
+        parked: bool = False,
     ) -> list[WorkflowRow]:
         groups = sqlbuild.stuck_groups(cutoffs)
 
@@ -662,17 +662,30 @@ class SQLiteStore(SQLiteSchedules):
             for g in groups:
                 if len(found) >= limit:
                     break
-                page = sqlbuild.stuck_page(g, "sqlite", tenant, after, limit - len(found))
-                if page is not None:
-                    found += conn.execute(*page).fetchall()
+                want = limit - len(found)
+                pages = [sqlbuild.stuck_page(g, "sqlite", tenant, after, want)]
+                if parked:
+                    pages.append(sqlbuild.stuck_parked_page(g, "sqlite", tenant, after, want))
+                rows = [r for page in pages if page for r in conn.execute(*page).fetchall()]
+                rows.sort(key=lambda r: (r["state_entered_at"], r["id"]))
+                found += rows[:want]
             return found
 
         return [_workflow(r) for r in await self.conn.read(fn)]
 
-    async def count_parked(self, tenant: str | None = None) -> list[tuple[str, str, int]]:
+    async def count_parked(
+        self, tenant: str | None = None
+    ) -> list[tuple[str, str, str, int, float]]:
         sql, params = sqlbuild.count_parked("sqlite", tenant)
         rows = await self.conn.read(lambda c: c.execute(sql, params).fetchall())
-        return [(r["type"], r["state"], r["n"]) for r in rows]
+        return [(r["type"], r["state"], r["parked"], r["n"], r["oldest"]) for r in rows]
+
+    async def unresolved_steps(self, workflow_ids: Sequence[str]) -> list[StepRecord]:
+        if not workflow_ids:
+            return []
+        params = {"ids": json.dumps(list(workflow_ids))}
+        rows = await self.conn.read(lambda c: c.execute(Q["unresolved_steps"], params).fetchall())
+        return [_step(r) for r in rows]
 
     async def count_by_state(
         self,

@@ -181,10 +181,14 @@ def test_prometheus_scrapes_serve_and_workers_and_runs_every_dashboard_query(
         _until("serve", lambda: api.get("/ready").status_code == 200, procs)
 
         # Through serve: RUN - 1 workflows for the worker, one held (later resumed) and one
-        # held for good (stuck); a refused event and one that does not apply.
+        # held for good (stuck), one the worker parks (a fatal error); a refused event and one
+        # that does not apply.
         for i in range(RUN - 1):
             created = api.post("/v1/workflows", json={"type": "metered", "id": f"m{i}"})
             assert created.status_code == 201, created.text
+        body = {"type": "metered", "id": "broken", "input": {"fatal": True}}
+        created = api.post("/v1/workflows", json=body)
+        assert created.status_code == 201, created.text
         for wid in ("held", "parked"):
             created = api.post("/v1/workflows", json={"type": "metered", "id": wid})
             assert created.status_code == 201, created.text
@@ -256,7 +260,7 @@ def test_prometheus_scrapes_serve_and_workers_and_runs_every_dashboard_query(
         # What each process did, as Prometheus scraped it (the job names are the config's;
         # the instance label tells the workers apart).
         wanted = {
-            'sum(statewright_transitions_total{job="serve", event="$start"})': RUN + 1,
+            'sum(statewright_transitions_total{job="serve", event="$start"})': RUN + 2,
             'sum(statewright_transitions_total{job="serve", event="hold"})': 2,
             'sum(statewright_transitions_total{job="serve", event="resume"})': 1,
             'sum(statewright_transitions_total{job="worker", event="finish"})': RUN,
@@ -270,6 +274,9 @@ def test_prometheus_scrapes_serve_and_workers_and_runs_every_dashboard_query(
             'min(statewright_workflows{job="worker", state="done"})': RUN,
             'statewright_workflows{job="serve", state="done"}': RUN,
             'max(statewright_stuck_workflows{job="worker", state="paused"})': 1,
+            'max(statewright_stuck_workflows{job="worker", state="running"})': 1,  # parked
+            'max(statewright_workflows_parked{job="worker", reason="fatal_error"})': 1,
+            'statewright_workflows_parked{job="serve", state="running"}': 1,
             'sum(up{job="worker"})': WORKERS,
             'up{job="serve"}': 1,
             'sum(statewright_worker_live{job="worker"})': WORKERS,

@@ -22,7 +22,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
-APPS = [ROOT / "examples" / "refund_approval.py", Path(__file__).with_name("support_ticket.yaml")]
+APPS = [
+    ROOT / "examples" / "refund_approval.py",
+    Path(__file__).with_name("support_ticket.yaml"),
+    Path(__file__).with_name("payment.yaml"),
+]
 START_TIMEOUT = 20.0
 STOP_TIMEOUT = 10.0
 

@@ -251,7 +251,10 @@ async def test_rules_can_be_chosen_and_thresholds_overridden(engine: Engine) -> 
         AlertThresholds(failure_ratio=2)
     with pytest.raises(InvalidInput, match="unknown alert rule"):
         await evaluate_alerts(engine, rules=["nope"])
-    assert len(RULES) == 6
+    with pytest.raises(InvalidInput, match="parked_workflows"):
+        AlertThresholds(parked_workflows=0)
+    assert AlertThresholds().with_overrides({"parked_workflows": "3"}).parked_workflows == 3
+    assert len(RULES) == 7
 
 
 async def test_http_alerts_are_scoped_to_the_callers_tenant(

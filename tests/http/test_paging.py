@@ -65,6 +65,7 @@ async def test_twenty_thousand_stuck_workflows_are_counted_and_paged(
         )
     for i in range(FRESH):  # in their state for less than its threshold: not stuck
         rows.append(bulk.workflow(f"fresh-{i:04d}", "agent_task", "running", now - 10))
+    # parked just now: stuck from the moment it parks
     rows.append(bulk.workflow("parked-fresh", "agent_task", "running", now, parked="x"))
     rows.append(bulk.workflow("ended", "agent_task", "done", now - 10**6, terminal=True))
     await bulk.insert(engine.store, "workflows", bulk.WORKFLOW_COLUMNS, rows)
@@ -72,36 +73,45 @@ async def test_twenty_thousand_stuck_workflows_are_counted_and_paged(
     r = await client.get("/health/workflows")
     assert r.status_code == 503, r.text
     health = r.json()
-    assert health["status"] == "stuck" and health["stuck"] == STUCK  # the true count
+    assert health["status"] == "stuck" and health["stuck"] == STUCK + 1  # the true count
     by_state = {(g["type"], g["state"]): g for g in health["by_state"]}
     assert {k: g["count"] for k, g in by_state.items()} == {
-        ("agent_task", "running"): 6000,
+        ("agent_task", "running"): 6001,
         ("agent_task", "paused"): 6000,
         ("agent_task", "blocked"): 6000,
         ("agent_task", "retrying"): 2000,
     }
     assert by_state[("agent_task", "running")]["oldest_age"] == 3600 + 1 + 6
     assert health["parked"] == PARKED + 1
-    assert health["parked_by_state"] == [
-        {"type": "agent_task", "state": s, "count": n}
-        for s, n in sorted({"blocked": 150, "paused": 150, "retrying": 50, "running": 151}.items())
+    assert [(p["state"], p["reason"], p["count"]) for p in health["parked_by_state"]] == [
+        ("blocked", "fatal_error", 150),
+        ("paused", "fatal_error", 150),
+        ("retrying", "fatal_error", 50),
+        ("running", "fatal_error", 150),
+        ("running", "x", 1),
     ]
 
     pages = await _all_pages(client, "/v1/stuck", {"limit": 1000})
-    assert len(pages) == STUCK // 1000
+    assert len(pages) == STUCK // 1000 + 1
     items = [s for page in pages for s in page]
     keys = [
         (s["workflow"]["type"], s["workflow"]["state"], s["workflow"]["state_entered_at"])
         for s in items
     ]
-    assert len({s["workflow"]["id"] for s in items}) == STUCK
+    assert len({s["workflow"]["id"] for s in items}) == STUCK + 1
     assert keys == sorted(keys)  # by type, state, time entered (then id)
-    assert all(s["workflow"]["stuck"] and s["age"] > s["threshold"] for s in items)
+    assert all(s["workflow"]["stuck"] and s["age"] > s["threshold"] for s in items[:-1])
+    [fresh] = [s for s in items if s["age"] <= s["threshold"]]  # the last of running
+    assert (fresh["workflow"]["id"], fresh["parked"], fresh["action"]) == (
+        "parked-fresh",
+        "x",
+        "resume",
+    )
     # A tenant's caller pages through its own only.
     mine = [
         s for page in await _all_pages(client, "/v1/stuck", {"limit": 700}, "agent") for s in page
     ]
-    assert len(mine) == STUCK // 2
+    assert len(mine) == STUCK // 2 + 1  # parked-fresh is the default tenant's
 
 
 async def test_listings_page_with_a_cursor(

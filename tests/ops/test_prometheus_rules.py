@@ -1,5 +1,5 @@
 """The Prometheus rules file ``statewright alerts --prometheus-rules`` writes: ``promtool check
-rules`` accepts it, and ``promtool test rules`` passes on series that make each of the six
+rules`` accepts it, and ``promtool test rules`` passes on series that make each of the seven
 rules fire and not fire. promtool comes from the Debian package ``prometheus`` (scripts/test
 installs it); without it these tests fail, they never skip."""
 
@@ -29,6 +29,7 @@ TH = AlertThresholds(
     failure_min_ended=5,
     rejection_spike=20,
     rejection_window=300,
+    parked_workflows=2,
 )
 
 
@@ -86,7 +87,7 @@ def test_promtool_checks_the_generated_rules(tmp_path: Path) -> None:
     path, doc = _rules(tmp_path)
     done = _promtool("check", "rules", str(path))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 6 rules found" in done.stdout
+    assert "SUCCESS: 7 rules found" in done.stdout
     assert [r["alert"] for r in doc["groups"][0]["rules"]] == [
         "running_too_long",
         "paused_abandoned",
@@ -94,6 +95,7 @@ def test_promtool_checks_the_generated_rules(tmp_path: Path) -> None:
         "retry_flapping",
         "failure_ratio",
         "invalid_transition_spike",
+        "workflow_parked",
     ]
     assert sorted(r["alert"] for r in doc["groups"][0]["rules"]) == sorted(RULES)
 
@@ -139,6 +141,17 @@ def test_promtool_unit_tests_make_each_rule_fire_and_not_fire(tmp_path: Path) ->
                    'code="illegal_transition"}', "values": "0x40 10+10x20"},
         {"series": 'statewright_rejected_transitions_total{machine="job",event="go",'
                    'code="version_conflict"}', "values": "0+100x60"},
+        # parked (threshold 2 per machine and state): "job" working gets one for one reason
+        # from minute 5, a second for another reason from minute 10, the same in two scraping
+        # processes (taken once); "job" review only ever has one
+        *[{"series": f'statewright_workflows_parked{{machine="job",state="working",'
+                     f'reason="step_outcome_unknown",instance="{i}"}}', "values": "0x5 1x55"}
+          for i in ("a", "b")],
+        *[{"series": f'statewright_workflows_parked{{machine="job",state="working",'
+                     f'reason="fatal_error",instance="{i}"}}', "values": "0x10 1x50"}
+          for i in ("a", "b")],
+        {"series": 'statewright_workflows_parked{machine="job",state="review",'
+                   'reason="fatal_error",instance="a"}', "values": "1x60"},
     ]  # fmt: skip
 
     def firing(rule: str, at: str, *labelsets: dict[str, str]) -> dict[str, Any]:
@@ -162,6 +175,8 @@ def test_promtool_unit_tests_make_each_rule_fire_and_not_fire(tmp_path: Path) ->
         firing("failure_ratio", "40m", {"machine": "job"}),
         firing("invalid_transition_spike", "30m"),  # only version conflicts so far
         firing("invalid_transition_spike", "50m", {"machine": "job"}),
+        firing("workflow_parked", "7m"),  # one parked (counted once over two processes)
+        firing("workflow_parked", "12m", job_working),  # two: fires at once, no `for`
     ]
     tests = {
         "rule_files": [str(path)],
@@ -232,5 +247,5 @@ def test_cli_writes_the_rules_file(tmp_path: Path) -> None:
 def test_cli_writes_the_rules_to_stdout(tmp_path: Path) -> None:
     result = Cli(tmp_path / "cli.db")("alerts", "--prometheus-rules", "-")
     doc = yaml.safe_load(result.stdout)
-    assert len(doc["groups"][0]["rules"]) == 6
+    assert len(doc["groups"][0]["rules"]) == 7
     assert result.stdout.startswith("# Prometheus alerting rules")

@@ -218,14 +218,136 @@ async def test_many_states_are_counted_in_one_go(store: Store) -> None:
     assert [r.id for r in await store.stuck_workflows(cutoffs, limit=2)] == ["m0", "m1"]
 
 
-async def test_parked_workflows_are_counted_by_type_and_state(store: Store) -> None:
-    for wid, type_, tenant in (("p1", "t", "acme"), ("p2", "t", "globex"), ("p3", "u", "acme")):
-        await store.create_workflow(new(wid, type=type_, tenant=tenant))
+async def test_parked_workflows_are_counted_by_type_state_and_reason(store: Store) -> None:
+    for wid, type_, tenant, at in (
+        ("p1", "t", "acme", T0 + 1),
+        ("p2", "t", "globex", T0),
+        ("p3", "u", "acme", T0 + 2),
+        ("p4", "t", "acme", T0 + 3),
+    ):
+        await store.create_workflow(new(wid, type=type_, tenant=tenant, at=at))
     await store.create_workflow(new("live"))
     assert await store.count_parked() == []
     for wid in ("p1", "p2", "p3"):
         await store.defer(defer(wid, 1, parked="step_outcome_unknown", last_error="?"))
-    assert await store.count_parked() == [("t", "a", 2), ("u", "a", 1)]
-    assert await store.count_parked("acme") == [("t", "a", 1), ("u", "a", 1)]
+    await store.defer(defer("p4", 1, parked="fatal_error", last_error="boom"))
+    unknown = "step_outcome_unknown"
+    assert await store.count_parked() == [
+        ("t", "a", "fatal_error", 1, T0 + 3),
+        ("t", "a", unknown, 2, T0),
+        ("u", "a", unknown, 1, T0 + 2),
+    ]
+    assert await store.count_parked("acme") == [
+        ("t", "a", "fatal_error", 1, T0 + 3),
+        ("t", "a", unknown, 1, T0 + 1),
+        ("u", "a", unknown, 1, T0 + 2),
+    ]
+    # Listed from their partial index, in listing order.
+    parked = await store.list_workflows(WorkflowFilter(type="t", state="a", parked=True))
+    assert [r.id for r in parked] == ["p2", "p1", "p4"]
+    mine = WorkflowFilter(type="t", state="a", parked=True, tenant="acme", limit=1)
+    assert [r.id for r in await store.list_workflows(mine)] == ["p1"]
     await store.apply_transition(move("p1", 1))  # a transition ends the parking
-    assert await store.count_parked() == [("t", "a", 1), ("u", "a", 1)]
+    assert await store.count_parked() == [
+        ("t", "a", "fatal_error", 1, T0 + 3),
+        ("t", "a", unknown, 1, T0),
+        ("u", "a", unknown, 1, T0 + 2),
+    ]
+    parked = await store.list_workflows(WorkflowFilter(parked=True))
+    assert [r.id for r in parked] == ["p2", "p3", "p4"]
+
+
+async def test_parked_workflows_are_stuck_from_the_moment_they_park(store: Store) -> None:
+    rows = []
+    for i in range(40):
+        row, _ = await store.create_workflow(
+            new(
+                f"s{i:02d}"[::-1],
+                type="t" if i % 2 else "u",
+                state=["a", "b", "c"][i % 3],
+                at=T0 + i // 5,  # ties
+                tenant="acme" if i % 4 else "globex",
+                machine_version={7: 2, 14: 2, 22: 2, 6: 7, 18: 7}.get(i, 1),
+            )
+        )
+        rows.append(row)
+    # Park every third one, young and old, in every group (versions with their own cutoffs
+    # and the versions a group's default calls never stuck included), and one in a state no
+    # cutoff names.
+    parked = {r.id for i, r in enumerate(rows) if i % 3 == 1 or i in (6, 18, 12, 24)}
+    await store.create_workflow(new("elsewhere", state="z"))
+    for wid in [*parked, "elsewhere"]:
+        await store.defer(defer(wid, 1, parked="step_outcome_unknown", last_error="?"))
+    rows = [await store.get_workflow(r.id) for r in rows]  # type: ignore[misc]
+    now = T0 + 5
+    old = _stuck_by_hand(rows, now)  # past the threshold, parked or not
+    named = {(c.type, c.state) for c in _cutoffs(now)}  # the states the cutoffs know
+    young = [r for r in rows if r.id in parked and r not in old and (r.type, r.state) in named]
+    assert len(old) >= 5 and len(young) >= 5
+    expected = sorted(old + young, key=lambda r: (r.type, r.state, r.state_entered_at, r.id))
+    # Without parked: as before (the parked ones only once past the threshold).
+    assert [r.id for r in await store.stuck_workflows(_cutoffs(now), limit=100)] == [
+        r.id for r in old
+    ]
+    by_group: dict[tuple[str, str], list[WorkflowRow]] = {}
+    for r in expected:
+        by_group.setdefault((r.type, r.state), []).append(r)
+    assert await store.count_stuck(_cutoffs(now), parked=True) == [
+        (t, s, len(found), min(r.state_entered_at for r in found))
+        for (t, s), found in sorted(by_group.items())
+    ]
+    for size in (1, 3, 7, 100):
+        seen: list[str] = []
+        after = None
+        while True:
+            page = await store.stuck_workflows(_cutoffs(now), after=after, limit=size, parked=True)
+            seen += [r.id for r in page]
+            if len(page) < size:
+                break
+            last = page[-1]
+            after = (last.type, last.state, last.state_entered_at, last.id)
+        assert seen == [r.id for r in expected], size
+    acme = [r for r in expected if r.tenant == "acme"]
+    page = await store.stuck_workflows(_cutoffs(now), tenant="acme", limit=100, parked=True)
+    assert [r.id for r in page] == [r.id for r in acme]
+    counted = await store.count_stuck(_cutoffs(now), "acme", parked=True)
+    assert sum(n for _, _, n, _ in counted) == len(acme)
+    # Before any threshold passes, the parked ones are stuck all the same.
+    early = await store.stuck_workflows(_cutoffs(T0), limit=100, parked=True)
+    assert {r.id for r in early} == {r.id for r in expected if r.id in parked}
+    # A transition ends the parking: no longer stuck (it is young).
+    first = young[0]
+    await store.apply_transition(
+        move(first.id, first.version, to=first.state, from_state=first.state)
+    )
+    after_move = await store.stuck_workflows(_cutoffs(now), limit=100, parked=True)
+    assert first.id not in {r.id for r in after_move}
+    assert len(after_move) == len(expected) - 1
+
+
+async def test_unresolved_steps_are_those_of_unknown_outcome(store: Store) -> None:
+    for wid in ("w1", "w2", "w3"):
+        await store.create_workflow(new(wid))
+    for wid, step, at, end in (
+        ("w1", "done", T0, ("done", None)),
+        ("w1", "hung", T0 + 1, None),  # still executing: its outcome is unknown
+        ("w1", "timed_out", T0 + 2, ("failed", "unknown")),
+        ("w1", "refused", T0 + 3, ("failed", "not_applied")),
+        ("w2", "charge", T0, ("failed", "unknown")),
+        ("w3", "ok", T0, ("done", None)),
+    ):
+        key = f"{wid}:{step}"
+        await store.step_begin(key, wid, step, at)
+        if end is not None:
+            status, outcome = end
+            await store.step_finish(
+                StepFinish(key, 1, status, result=1, outcome=outcome, at=at)  # type: ignore[arg-type]
+            )
+    found = await store.unresolved_steps(["w3", "w2", "w1", "nope"])
+    assert [(s.workflow_id, s.step) for s in found] == [
+        ("w1", "hung"),
+        ("w1", "timed_out"),
+        ("w2", "charge"),
+    ]
+    assert await store.unresolved_steps(["w3"]) == []
+    assert await store.unresolved_steps([]) == []

@@ -203,6 +203,14 @@ def _queries(store: Store) -> list[Query]:
         out.append(("stuck counts", sql, params, False, age))
     for sql, params, _ in sqlbuild.count_stuck(groups, d, "tenant3"):
         out.append(("stuck counts of a tenant", sql, params, False, age))
+    parked = "workflows_parked"
+    # With the parked ones (stuck from the moment they park): each group's range of
+    # workflows_state_age, plus its parked ones from workflows_parked.
+    for sql, params, _ in sqlbuild.count_stuck(groups, d, None, parked=True):
+        out.append(("stuck counts with the parked", sql, params, False, age))
+        out.append(("stuck counts with the parked", sql, params, False, parked))
+    for sql, params, _ in sqlbuild.count_stuck(groups, d, "tenant3", parked=True):
+        out.append(("stuck counts of a tenant with the parked", sql, params, False, parked))
     by_version = next(g for g in groups if (g.type, g.state) == ("type1", "state2"))
     for what, group, key in (
         ("stuck page", groups[0], None),
@@ -212,9 +220,24 @@ def _queries(store: Store) -> list[Query]:
         page = sqlbuild.stuck_page(group, d, None, key, 100)
         assert page is not None
         out.append((what, *page, True, age))
-    parked = "workflows_parked"
+        page = sqlbuild.stuck_parked_page(group, d, None, key, 100)
+        assert page is not None
+        out.append((f"{what}: the parked ones", *page, True, parked))
+    page = sqlbuild.stuck_parked_page(groups[3], d, "tenant3", None, 100)
+    assert page is not None
+    out.append(("stuck page of a tenant: the parked ones", *page, True, parked))
     out.append(("parked counts", *sqlbuild.count_parked(d, None), False, parked))
     out.append(("parked counts of a tenant", *sqlbuild.count_parked(d, "tenant3"), False, parked))
+    listing(
+        "list parked of a type and state",
+        WorkflowFilter(type="type1", state="state3", parked=True, after=after),
+        parked,
+    )
+    listing(
+        "list parked of a tenant",
+        WorkflowFilter(type="type1", state="state3", parked=True, tenant="tenant3"),
+        parked,
+    )
 
     history = load_queries(d)["history"]
     params = {"id": BIG, "after": 50_000, "limit": 1000}
@@ -264,7 +287,11 @@ async def test_pages_of_a_big_store_are_exact(big_store: Store) -> None:
     # entered before T0 + 1000: i % 5000 < 1000, i.e. 20% of N, plus the big one
     assert sum(n for _, _, n, _ in counted) == N // 5 + 1
     parked = await big_store.count_parked()
-    assert sum(n for _, _, n in parked) == N // 1000
+    assert sum(n for _, _, _, n, _ in parked) == N // 1000
+    # With the parked ones: those entered at or after the cutoff too (i % 5000 >= 1000 among
+    # i % 1000 == 7: 80 of the 100), each once.
+    counted = await big_store.count_stuck(cutoffs, parked=True)
+    assert sum(n for _, _, n, _ in counted) == N // 5 + 1 + 80
 
 
 # -- every named query, and every statement sqlbuild makes for the product ---------------------

@@ -183,7 +183,10 @@ async def test_fatal_error_without_a_fail_edge_parks_and_is_stuck(
     await Worker(engine).run_until_idle()
     row = await engine.get("j")
     assert (row.state, row.next_due_at, row.last_error) == ("work", None, "ValueError: bad data")
-    assert await engine.stuck() == []
+    # Parked: stuck from the moment it parks, not only past its state's threshold.
+    [stuck] = await engine.stuck()
+    assert (stuck.workflow.id, stuck.parked, stuck.action) == ("j", "fatal_error", "resume")
+    assert stuck.age < stuck.threshold == 60
     clock.advance(61)
     [stuck] = await engine.stuck()
     assert stuck.workflow.id == "j" and stuck.threshold == 60

@@ -223,7 +223,8 @@
     return h("span", { ...attrs, class: cls.join(" ").trim() }, wf.state);
   }
 
-  // A parked workflow waits for an operator (resolve the step, or resume it): nothing runs.
+  // A parked workflow waits for an operator (resolve the step, or resume it): nothing runs,
+  // and it counts as stuck from the moment it parks.
   function parkedBadge(wf, attrs = {}) {
     return h(
       "span",
@@ -231,7 +232,10 @@
         ...attrs,
         class: "badge badge-parked",
         "data-parked": wf.parked,
-        title: "Waits for an operator: resolve the step or resume the workflow.",
+        title:
+          wf.parked === "step_outcome_unknown"
+            ? "Waits for an operator: a step's outcome is unknown; resolve the step."
+            : "Waits for an operator: fix the cause, then resume the workflow.",
       },
       `parked: ${wf.parked}`,
     );
@@ -843,7 +847,9 @@
     }
 
     /** Operator actions (resume, fork, move), shown only to callers the API lets take them
-     * (the workflow's `operator_actions`); each is one logged transition with the reason. */
+     * (the workflow's `operator_actions`); each is one logged transition with the reason. A
+     * workflow parked because a step's outcome is unknown gets the two answers for that step
+     * (`resolve_step`) instead of "Re-run state", which would only park it again. */
     renderOperator(wf) {
       const actions = wf.operator_actions || [];
       if (!actions.length) {
@@ -860,6 +866,8 @@
       if (typed) reason.value = typed.value;
       const status = h("span", { class: "decision-status", id: "op-status", role: "status" });
       const controls = [];
+      const unknown = actions.includes("resolve_step") ? wf.unresolved_steps || [] : [];
+      const resolve = unknown.length ? this.resolveControls(wf, unknown[0], reason, status) : null;
       if (actions.includes("resume")) {
         controls.push(
           h(
@@ -936,7 +944,64 @@
           ),
           h("label", { for: "op-reason" }, "Reason"),
           reason,
+          resolve,
           h("div", { class: "actions" }, ...controls, status),
+        ),
+      );
+    }
+
+    /** The answer for a step whose outcome is unknown: the call happened (with the result
+     * the external system holds: the step returns it) or it did not (the step runs again).
+     * Either resumes the workflow (POST .../steps/{step}/resolve, operators and admins). */
+    resolveControls(wf, step, reason, status) {
+      const typed = $("#op-resolve-result", this.operator); // kept across refreshes
+      const result = h("textarea", {
+        id: "op-resolve-result",
+        rows: 2,
+        maxlength: 262144,
+        placeholder: 'Its result as the external system holds it (JSON): {"charge_id": "ch_1"}',
+      });
+      if (typed) result.value = typed.value;
+      const answer = (verdict) =>
+        this.operate(wf, "resolve", reason, status, { step, verdict, result });
+      return h(
+        "div",
+        { class: "resolve-step", id: "resolve-step", "data-step": step },
+        h(
+          "p",
+          {},
+          "Parked: the outcome of step ",
+          h("strong", {}, step),
+          " is unknown (its call may or may not have reached the other side). Check the " +
+            "external system, then answer; the workflow then runs on.",
+        ),
+        h("label", { for: "op-resolve-result" }, "Result of the call"),
+        result,
+        h(
+          "div",
+          { class: "actions" },
+          h(
+            "button",
+            {
+              type: "button",
+              id: "op-resolve-applied",
+              class: "approve",
+              title: `Step ${step} took effect: it returns this result and never calls out again`,
+              onclick: () => answer("applied"),
+            },
+            "The call happened (with its result)",
+          ),
+          h(
+            "button",
+            {
+              type: "button",
+              id: "op-resolve-not-applied",
+              class: "deny",
+              title: `Step ${step} never took effect: it runs again`,
+              onclick: () => answer("not_applied"),
+            },
+            "It did not",
+          ),
         ),
       );
     }
@@ -949,12 +1014,37 @@
         reason.focus();
         return;
       }
+      let outcome;
+      if (action === "resolve" && options.verdict === "applied") {
+        const text = options.result.value.trim();
+        try {
+          if (!text) throw new SyntaxError("empty");
+          outcome = JSON.parse(text);
+        } catch (_exc) {
+          status.textContent =
+            "Give the call's result as JSON (null if it returned nothing): the step returns it.";
+          options.result.focus();
+          return;
+        }
+      }
       this.busy = true;
       for (const b of this.operator.querySelectorAll("button")) b.disabled = true;
       status.textContent = "Working…";
       const path = `/v1/workflows/${enc(wf.id)}/${action}`;
       try {
-        if (action === "resume") {
+        if (action === "resolve") {
+          const body = { verdict: options.verdict, reason: why };
+          if (options.verdict === "applied") body.result = outcome;
+          const step = `/v1/workflows/${enc(wf.id)}/steps/${enc(options.step)}/resolve`;
+          await api(step, { method: "POST", body });
+          showBanner(
+            options.verdict === "applied"
+              ? `Step ${options.step} resolved as applied: ${wf.id} runs on with its result.`
+              : `Step ${options.step} resolved as not applied: ${wf.id} runs it again.`,
+            "ok",
+          );
+          options.result.value = "";
+        } else if (action === "resume") {
           const after = await api(path, { method: "POST", body: { reason: why } });
           showBanner(`Resumed: ${after.id} runs its ${after.state} handler again.`, "ok");
         } else if (action === "move") {

@@ -5,12 +5,22 @@ dashboard test (``--app`` this file).
 fails transiently on its first attempt (retried in place after a short backoff), so a run
 yields a start, a retry, a step duration and a finishing transition. ``hold`` from ``running``
 parks the workflow in ``paused`` (stuck after 10 ms) until ``resume`` sends it back: leaving
-``paused`` for ``running`` is a recovery (``statewright_recovery_seconds``).
+``paused`` for ``running`` is a recovery (``statewright_recovery_seconds``). A workflow started
+with ``{"fatal": true}`` fails fatally in ``running`` (no error edge): the worker parks it for
+an operator (``statewright_workflows_parked``).
 """
 
 from __future__ import annotations
 
-from statewright import MachineBuilder, Next, RetryPolicy, Run, TransientError, WorkflowType
+from statewright import (
+    FatalError,
+    MachineBuilder,
+    Next,
+    RetryPolicy,
+    Run,
+    TransientError,
+    WorkflowType,
+)
 
 MACHINE = (
     MachineBuilder("metered")
@@ -32,6 +42,8 @@ def _measure(key: str) -> int:
 
 
 async def work(run: Run) -> Next:
+    if run.context.get("fatal"):
+        raise FatalError("asked to fail: parked for an operator")
     if run.workflow.attempts == 0:
         raise TransientError("the first attempt fails, to count a retry")
     measured = await run.step("measure", _measure)

@@ -509,6 +509,15 @@ UPDATE steps
                     WHERE w.id = steps.workflow_id AND w.lease_owner IS NOT NULL)
 RETURNING *;
 
+-- name: unresolved_steps
+-- The steps of some workflows whose outcome is unknown: not done, and not known never to
+-- have taken effect (found executing, or failed after the call may have reached the other
+-- side). A range of steps_workflow per workflow: OFFSET 0 keeps the filter out of the
+-- inner scan, whose estimate would otherwise talk a generic plan into reading every step.
+SELECT * FROM (SELECT * FROM steps WHERE workflow_id = ANY(%(ids)s::text[])
+                ORDER BY workflow_id, started_at, key OFFSET 0) AS s
+ WHERE status <> 'done' AND (outcome IS NULL OR outcome <> 'not_applied');
+
 -- name: post_input
 -- Append an external input to a live workflow's inbox (or find the one posted under the same
 -- idempotency key), make an idle workflow in the given state due now, and wake the workers.

@@ -38,8 +38,10 @@ CREATE INDEX workflows_tenant ON workflows (tenant, state_entered_at, id);
 CREATE INDEX workflows_state ON workflows (state, state_entered_at, id);
 -- live or ended workflows (and, the two ranges merged, all of them)
 CREATE INDEX workflows_terminal_age ON workflows (terminal, state_entered_at, id);
--- parked workflows (waiting for an operator), counted by type and state
-CREATE INDEX workflows_parked ON workflows (type, state) WHERE parked IS NOT NULL;
+-- parked workflows (waiting for an operator: stuck from the moment they park), by type
+-- and state in listing order; the reason makes their counts by reason index-only
+CREATE INDEX workflows_parked ON workflows (type, state, state_entered_at, id, parked)
+    WHERE parked IS NOT NULL;
 -- the workers' claim: due, unleased and live only (the predicate claim_due repeats)
 CREATE INDEX workflows_due ON workflows (next_due_at)
     WHERE next_due_at IS NOT NULL AND lease_owner IS NULL AND NOT terminal;

@@ -277,6 +277,15 @@ UPDATE steps SET status = :status, result = :result, outcome = :outcome, error =
                     WHERE w.id = steps.workflow_id AND w.lease_owner IS NOT NULL)
 RETURNING *;
 
+-- name: unresolved_steps
+-- The steps of some workflows whose outcome is unknown: not done, and not known never to
+-- have taken effect (found executing, or failed after the call may have reached the other
+-- side). A range of steps_workflow per workflow.
+SELECT * FROM steps INDEXED BY steps_workflow
+ WHERE workflow_id IN (SELECT value FROM json_each(:ids)) AND status <> 'done'
+   AND (outcome IS NULL OR outcome <> 'not_applied')
+ ORDER BY workflow_id, started_at, key;
+
 -- name: input_by_key
 -- The input a client's idempotency key posted to a workflow.
 SELECT * FROM inbox WHERE workflow_id = :id AND idempotency_key = :key;
