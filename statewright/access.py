@@ -43,11 +43,15 @@ from statewright.errors import (
     Forbidden,
     IllegalTransition,
     InvalidInput,
+    StepsWouldRerun,
+    StepUnresolved,
     Unauthorized,
     UnknownWorkflowType,
+    WorkflowBusy,
     WorkflowNotFound,
 )
 from statewright.redaction import NO_REDACTION, Redactor
+from statewright.store.protocol import fork_source_busy
 from statewright.types import (
     InboxItem,
     StepRecord,
@@ -644,15 +648,30 @@ class Access:
         reason: str,
         version: int | None = None,
         new_id: str | None = None,
+        rerun_steps: bool = False,
     ) -> WorkflowRow:
         """Start a new workflow, in the same tenant, from a past version of one (roles
-        operator/admin); see :meth:`Engine.fork`."""
+        operator/admin); see :meth:`Engine.fork` (``rerun_steps``: forking from a version
+        after which steps were done runs them again; refused unless this is True)."""
         row = await self.get(workflow_id)
         self._operator("fork workflows")
         store_id = None if new_id is None else ids.qualify(row.tenant, ids.check_id(new_id))
-        return await self.engine.fork(
-            row.id, actor=self.principal.actor, reason=reason, version=version, new_id=store_id
-        )
+        try:
+            return await self.engine.fork(
+                row.id,
+                actor=self.principal.actor,
+                reason=reason,
+                version=version,
+                new_id=store_id,
+                rerun_steps=rerun_steps,
+            )
+        except StepUnresolved as exc:  # named by the id this caller knows
+            raise StepUnresolved(self.public_id(exc.workflow_id), exc.steps) from None
+        except StepsWouldRerun as exc:
+            public = self.public_id(exc.workflow_id)
+            raise StepsWouldRerun(public, exc.version, exc.steps) from None
+        except WorkflowBusy:
+            raise WorkflowBusy(fork_source_busy(workflow_id)) from None
 
     async def move_to(
         self,

@@ -434,3 +434,62 @@ class WorkflowBusy(StatewrightError):
     """A worker holds the workflow now: try again once it lets go."""
 
     code = "workflow_busy"
+
+
+class StepUnresolved(StatewrightError):
+    """A step of the workflow has an unknown outcome (its call may have happened): resolve it
+    on this workflow first."""
+
+    code = "step_unresolved"
+
+    def __init__(self, workflow_id: str, steps: Sequence[str]) -> None:
+        self.workflow_id = workflow_id
+        self.steps = list(steps)
+        names = ", ".join(repr(s) for s in self.steps)
+        first = self.steps[0] if self.steps else "STEP"
+        super().__init__(
+            f"workflow {workflow_id!r}: the outcome of step {names} is unknown (its call may "
+            "have happened); a fork would call it again under the fork's own key, which no "
+            "reconcile hook or deduplicating service has seen. Resolve it on this workflow "
+            f"first (`statewright resolve-step {workflow_id} {first} --applied RESULT_JSON | "
+            f"--not-applied`, POST /v1/workflows/{workflow_id}/steps/{first}/resolve), or let "
+            "its worker reconcile it, then fork",
+            workflow_id=workflow_id,
+            steps=self.steps,
+        )
+
+
+class StepsWouldRerun(StatewrightError):
+    """Forking from this version runs again the steps done after it: say so to fork."""
+
+    code = "steps_would_rerun"
+
+    def __init__(self, workflow_id: str, version: int, steps: Sequence[str]) -> None:
+        self.workflow_id = workflow_id
+        self.version = version
+        self.steps = list(steps)
+        names = ", ".join(repr(s) for s in self.steps)
+        super().__init__(
+            f"forking workflow {workflow_id!r} from version {version} runs again the steps "
+            f"it did after that version ({names}), under the fork's own keys: their effects "
+            "(a charge, an email) happen a second time. Fork with rerun_steps=True "
+            '(--rerun-steps, "rerun_steps": true) if that is what you want',
+            workflow_id=workflow_id,
+            version=version,
+            steps=self.steps,
+        )
+
+
+class WorkflowPruned(StatewrightError):
+    """A workflow with this id existed and was pruned: the id is not used again."""
+
+    code = "workflow_pruned"
+
+    def __init__(self, workflow_id: str) -> None:
+        self.workflow_id = workflow_id
+        super().__init__(
+            f"workflow {workflow_id!r} was started before and has since finished and been "
+            "pruned: its id (and the idempotency key it may come from) is not used again, so "
+            "a retried start never runs its steps a second time",
+            workflow_id=workflow_id,
+        )

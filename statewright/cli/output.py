@@ -29,8 +29,11 @@ from statewright.errors import (
     OutcomeUnknown,
     StatewrightError,
     StepDone,
+    StepsWouldRerun,
+    StepUnresolved,
     WorkflowBusy,
     WorkflowFinished,
+    WorkflowPruned,
 )
 
 if TYPE_CHECKING:
@@ -75,6 +78,9 @@ REFUSED = (
     IdempotencyKeyReused,
     StepDone,
     WorkflowBusy,
+    StepUnresolved,
+    StepsWouldRerun,
+    WorkflowPruned,
 )
 """Errors that mean "bad input, nothing changed": exit code 2."""
 RETRY_ADVICE = (

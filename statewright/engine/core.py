@@ -46,6 +46,8 @@ from statewright.errors import (
     InvalidInput,
     ReplayMismatch,
     StatewrightError,
+    StepsWouldRerun,
+    StepUnresolved,
     UnknownState,
     UnknownWorkflowType,
     VersionConflict,
@@ -56,7 +58,7 @@ from statewright.errors import (
     WorkflowNotFound,
 )
 from statewright.jsonvalue import Limits
-from statewright.store.protocol import Store
+from statewright.store.protocol import Store, fork_source_busy
 from statewright.types import (
     JSON,
     InboxItem,
@@ -901,14 +903,29 @@ class Engine:
         reason: str,
         version: int | None = None,
         new_id: str | None = None,
+        rerun_steps: bool = False,
     ) -> WorkflowRow:
         """Start a new workflow from a past version of an existing one: Temporal's reset,
         LangGraph's checkpoints, from our log. The new workflow is in the state, with the
         context, that the log gives at ``version`` (default: the latest); the steps the
         original had *done* by then are copied under the new workflow's keys, so they return
-        their results there and do not run again (steps after that point run again: that is
-        what going back means). Its first log entry is ``$fork`` with the source, version,
-        reason and actor. The original is not touched.
+        their results there and do not run again. Its first log entry is ``$fork`` with the
+        source, version, reason and actor. The original is not touched (if it is live, both
+        go on: what comes after the fork point runs in each).
+
+        **Steps done after ``version`` run again in the fork, under the fork's keys** (no
+        reconcile hook or deduplicating service links them to the original's calls): a
+        charge is made a second time. Such a fork is refused with :class:`StepsWouldRerun`,
+        naming them, unless ``rerun_steps=True`` says that is meant (they are listed in the
+        ``$fork`` entry). Forking the latest version reruns nothing.
+
+        Refused, so that no call is made twice behind the ledger's back: while a worker holds
+        the original (WorkflowBusy: a step may be in flight; checked again in the transaction
+        that creates the fork), and while any step of the original has an unknown outcome
+        (:class:`StepUnresolved`: *executing*, or failed by an error that does not prove the
+        call never left, as for a workflow parked ``step_outcome_unknown``). Resolve such a
+        step on the original first (:meth:`resolve_step`, or let its worker reconcile it):
+        done, the fork carries its result; not applied, the fork may run it.
 
         ``new_id`` defaults to ``<id>.fork-<version>``; forking the same version to the same id
         again returns that fork (a retry is safe: the workflow, its first log entry and its
@@ -916,9 +933,11 @@ class Engine:
 
         Raises WorkflowNotFound, UnknownWorkflowType (its version is not registered),
         InvalidInput (no reason, a version out of range, a bad id), WorkflowExists (the id is
-        taken by something else).
+        taken by something else), WorkflowBusy, StepUnresolved, StepsWouldRerun.
         """
         _check_reason(reason, "forking a workflow")
+        if not isinstance(rerun_steps, bool):
+            raise InvalidInput("rerun_steps must be true or false")
         source = await self.get(workflow_id)
         at = source.version if version is None else version
         if isinstance(at, bool) or not isinstance(at, int):
@@ -933,19 +952,34 @@ class Engine:
         wtype = self.type_of(source.type, fork_version)
         machine = wtype.machine
         fork_id = ids.check_ref(new_id or f"{workflow_id}.fork-{at}", source.tenant)
+        payload: dict[str, Any] = {"forked_from": workflow_id, "version": at, "reason": reason}
+        existing = await self._existing_fork(fork_id, payload)
+        if existing is not None:
+            return existing  # a retry
+        if source.lease_owner is not None:
+            raise WorkflowBusy(fork_source_busy(workflow_id))
         now = self.clock.now()
+        steps = await self.store.steps(workflow_id)
+        unknown = [s.step for s in steps if _outcome_unknown(s)]
+        if unknown:
+            raise StepUnresolved(workflow_id, unknown)
         # The steps done while the workflow was at that version: before the next transition
-        # (for the latest version: all done so far).
+        # (for the latest version: all done so far). Those done later would run again.
         cutoff = records[at].at if len(records) > at else now
         copied = tuple(
             dataclasses.replace(step, key=f"{fork_id}:{step.step}", workflow_id=fork_id)
-            for step in await self.store.steps(workflow_id)
+            for step in steps
             if step.status == "done"
             and step.finished_at is not None
             and step.finished_at <= cutoff
         )
+        kept = {step.step for step in copied}
+        rerun = [s.step for s in steps if s.status == "done" and s.step not in kept]
+        if rerun and not rerun_steps:
+            raise StepsWouldRerun(workflow_id, at, rerun)
+        if rerun:
+            payload["rerun_steps"] = rerun
         target = machine.states[state]
-        payload = {"forked_from": workflow_id, "version": at, "reason": reason}
         row, created = await self.store.create_workflow(
             NewWorkflow(
                 id=fork_id,
@@ -963,17 +997,14 @@ class Engine:
                 payload=payload,
                 steps=copied,
                 trace=capture_trace(),
+                fork_of=(workflow_id, source.fence),
             )
         )
         if not created:
-            first = (await self.store.history(fork_id, 0, 1))[:1]
-            if (
-                not first
-                or first[0].event != FORK_EVENT
-                or not same_json(first[0].payload, payload)
-            ):
+            existing = await self._existing_fork(fork_id, payload)
+            if existing is None:
                 raise WorkflowExists(fork_id, row.type, f"a fork of {workflow_id} v{at}")
-            return row
+            return existing
         log.warning(
             "workflow forked",
             extra={
@@ -984,10 +1015,29 @@ class Engine:
                 "actor": actor,
                 "reason": reason,
                 "steps_copied": len(copied),
+                "steps_rerun": rerun,
             },
         )
         self.transitions.rows.put(row)
         self.observers.transitioned(TransitionEvent(None, row, FORK_EVENT, actor))
+        return row
+
+    async def _existing_fork(self, fork_id: str, payload: Mapping[str, Any]) -> WorkflowRow | None:
+        """The workflow ``fork_id`` if it is this fork (a retry: its ``$fork`` entry names the
+        same source, version and reason); None if there is none; WorkflowExists if the id is
+        taken by something else."""
+        row = await self.store.get_workflow(fork_id)
+        if row is None:
+            return None
+        first = (await self.store.history(fork_id, 0, 1))[:1]
+        if (
+            not first
+            or first[0].event != FORK_EVENT
+            or not all(same_json(first[0].payload.get(k), v) for k, v in payload.items())
+        ):
+            raise WorkflowExists(
+                fork_id, row.type, f"a fork of {payload['forked_from']} v{payload['version']}"
+            )
         return row
 
     async def migrate(
@@ -1370,6 +1420,15 @@ class Engine:
 
 FORK_EVENT = "$fork"
 """The first log entry of a workflow started from a past version of another (``fork``)."""
+
+
+def _outcome_unknown(step: StepRecord) -> bool:
+    """Whether the ledger cannot tell if ``step``'s call happened: *executing* (a worker may
+    be in it, or died in it), or failed by an error that does not prove the call never left
+    (what a worker reconciles before running it again, and parks on without a verdict)."""
+    return step.status == "executing" or (
+        step.status == "failed" and step.outcome != "not_applied"
+    )
 
 
 def _check_reason(reason: object, what: str) -> None:

@@ -625,11 +625,21 @@ async def cancel_timer(
     description="The new workflow is in the state, with the context, that the log gives at "
     "`version` (default: the latest), and has the results of the steps done by then (they do "
     "not run again); its first log entry is `$fork` with the source, version, reason and "
-    "caller. Forking the same version to the same id again returns that fork. Needs the "
-    "operator or admin role.",
+    "caller. Forking the same version to the same id again returns that fork. **Steps done "
+    "after `version` run again in the fork, under its own keys**: refused (409 "
+    "`steps_would_rerun`, naming them) unless `rerun_steps` is true. Refused (409) while a "
+    "worker holds the workflow (`workflow_busy`: a step may be in flight) and while a step "
+    "of it has an unknown outcome (`step_unresolved`: resolve it first). Needs the operator "
+    "or admin role.",
 )
 async def fork(workflow_id: WorkflowId, body: ForkIn, access: AccessDep) -> Response:
-    row = await access.fork(workflow_id, reason=body.reason, version=body.version, new_id=body.id)
+    row = await access.fork(
+        workflow_id,
+        reason=body.reason,
+        version=body.version,
+        new_id=body.id,
+        rerun_steps=body.rerun_steps,
+    )
     return _body(_view(access, row), 201)
 
 

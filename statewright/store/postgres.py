@@ -65,6 +65,7 @@ from statewright.store.postgres_rows import (
     transition_record,
     workflow_row,
 )
+from statewright.store.protocol import fork_source_busy
 from statewright.store.queries import load_queries, migrations
 from statewright.store.schedules import PostgresSchedules
 from statewright.types import (
@@ -341,7 +342,11 @@ class PostgresStore(PostgresSchedules):
             **timer_params(new.timers),
         }
         async with self._connection(write=True) as conn:
-            row = await (await conn.execute(Q["create_workflow"], params)).fetchone()
+            if new.fork_of is None:
+                row = await (await conn.execute(Q["create_workflow"], params)).fetchone()
+            else:
+                async with conn.transaction():
+                    row = await self._create_fork(conn, new.fork_of, params)
             if row is None:
                 # Another transaction created it after this statement's snapshot was taken.
                 cur = await conn.execute(Q["get_workflow"], {"id": new.id})
@@ -353,6 +358,23 @@ class PostgresStore(PostgresSchedules):
         if created and result.next_due_at is not None:
             self.listener.wake()
         return result, created
+
+    @staticmethod
+    async def _create_fork(
+        conn: Conn, fork_of: tuple[str, int], params: dict[str, Any]
+    ) -> DictRow | None:
+        """The fork's create, after checking (and locking until the commit) that its source
+        is still unleased at the fence it was read at (see :attr:`NewWorkflow.fork_of`)."""
+        exists = await (await conn.execute(Q["version_of"], {"id": params["id"]})).fetchone()
+        if exists is None:
+            source, fence = fork_of
+            cur = await conn.execute(Q["fork_source"], {"id": source})
+            found = await cur.fetchone()
+            if found is None:
+                raise WorkflowNotFound(source)
+            if found["lease_owner"] is not None or found["fence"] != fence:
+                raise WorkflowBusy(fork_source_busy(source))
+        return await (await conn.execute(Q["create_workflow"], params)).fetchone()
 
     async def get_workflow(self, workflow_id: str) -> WorkflowRow | None:
         async with self._connection() as conn:

@@ -37,6 +37,14 @@ from statewright.types import (
 )
 
 
+def fork_source_busy(source_id: str) -> str:
+    """Why a fork's create was refused (:attr:`NewWorkflow.fork_of`): the source's lease."""
+    return (
+        f"a worker holds workflow {source_id!r} or claimed it while it was being forked (a "
+        "step of it may be in flight): fork it once the worker lets go"
+    )
+
+
 @runtime_checkable
 class Store(Protocol):
     """Durable storage for workflows, their transition log, step ledger, timers and inbox."""
@@ -53,7 +61,9 @@ class Store(Protocol):
         """Insert the row (version 1) and its first log entry, or return the existing row.
 
         Returns ``(row, created)``; an existing id is not an error here (idempotent start),
-        the engine decides whether the existing row matches.
+        the engine decides whether the existing row matches. A fork (``new.fork_of``) whose
+        source a worker holds, or claimed since it was read, is refused with WorkflowBusy
+        (:func:`fork_source_busy`), checked in the transaction that would create it.
         """
 
     async def get_workflow(self, workflow_id: str) -> WorkflowRow | None: ...

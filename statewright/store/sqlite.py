@@ -39,6 +39,7 @@ from statewright.store.alert_outbox import (
     outbox_record,
     state_write,
 )
+from statewright.store.protocol import fork_source_busy
 from statewright.store.queries import load_queries, migrations
 from statewright.store.schedules import SQLiteSchedules
 from statewright.store.sqlite_conn import GroupCommitConnection, Synchronous
@@ -324,6 +325,15 @@ class SQLiteStore(SQLiteSchedules):
 
     async def create_workflow(self, new: NewWorkflow) -> tuple[WorkflowRow, bool]:
         def fn(conn: sqlite3.Connection) -> tuple[WorkflowRow, bool]:
+            if new.fork_of is not None and (
+                conn.execute(Q["version_of"], {"id": new.id}).fetchone() is None
+            ):
+                source, fence = new.fork_of
+                found = conn.execute(Q["fork_source"], {"id": source}).fetchone()
+                if found is None:
+                    raise WorkflowNotFound(source)
+                if found["lease_owner"] is not None or found["fence"] != fence:
+                    raise WorkflowBusy(fork_source_busy(source))
             context = _dumps(new.context)
             cur = conn.execute(
                 Q["insert_workflow"],

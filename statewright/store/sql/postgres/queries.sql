@@ -6,6 +6,11 @@ SELECT * FROM workflows WHERE id = %(id)s;
 -- The current version of a workflow (for conflict reports).
 SELECT version FROM workflows WHERE id = %(id)s;
 
+-- name: fork_source
+-- A fork's source: whether a worker holds it, and its latest claim's fencing token; locked
+-- until the fork commits (a claim waits: none begins while the fork is written).
+SELECT lease_owner, fence FROM workflows WHERE id = %(id)s FOR SHARE;
+
 -- name: write_refusal
 -- Why a compare-and-swap matched nothing: the row's version and lease, and whether the inbox
 -- items it would consume are still there.

@@ -76,6 +76,10 @@ UPDATE workflows
 -- The current version of a workflow (for conflict reports).
 SELECT version FROM workflows WHERE id = :id;
 
+-- name: fork_source
+-- A fork's source: whether a worker holds it, and its latest claim's fencing token.
+SELECT lease_owner, fence FROM workflows WHERE id = :id;
+
 -- name: history
 -- One workflow's log in version order.
 SELECT * FROM transitions WHERE workflow_id = :id AND version > :after ORDER BY version
