@@ -118,15 +118,27 @@ def import_(
         Path,
         typer.Argument(metavar="FILE.jsonl.gz", help="An archive written by prune --archive."),
     ],
+    max_record_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-record-bytes",
+            min=1,
+            help="The most one line (one workflow) may inflate to; a longer one is refused "
+            "unread.",
+        ),
+    ] = 16 * 1024 * 1024,
 ) -> None:
-    """Restore the workflows of a prune archive, each whole in one transaction, and check that
-    replaying its log gives its row (with --app naming its machines; else it is listed as
-    unchecked). A workflow already here with the same data is skipped; with other data it is
-    refused (exit code 1), nothing written for it. A file that is not an archive is refused
-    (exit code 2) before anything is written."""
+    """Restore the workflows of a prune archive, each whole in one transaction. An archive is
+    checked, not trusted: a record is refused (listed, exit code 1, nothing written for it;
+    the rest goes on) unless it is a finished workflow (terminal, unleased, not due), its id
+    consistent with its tenant, every value within the engine's input limits, and replaying
+    its log gives its row (with --app naming its machines; else the log's order only, and it
+    is listed as unchecked). A workflow already here with the same data is skipped; with
+    other data it is refused (exit code 1), nothing written for it. A file that is not an
+    archive is refused (exit code 2) before anything is written."""
 
     async def go(engine: Engine) -> ImportReport:
-        return await engine.import_archive(path)
+        return await engine.import_archive(path, max_record_bytes=max_record_bytes)
 
     report = with_engine(s, go)
     if s.json:
@@ -146,10 +158,20 @@ def import_(
                 "the archive ends in an incomplete batch (a prune stopped while writing it; "
                 "those workflows were never deleted)"
             )
+    for refusal in report.refused[:10]:
+        what = f" ({refusal['id']})" if refusal["id"] is not None else ""
+        err.print(
+            f"refused line {refusal['line']}{what}: error[{refusal['code']}]: "
+            f"{refusal['message']}",
+            markup=False,
+        )
+    if len(report.refused) > 10:
+        err.print(f"... and {len(report.refused) - 10} more refused record(s) (see --json)")
     if report.conflicts:
         shown = ", ".join(report.conflicts[:10]) + (" ..." if len(report.conflicts) > 10 else "")
         err.print(
             f"refused {len(report.conflicts)} workflow(s) that exist here with other data: "
             f"{escape(shown)}"
         )
+    if report.conflicts or report.refused:
         raise typer.Exit(1)

@@ -1373,6 +1373,73 @@ class Engine:
             )
         return replayed
 
+    def check_archived(
+        self, workflow: Mapping[str, Any], log: Iterable[Mapping[str, Any]]
+    ) -> Replayed:
+        """An archived workflow's row (its columns, as :meth:`import_archive` reads them) and
+        log replay to each other, on the machine versions registered here (on others, the
+        order of the log only); a finished row must be in a terminal state of its machine.
+        ReplayMismatch otherwise (also for a log too malformed to replay)."""
+        wid = str(workflow["id"])
+        try:
+            entries = sorted(log, key=lambda t: int(t["version"]))
+            records = [
+                TransitionRecord(
+                    seq=n,
+                    workflow_id=wid,
+                    version=int(t["version"]),
+                    from_state=t.get("from_state"),
+                    to_state=t["to_state"],
+                    event=t["event"],
+                    payload=t["payload"],
+                    actor=t["actor"],
+                    context_patch=t.get("context_patch"),
+                    at=float(t["at"]),
+                    idempotency_key=t.get("idempotency_key"),
+                )
+                for n, t in enumerate(entries, 1)
+            ]
+            row = WorkflowRow(
+                id=wid,
+                type=str(workflow["type"]),
+                machine_version=int(workflow["machine_version"]),
+                state=str(workflow["state"]),
+                context=dict(workflow["context"]),
+                version=int(workflow["version"]),
+                attempts=0,
+                terminal=bool(workflow["terminal"]),
+                created_at=float(workflow["created_at"]),
+                updated_at=float(workflow["updated_at"]),
+                state_entered_at=float(workflow["state_entered_at"]),
+                next_due_at=None,
+                lease_owner=None,
+                lease_expires_at=None,
+                last_error=None,
+            )
+            state, context, machine_version = self._replay_log(row, records)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ReplayMismatch(
+                f"workflow {wid!r}: its log cannot be replayed ({type(exc).__name__}: {exc})",
+                workflow_id=wid,
+            ) from None
+        replayed = Replayed(state, records[-1].version, context)
+        stored = Replayed(row.state, row.version, row.context)
+        if replayed != stored or machine_version != row.machine_version:
+            raise ReplayMismatch(
+                f"workflow {wid!r}: replay gives {replayed} on machine version "
+                f"{machine_version}, but the row holds {stored} on {row.machine_version}",
+                workflow_id=wid,
+            )
+        machine = self._known_machine(row.type, row.machine_version)
+        target = None if machine is None else machine.states.get(row.state)
+        if machine is not None and (target is None or target.terminal != row.terminal):
+            raise ReplayMismatch(
+                f"workflow {wid!r}: the row says {'' if row.terminal else 'not '}finished, "
+                f"but {row.state!r} is {'not ' if row.terminal else ''}a terminal state",
+                workflow_id=wid,
+            )
+        return replayed
+
     # -- retention (statewright.engine.retention) --------------------------------------------
 
     async def prune(
@@ -1407,15 +1474,30 @@ class Engine:
             dry_run=dry_run,
         )
 
-    async def import_archive(self, path: str | os.PathLike[str]) -> ImportReport:
-        """Restore the workflows of a prune archive. Each is restored whole in one
-        transaction, then its replay checked against its row (ReplayMismatch) when its machine
-        version is registered. A workflow already here with the same data is skipped (listed
-        as ``identical``); with other data it is refused (``conflicts``), nothing written.
-        Raises InvalidInput (before writing anything) for a file that is not an archive."""
+    async def import_archive(
+        self, path: str | os.PathLike[str], *, max_record_bytes: int | None = None
+    ) -> ImportReport:
+        """Restore the workflows of a prune archive, each whole in one transaction, **an
+        archive being data to check, not to trust**: each record is checked whole first, in
+        the transaction that would write it, and refused (listed in ``refused`` with its line
+        and why; nothing written for it; the rest of the archive goes on) unless it is a
+        finished workflow (terminal, unleased, not due, no timers: nothing can run it), its
+        id consistent with its tenant, every value within this engine's input limits (the
+        context, every payload and patch of its log, step results, inputs:
+        :class:`~statewright.jsonvalue.Limits`) and its log replays to its row (on its machine
+        version when registered here; else the log's order only, and it is listed in
+        ``unchecked``). A line longer than ``max_record_bytes`` once inflated (default 16 MiB)
+        is refused unread; decoding never recurses.
+
+        A workflow already here with the same data is skipped (``identical``); with other
+        data it is refused (``conflicts``), nothing written. Raises InvalidInput (before
+        writing anything) for a file that is not an archive."""
         from statewright.engine import retention
 
-        return await retention.import_archive(self, path)
+        limit = max_record_bytes
+        if limit is None:
+            limit = retention.DEFAULT_MAX_RECORD_BYTES
+        return await retention.import_archive(self, path, max_record_bytes=limit)
 
 
 FORK_EVENT = "$fork"

@@ -85,7 +85,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         "workflow, an Idempotency-Key used for another request, or an operator action that "
         "does not fit the workflow now (illegal_transition, version_conflict, "
         "workflow_exists, workflow_finished, idempotency_key_reused, lease_lost, "
-        "workflow_busy, step_done).",
+        "workflow_busy, step_done, step_unresolved, steps_would_rerun; workflow_pruned: a "
+        "start of the id of a workflow pruned since).",
         422: "Malformed request or payload, or a JSON value nested deeper than the engine "
         "takes (invalid_input, invalid_payload, value_too_deep).",
         503: "The store is unavailable and nothing was changed (store_error), or the "

@@ -1131,9 +1131,11 @@ class PostgresStore(PostgresSchedules):
         async with self._connection(write=not dry_run) as conn:
             return await retention_sql.pg_prune_alert_notifications(conn, before, limit, dry_run)
 
-    async def restore_workflow(self, record: Mapping[str, Any]) -> bool:
+    async def restore_workflow(
+        self, record: Mapping[str, Any], check: retention_sql.Check | None = None
+    ) -> bool:
         async with self._connection(write=True) as conn:
-            return await retention_sql.pg_restore(conn, dict(record))
+            return await retention_sql.pg_restore(conn, dict(record), check)
 
 
 async def _rollback(conn: Conn) -> None:

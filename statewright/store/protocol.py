@@ -9,7 +9,7 @@ boundary with the original kept as ``__cause__``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from statewright.store.alert_outbox import AlertChange, AlertStateRecord, OutboxRecord
@@ -517,6 +517,14 @@ class Store(Protocol):
         before ``before``, oldest first; how many (with ``dry_run``: how many there are,
         nothing deleted). Pending ones are never deleted."""
 
-    async def restore_workflow(self, record: Mapping[str, Any]) -> bool:
+    async def restore_workflow(
+        self,
+        record: Mapping[str, Any],
+        check: Callable[[dict[str, Any]], None] | None = None,
+    ) -> bool:
         """Insert an archive record's rows in one transaction; False (nothing written) when a
-        workflow of that id exists."""
+        workflow of that id exists. In that transaction, before anything is written, the
+        record must pass :func:`~statewright.store.retention_sql.check_restorable` (a finished
+        workflow, unleased, not due, its id and tenant consistent, its columns of their
+        types) and ``check`` (the engine's limits and replay): else what they raise, nothing
+        written."""

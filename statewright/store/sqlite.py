@@ -1334,5 +1334,8 @@ class SQLiteStore(SQLiteSchedules):
 
         return await (self.conn.read(go) if dry_run else self.conn.write(go))
 
-    async def restore_workflow(self, record: Mapping[str, Any]) -> bool:
-        return await self.conn.write(lambda c: retention_sql.sqlite_restore(c, dict(record)))
+    async def restore_workflow(
+        self, record: Mapping[str, Any], check: retention_sql.Check | None = None
+    ) -> bool:
+        rec = dict(record)
+        return await self.conn.write(lambda c: retention_sql.sqlite_restore(c, rec, check))

@@ -8,6 +8,9 @@ nothing.
 from __future__ import annotations
 
 import asyncio
+import gzip
+import json
+import time
 from collections.abc import Awaitable
 from pathlib import Path
 
@@ -100,6 +103,61 @@ async def test_a_workflow_a_worker_holds_is_not_forked(pg_dsn: str, tmp_path: Pa
         assert [w.id for w in await engine.list_workflows() if w.id.startswith("in-flight.")] == [
             fork.id
         ]
+    service.close()
+
+
+@pytest.mark.acceptance
+async def test_a_tampered_archive_imported_while_a_worker_runs_charges_nothing(
+    pg_dsn: str, tmp_path: Path
+) -> None:
+    """Two paid orders are pruned into an archive; one record is edited back to a live, due
+    state (log cut to its start, charge step removed), another given a lease for a hundred
+    years by a worker that does not exist. Imported while a worker runs: both are refused
+    before anything of them is written, the untouched one is restored, and the service, which
+    charges on every call, counts no new charge."""
+    engine = Engine(store_from_url(pg_dsn), TYPES)
+    service = Service(tmp_path / "service.db")
+    async with engine:
+        ids = ["order-1", "order-2", "order-3"]
+        for wid in ids:
+            await engine.start("frozen_pay", {"order": wid}, workflow_id=wid)
+        with processes() as procs:
+            procs.append(spawn_worker(pg_dsn, tmp_path, "a", EO_WINDOW="0"))
+            await eventually(lambda: _all_done(engine, ids), 30, "the orders to be paid")
+            assert sorted(_charges(service)) == [f"{w}:charge" for w in ids]
+            archive = tmp_path / "old.jsonl.gz"
+            assert (await engine.prune(0, archive=archive)).workflows == 3
+            with gzip.open(archive, "rt") as f:
+                records = {r["id"]: r for r in (json.loads(line) for line in f)}
+            live, leased, good = (records[w] for w in ids)
+            live["transitions"] = live["transitions"][:1]
+            live["steps"] = []
+            live["workflow"].update(
+                state="charging",
+                terminal=False,
+                version=1,
+                context={"order": "order-1"},
+                next_due_at=0.0,
+            )
+            leased["workflow"].update(
+                lease_owner="worker:ghost", lease_expires_at=time.time() + 100 * 365 * 86400
+            )
+            tampered = tmp_path / "tampered.jsonl.gz"
+            with gzip.open(tampered, "wt") as f:
+                f.writelines(json.dumps(r) + "\n" for r in (live, leased, good))
+            try:
+                report = await engine.import_archive(tampered)
+            finally:
+                await asyncio.sleep(3.0)  # the worker would charge a restored live order now
+                assert sorted(_charges(service)) == [f"{w}:charge" for w in ids], "charged again"
+            assert [(r["id"], r["code"]) for r in report.refused] == [
+                ("order-1", "invalid_input"),
+                ("order-2", "invalid_input"),
+            ]
+            assert report.imported == ["order-3"]
+        for wid in ("order-1", "order-2"):
+            assert await engine.store.get_workflow(wid) is None
+        await engine.check("order-3")
     service.close()
 
 
