@@ -49,6 +49,7 @@ from statewright.errors import (
     UnknownWorkflowType,
     WorkflowBusy,
     WorkflowNotFound,
+    WorkflowPruned,
 )
 from statewright.redaction import NO_REDACTION, Redactor
 from statewright.store.protocol import fork_source_busy
@@ -425,14 +426,17 @@ class Access:
         tenant = self._tenant_for_new(tenant)
         if tenant != DEFAULT_TENANT:
             workflow_id = await self._store_id_for_new(tenant, workflow_id, idempotency_key)
-        return await self.engine.create(
-            workflow_type,
-            input,
-            workflow_id=workflow_id,
-            actor=self.principal.actor,
-            tenant=tenant,
-            idempotency_key=idempotency_key,
-        )
+        try:
+            return await self.engine.create(
+                workflow_type,
+                input,
+                workflow_id=workflow_id,
+                actor=self.principal.actor,
+                tenant=tenant,
+                idempotency_key=idempotency_key,
+            )
+        except WorkflowPruned as exc:  # named by the id this caller knows
+            raise WorkflowPruned(self.public_id(exc.workflow_id), exc.idempotency_key) from None
 
     async def _store_id_for_new(self, tenant: str, given: str | None, key: str | None) -> str:
         """The store id a start in ``tenant`` (not the default) creates, or finds."""

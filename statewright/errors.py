@@ -485,11 +485,16 @@ class WorkflowPruned(StatewrightError):
 
     code = "workflow_pruned"
 
-    def __init__(self, workflow_id: str) -> None:
+    def __init__(self, workflow_id: str, idempotency_key: str | None = None) -> None:
         self.workflow_id = workflow_id
+        self.idempotency_key = idempotency_key
+        named = f"workflow {workflow_id!r}" + (
+            "" if idempotency_key is None else f" (idempotency key {idempotency_key!r})"
+        )
         super().__init__(
-            f"workflow {workflow_id!r} was started before and has since finished and been "
-            "pruned: its id (and the idempotency key it may come from) is not used again, so "
-            "a retried start never runs its steps a second time",
+            f"{named} was started before, finished and has been pruned: its id is not used "
+            "again (a retried start must not run its steps a second time under the same "
+            "keys); import it from the prune's archive to see it",
             workflow_id=workflow_id,
+            idempotency_key=idempotency_key,
         )

@@ -63,6 +63,18 @@ def prune(
             show_default=False,
         ),
     ] = None,
+    pruned_ids_older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--pruned-ids-older-than",
+            metavar="DURATION",
+            help="Also forget the ids of workflows pruned longer ago than this: a start of "
+            "such an id (or its idempotency key) creates a new workflow again, which runs its "
+            "steps again under the same keys. Without it, pruned ids are refused for ever "
+            "(workflow_pruned). " + DurationHelp,
+            show_default=False,
+        ),
+    ] = None,
     tenant: Annotated[
         str | None,
         typer.Option(help="Only this tenant's workflows and refusals.", show_default=False),
@@ -78,13 +90,15 @@ def prune(
     ] = False,
 ) -> None:
     """Delete finished workflows whole (row, log, steps, timers, inbox, refused events) through
-    the log's one sanctioned delete, in short batches that never hold up live workflows.
-    Refused (exit code 2) for a bad duration."""
+    the log's one sanctioned delete, in short batches that never hold up live workflows. Each
+    leaves its id behind (a tombstone): a start of it is refused (workflow_pruned) until
+    --pruned-ids-older-than forgets it. Refused (exit code 2) for a bad duration."""
     from statewright.engine.retention import parse_duration
 
     older = parse_duration(terminal_older_than)
     rej = None if rejections_older_than is None else parse_duration(rejections_older_than)
     alerts = None if alerts_older_than is None else parse_duration(alerts_older_than)
+    ids = None if pruned_ids_older_than is None else parse_duration(pruned_ids_older_than)
 
     async def go(engine: Engine) -> PruneReport:
         return await engine.prune(
@@ -94,6 +108,7 @@ def prune(
             batch=batch,
             rejections_older_than=rej,
             alerts_older_than=alerts,
+            pruned_ids_older_than=ids,
             dry_run=dry_run,
         )
 
@@ -106,7 +121,7 @@ def prune(
         f"{verb} {report.workflows} finished workflow(s): {report.transitions} log entries, "
         f"{report.steps} steps, {report.timers} timers, {report.inbox} inputs, "
         f"{report.rejections} refused events, {report.alert_notifications} alert "
-        f"notifications ({report.seconds:.2f}s)"
+        f"notifications, {report.pruned_ids} pruned ids ({report.seconds:.2f}s)"
     )
     if archive is not None and not report.dry_run:
         out.print(f"archived {report.archived} workflow(s) to {escape(str(archive))}")

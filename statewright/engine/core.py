@@ -56,6 +56,7 @@ from statewright.errors import (
     WorkflowExists,
     WorkflowFinished,
     WorkflowNotFound,
+    WorkflowPruned,
 )
 from statewright.jsonvalue import Limits
 from statewright.store.protocol import Store, fork_source_busy
@@ -288,6 +289,9 @@ class Engine:
         ``idempotency_key`` and no id, the id is derived from the tenant and the key
         (:func:`id_for_key`), so a retried start creates nothing new; either way the key
         must come with the same type and input as the first time (IdempotencyKeyReused).
+        That holds after the workflow is pruned too: a start of a pruned workflow's id (or
+        key) raises :class:`WorkflowPruned`, until ``prune(pruned_ids_older_than=)`` forgets
+        it; it never creates a workflow that would run the same steps under the same keys.
 
         The id is the store's key as given: a trusted caller of the Python API names ids
         across tenants. ``Access`` (HTTP, MCP) scopes ids per tenant by qualifying them,
@@ -344,7 +348,12 @@ class Engine:
             idempotency_key=idempotency_key,
             trace=capture_trace(),  # the caller's span, if any: the worker's spans join it
         )
-        row, created = await self.store.create_workflow(new)
+        try:
+            row, created = await self.store.create_workflow(new)
+        except WorkflowPruned as exc:
+            if idempotency_key is None:
+                raise
+            raise WorkflowPruned(exc.workflow_id, idempotency_key) from None
         self.transitions.rows.put(row)
         if row.type != wtype.name or row.tenant != tenant:
             # Another tenant's id must not leak its type: report it as taken, nothing more.
@@ -1451,6 +1460,7 @@ class Engine:
         batch: int = 500,
         rejections_older_than: float | None = None,
         alerts_older_than: float | None = None,
+        pruned_ids_older_than: float | None = None,
         dry_run: bool = False,
     ) -> PruneReport:
         """Delete finished workflows whose final state was entered more than
@@ -1460,7 +1470,14 @@ class Engine:
         than ``alerts_older_than`` seconds ago and delivered or dead-lettered since (never a
         pending one). With ``archive`` (a ``.jsonl.gz`` path,
         appended to) each batch is written and fsynced before it is deleted. ``dry_run``
-        counts and changes nothing. Raises InvalidInput."""
+        counts and changes nothing. Raises InvalidInput.
+
+        Each pruned workflow leaves a tombstone (its id, tenant, type and when), written
+        with its delete: a start of that id, or with the idempotency key it came from, is
+        refused with :class:`WorkflowPruned` rather than creating a workflow that would run
+        the same steps under the same keys. Tombstones are kept until
+        ``pruned_ids_older_than`` (seconds since their prune) deletes them; only then may
+        such an id be started again."""
         from statewright.engine import retention
 
         return await retention.prune(
@@ -1471,6 +1488,7 @@ class Engine:
             batch=batch,
             rejections_older_than=rejections_older_than,
             alerts_older_than=alerts_older_than,
+            pruned_ids_older_than=pruned_ids_older_than,
             dry_run=dry_run,
         )
 

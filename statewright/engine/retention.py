@@ -81,6 +81,9 @@ class PruneReport:
     """Refused events deleted: those of the pruned workflows and those past their cutoff."""
     alert_notifications: int = 0
     """Alert notifications delivered or dead-lettered before their cutoff, deleted."""
+    pruned_ids: int = 0
+    """Tombstones of workflows pruned before their cutoff, deleted: those ids may be started
+    again (a pruned workflow's id is otherwise refused for ever)."""
     seconds: float = 0.0
     archived: int = 0
     """Records written to the archive (a workflow a concurrent prune took may be among them)."""
@@ -137,6 +140,7 @@ async def prune(
     batch: int = DEFAULT_BATCH,
     rejections_older_than: float | None = None,
     alerts_older_than: float | None = None,
+    pruned_ids_older_than: float | None = None,
     dry_run: bool = False,
 ) -> PruneReport:
     """See :meth:`statewright.engine.Engine.prune`. ``alerts_older_than``: also delete the
@@ -161,6 +165,11 @@ async def prune(
     )
     if alerts_older is not None and tenant is not None:
         raise InvalidInput("alert notifications are not kept per tenant: prune them without one")
+    ids_older = (
+        None
+        if pruned_ids_older_than is None
+        else _check_seconds(pruned_ids_older_than, "pruned_ids_older_than")
+    )
     writer = None if archive is None or dry_run else ArchiveWriter(archive)
     store = engine.store
     now = engine.clock.now()
@@ -192,7 +201,7 @@ async def prune(
             report.archived += len(records)
             held = [(r["id"], int(r["workflow"]["version"])) for r in records]
         took = time.perf_counter()
-        deleted, counts = await store.delete_workflows(held) if held else ([], {})
+        deleted, counts = await store.delete_workflows(held, now) if held else ([], {})
         took = time.perf_counter() - took
         for wid in deleted:
             engine.transitions.rows.drop(wid)
@@ -230,6 +239,21 @@ async def prune(
                 n = await store.prune_alert_notifications(before, limit=batch * 10)
                 took = time.perf_counter() - took
                 report.alert_notifications += n
+                if n < batch * 10:
+                    break
+                await asyncio.sleep(took)
+    if ids_older is not None:
+        before = now - ids_older
+        if dry_run:
+            report.pruned_ids = await store.forget_pruned_ids(
+                before, tenant=tenant, limit=0, dry_run=True
+            )
+        else:
+            while True:
+                took = time.perf_counter()
+                n = await store.forget_pruned_ids(before, tenant=tenant, limit=batch * 10)
+                took = time.perf_counter() - took
+                report.pruned_ids += n
                 if n < batch * 10:
                     break
                 await asyncio.sleep(took)

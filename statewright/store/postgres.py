@@ -40,6 +40,7 @@ from statewright.errors import (
     WorkflowBusy,
     WorkflowFinished,
     WorkflowNotFound,
+    WorkflowPruned,
 )
 from statewright.store import retention_sql, sqlbuild, timerdue
 from statewright.store.alert_outbox import (
@@ -98,6 +99,8 @@ Q = load_queries("postgres")
 _SNAPSHOT_ROUNDS = 4
 """Runs of a timer-changing write whose snapshot missed a concurrent update of its row."""
 Conn = AsyncConnection[DictRow]
+PRUNED_ID = "SWPRU"
+"""The SQLSTATE of a start of a pruned workflow's id (migration 0015_pruned_ids)."""
 
 
 async def _configure(conn: AsyncConnection[Any]) -> None:
@@ -342,11 +345,16 @@ class PostgresStore(PostgresSchedules):
             **timer_params(new.timers),
         }
         async with self._connection(write=True) as conn:
-            if new.fork_of is None:
-                row = await (await conn.execute(Q["create_workflow"], params)).fetchone()
-            else:
-                async with conn.transaction():
-                    row = await self._create_fork(conn, new.fork_of, params)
+            try:
+                if new.fork_of is None:
+                    row = await (await conn.execute(Q["create_workflow"], params)).fetchone()
+                else:
+                    async with conn.transaction():
+                        row = await self._create_fork(conn, new.fork_of, params)
+            except psycopg.Error as exc:
+                if exc.sqlstate == PRUNED_ID:  # its trigger (migration 0015_pruned_ids)
+                    raise WorkflowPruned(new.id) from None
+                raise
             if row is None:
                 # Another transaction created it after this statement's snapshot was taken.
                 cur = await conn.execute(Q["get_workflow"], {"id": new.id})
@@ -1114,10 +1122,17 @@ class PostgresStore(PostgresSchedules):
             return await retention_sql.pg_export(conn, ids)
 
     async def delete_workflows(
-        self, held: Sequence[tuple[str, int]]
+        self, held: Sequence[tuple[str, int]], at: float | None = None
     ) -> tuple[list[str], dict[str, int]]:
+        when = time.time() if at is None else at
         async with self._connection(write=True) as conn:
-            return await retention_sql.pg_delete(conn, held)
+            return await retention_sql.pg_delete(conn, held, when)
+
+    async def forget_pruned_ids(
+        self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
+    ) -> int:
+        async with self._connection(write=not dry_run) as conn:
+            return await retention_sql.pg_forget_pruned_ids(conn, before, tenant, limit, dry_run)
 
     async def prune_rejections(
         self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False

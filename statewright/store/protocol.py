@@ -61,9 +61,11 @@ class Store(Protocol):
         """Insert the row (version 1) and its first log entry, or return the existing row.
 
         Returns ``(row, created)``; an existing id is not an error here (idempotent start),
-        the engine decides whether the existing row matches. A fork (``new.fork_of``) whose
-        source a worker holds, or claimed since it was read, is refused with WorkflowBusy
-        (:func:`fork_source_busy`), checked in the transaction that would create it.
+        the engine decides whether the existing row matches. WorkflowPruned when a workflow of
+        that id was pruned (its tombstone is kept: see :meth:`delete_workflows`). A fork
+        (``new.fork_of``) whose source a worker holds, or claimed since it was read, is
+        refused with WorkflowBusy (:func:`fork_source_busy`), checked in the transaction that
+        would create it.
         """
 
     async def get_workflow(self, workflow_id: str) -> WorkflowRow | None: ...
@@ -498,11 +500,20 @@ class Store(Protocol):
         and refused events."""
 
     async def delete_workflows(
-        self, held: Sequence[tuple[str, int]]
+        self, held: Sequence[tuple[str, int]], at: float | None = None
     ) -> tuple[list[str], dict[str, int]]:
         """Delete, in one short transaction through the log's sanctioned delete, each finished
         workflow of ``(id, version)`` still at that version, whole; the ids deleted and the
-        rows deleted per table. A workflow another prune is deleting is skipped."""
+        rows deleted per table. A workflow another prune is deleting is skipped. Each one
+        deleted leaves its tombstone (id, tenant, type, ``at``: default now) in the same
+        transaction: :meth:`create_workflow` of that id raises WorkflowPruned."""
+
+    async def forget_pruned_ids(
+        self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
+    ) -> int:
+        """Delete up to ``limit`` tombstones of workflows pruned before ``before`` (of one
+        tenant, or all), oldest first: their ids may be started again. How many (with
+        ``dry_run``: how many there are, nothing deleted)."""
 
     async def prune_rejections(
         self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
@@ -522,8 +533,9 @@ class Store(Protocol):
         record: Mapping[str, Any],
         check: Callable[[dict[str, Any]], None] | None = None,
     ) -> bool:
-        """Insert an archive record's rows in one transaction; False (nothing written) when a
-        workflow of that id exists. In that transaction, before anything is written, the
+        """Insert an archive record's rows in one transaction (and delete the tombstone its id
+        may have: the id names a workflow again); False (nothing written) when a workflow of
+        that id exists. In that transaction, before anything is written, the
         record must pass :func:`~statewright.store.retention_sql.check_restorable` (a finished
         workflow, unleased, not due, its id and tenant consistent, its columns of their
         types) and ``check`` (the engine's limits and replay): else what they raise, nothing

@@ -298,15 +298,19 @@ def sqlite_export(conn: sqlite3.Connection, ids: Sequence[str]) -> list[Record]:
 
 
 def sqlite_delete(
-    conn: sqlite3.Connection, held: Sequence[tuple[str, int]]
+    conn: sqlite3.Connection, held: Sequence[tuple[str, int]], at: float
 ) -> tuple[list[str], Counts]:
     token = uuid.uuid4().hex
     conn.execute(SQ["prune_token_add"], {"key": token})
-    deleted = [
-        wid
-        for wid, version in held
-        if conn.execute(SQ["prune_workflow"], {"id": wid, "version": version}).rowcount == 1
-    ]
+    deleted = []
+    for wid, version in held:
+        gone = conn.execute(SQ["prune_workflow"], {"id": wid, "version": version}).fetchall()
+        if gone:  # its tombstone, in the same transaction: the id is not started again
+            tenant, type_ = gone[0]
+            conn.execute(
+                SQ["add_pruned_id"], {"id": wid, "tenant": tenant, "type": type_, "at": at}
+            )
+            deleted.append(wid)
     counts: Counts = {"workflows": len(deleted)}
     params = {"ids": json.dumps(deleted)}
     for table in RELATED:
@@ -325,6 +329,15 @@ def sqlite_prune_rejections(
         return int(conn.execute(query, params).fetchone()[0])
     query = SQ["prune_rejections"] if tenant is None else SQ["prune_rejections_tenant"]
     return conn.execute(query, params).rowcount
+
+
+def sqlite_forget_pruned_ids(
+    conn: sqlite3.Connection, before: float, tenant: str | None, limit: int, dry_run: bool
+) -> int:
+    params = {"until": before, "tenant": tenant, "limit": limit}
+    if dry_run:
+        return int(conn.execute(SQ["count_old_pruned_ids"], params).fetchone()[0])
+    return conn.execute(SQ["forget_pruned_ids"], params).rowcount
 
 
 def sqlite_prune_alert_notifications(
@@ -355,6 +368,7 @@ def sqlite_restore(conn: sqlite3.Connection, rec: Record, check: Check | None = 
     check_restorable(rec)
     if check is not None:
         check(rec)
+    conn.execute(SQ["drop_pruned_id"], {"id": rec["id"]})  # the id names a workflow again
     columns = sqlite_columns(conn)
     for table in TABLES:
         rows = [rec["workflow"]] if table == "workflows" else rec[table]
@@ -410,12 +424,15 @@ async def pg_export(conn: PgConn, ids: Sequence[str]) -> list[Record]:
     return _by_workflow(ids, rows)
 
 
-async def pg_delete(conn: PgConn, held: Sequence[tuple[str, int]]) -> tuple[list[str], Counts]:
+async def pg_delete(
+    conn: PgConn, held: Sequence[tuple[str, int]], at: float
+) -> tuple[list[str], Counts]:
     counts: Counts = {}
     async with conn.transaction():
         await conn.execute(PQ["prune_begin"])
-        cur = await conn.execute(
-            PQ["prune_workflows"], {"ids": [h[0] for h in held], "versions": [h[1] for h in held]}
+        cur = await conn.execute(  # and their tombstones: their ids are not started again
+            PQ["prune_workflows"],
+            {"ids": [h[0] for h in held], "versions": [h[1] for h in held], "at": at},
         )
         deleted = [r["id"] for r in await cur.fetchall()]
         counts["workflows"] = len(deleted)
@@ -441,6 +458,16 @@ async def pg_prune_rejections(
         return 0 if row is None else int(row["n"])
     query = PQ["prune_rejections"] if tenant is None else PQ["prune_rejections_tenant"]
     return (await conn.execute(query, params)).rowcount
+
+
+async def pg_forget_pruned_ids(
+    conn: PgConn, before: float, tenant: str | None, limit: int, dry_run: bool
+) -> int:
+    params = {"until": before, "tenant": tenant, "limit": limit}
+    if dry_run:
+        row = await (await conn.execute(PQ["count_old_pruned_ids"], params)).fetchone()
+        return 0 if row is None else int(row["n"])
+    return (await conn.execute(PQ["forget_pruned_ids"], params)).rowcount
 
 
 async def pg_prune_alert_notifications(
@@ -480,6 +507,8 @@ async def pg_restore(conn: PgConn, rec: Record, check: Check | None = None) -> b
         check_restorable(rec)
         if check is not None:
             check(rec)
+        # The id names a workflow again (before the insert, whose trigger refuses a pruned id).
+        await conn.execute(PQ["drop_pruned_id"], {"id": rec["id"]})
         for table in TABLES:
             rows = [rec["workflow"]] if table == "workflows" else rec[table]
             if not rows:

@@ -28,6 +28,7 @@ from statewright.errors import (
     WorkflowBusy,
     WorkflowFinished,
     WorkflowNotFound,
+    WorkflowPruned,
 )
 from statewright.store import retention_sql, sqlbuild, timerdue
 from statewright.store.alert_outbox import (
@@ -325,6 +326,8 @@ class SQLiteStore(SQLiteSchedules):
 
     async def create_workflow(self, new: NewWorkflow) -> tuple[WorkflowRow, bool]:
         def fn(conn: sqlite3.Connection) -> tuple[WorkflowRow, bool]:
+            if conn.execute(Q["is_pruned"], {"id": new.id}).fetchone() is not None:
+                raise WorkflowPruned(new.id)  # (a tombstone: no row of that id is left)
             if new.fork_of is not None and (
                 conn.execute(Q["version_of"], {"id": new.id}).fetchone() is None
             ):
@@ -1316,9 +1319,18 @@ class SQLiteStore(SQLiteSchedules):
         return await self.conn.read(lambda c: retention_sql.sqlite_export(c, ids))
 
     async def delete_workflows(
-        self, held: Sequence[tuple[str, int]]
+        self, held: Sequence[tuple[str, int]], at: float | None = None
     ) -> tuple[list[str], dict[str, int]]:
-        return await self.conn.write(lambda c: retention_sql.sqlite_delete(c, held))
+        when = time.time() if at is None else at
+        return await self.conn.write(lambda c: retention_sql.sqlite_delete(c, held, when))
+
+    async def forget_pruned_ids(
+        self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
+    ) -> int:
+        def go(c: sqlite3.Connection) -> int:
+            return retention_sql.sqlite_forget_pruned_ids(c, before, tenant, limit, dry_run)
+
+        return await (self.conn.read(go) if dry_run else self.conn.write(go))
 
     async def prune_rejections(
         self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False

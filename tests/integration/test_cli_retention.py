@@ -150,3 +150,23 @@ def test_import_refuses_a_tampered_record_and_imports_the_rest(where: Cli, tmp_p
     assert [r["message"] for r in small["refused"]] == [
         "the line is longer than 100 bytes inflated (max_record_bytes): not read"
     ] * 2
+
+
+def test_a_pruned_id_is_not_started_again_until_forgotten(where: Cli, tmp_path: Path) -> None:
+    """Issue 22, item 9: a retried start of a pruned workflow's id exits 2 (workflow_pruned),
+    creating nothing; prune --pruned-ids-older-than forgets the id."""
+    cli, app = where, app_file(tmp_path)
+    cli("--app", app, "start", "ticket", "--id", "t9")
+    cli("--app", app, "send", "t9", "close")
+    cli("--app", app, "prune", "--terminal-older-than", "0s")
+    line = cli.error("--app", app, "start", "ticket", "--id", "t9", code=2)
+    assert line.startswith("error[workflow_pruned]") and "'t9'" in line
+    cli.error("--app", app, "show", "t9", code=1)
+    kept = cli.json("--app", app, "prune", "--terminal-older-than", "0s",
+                    "--pruned-ids-older-than", "30d")  # fmt: skip
+    assert kept["pruned_ids"] == 0
+    text = cli(
+        "--app", app, "prune", "--terminal-older-than", "0s", "--pruned-ids-older-than", "0s"
+    ).stdout
+    assert "1 pruned ids" in text
+    assert cli.json("--app", app, "start", "ticket", "--id", "t9")["version"] == 1
