@@ -48,6 +48,7 @@ if TYPE_CHECKING:
         StepDone,
         StepNotFound,
         StepOutcomeUnknown,
+        StepsWouldRerun,
         StepUnresolved,
         StoreError,
         TimerNotFound,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
         WorkflowExists,
         WorkflowFinished,
         WorkflowNotFound,
+        WorkflowPruned,
     )
     from statewright.jsonvalue import Limits
     from statewright.store import SQLiteStore, Store, store_from_url
@@ -107,6 +109,7 @@ _LAZY: dict[str, str] = {
     "StepNotFound": "statewright.errors",
     "StepOutcomeUnknown": "statewright.errors",
     "StepUnresolved": "statewright.errors",
+    "StepsWouldRerun": "statewright.errors",
     "Store": "statewright.store",
     "StoreError": "statewright.errors",
     "SyncEngine": "statewright.sync",
@@ -126,6 +129,7 @@ _LAZY: dict[str, str] = {
     "WorkflowFilter": "statewright.types",
     "WorkflowFinished": "statewright.errors",
     "WorkflowNotFound": "statewright.errors",
+    "WorkflowPruned": "statewright.errors",
     "WorkflowRow": "statewright.types",
     "WorkflowType": "statewright.engine",
     "agent_task_type": "statewright.engine",
@@ -192,6 +196,7 @@ __all__ = [
     "StepNotFound",
     "StepOutcomeUnknown",
     "StepUnresolved",
+    "StepsWouldRerun",
     "Store",
     "StoreError",
     "SyncEngine",
@@ -211,6 +216,7 @@ __all__ = [
     "WorkflowFilter",
     "WorkflowFinished",
     "WorkflowNotFound",
+    "WorkflowPruned",
     "WorkflowRow",
     "WorkflowType",
     "__version__",

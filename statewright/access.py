@@ -47,11 +47,16 @@ from statewright.errors import (
     IllegalTransition,
     InvalidInput,
     StatewrightError,
+    StepsWouldRerun,
+    StepUnresolved,
     Unauthorized,
     UnknownWorkflowType,
+    WorkflowBusy,
     WorkflowNotFound,
+    WorkflowPruned,
 )
 from statewright.redaction import NO_REDACTION, Redactor
+from statewright.store.protocol import fork_source_busy
 from statewright.types import (
     InboxItem,
     StepRecord,
@@ -456,14 +461,17 @@ class Access:
         tenant = self._tenant_for_new(tenant)
         if tenant != DEFAULT_TENANT:
             workflow_id = await self._store_id_for_new(tenant, workflow_id, idempotency_key)
-        return await self.engine.create(
-            workflow_type,
-            input,
-            workflow_id=workflow_id,
-            actor=self.principal.actor,
-            tenant=tenant,
-            idempotency_key=idempotency_key,
-        )
+        try:
+            return await self.engine.create(
+                workflow_type,
+                input,
+                workflow_id=workflow_id,
+                actor=self.principal.actor,
+                tenant=tenant,
+                idempotency_key=idempotency_key,
+            )
+        except WorkflowPruned as exc:  # named by the id this caller knows
+            raise WorkflowPruned(self.public_id(exc.workflow_id), exc.idempotency_key) from None
 
     async def _store_id_for_new(self, tenant: str, given: str | None, key: str | None) -> str:
         """The store id a start in ``tenant`` (not the default) creates, or finds."""
@@ -699,15 +707,32 @@ class Access:
         reason: str,
         version: int | None = None,
         new_id: str | None = None,
+        rerun_steps: bool = False,
     ) -> WorkflowRow:
         """Start a new workflow, in the same tenant, from a past version of one (roles
-        operator/admin); see :meth:`Engine.fork`."""
+        operator/admin); see :meth:`Engine.fork` (``rerun_steps``: forking from a version
+        after which steps were done runs them again; refused unless this is True)."""
         row = await self.get(workflow_id)
         self._operator("fork workflows")
         store_id = None if new_id is None else ids.qualify(row.tenant, ids.check_id(new_id))
-        return await self.engine.fork(
-            row.id, actor=self.principal.actor, reason=reason, version=version, new_id=store_id
-        )
+        try:
+            return await self.engine.fork(
+                row.id,
+                actor=self.principal.actor,
+                reason=reason,
+                version=version,
+                new_id=store_id,
+                rerun_steps=rerun_steps,
+            )
+        except StepUnresolved as exc:  # named by the id this caller knows
+            raise StepUnresolved(
+                self.public_id(exc.workflow_id), exc.steps, action="fork"
+            ) from None
+        except StepsWouldRerun as exc:
+            public = self.public_id(exc.workflow_id)
+            raise StepsWouldRerun(public, exc.version, exc.steps) from None
+        except WorkflowBusy:
+            raise WorkflowBusy(fork_source_busy(workflow_id)) from None
 
     async def move_to(
         self,

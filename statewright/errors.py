@@ -448,21 +448,69 @@ class WorkflowBusy(StatewrightError):
 
 
 class StepUnresolved(StatewrightError):
-    """The workflow is parked because a step's outcome is unknown: running its handler again
-    would meet the same step and park it again. Resolve the step instead (applied, with its
-    result, or not applied)."""
+    """A step of the workflow has an unknown outcome (its call may have happened): resolve it
+    first (applied, with its result, or not applied)."""
 
     code = "step_unresolved"
 
-    def __init__(self, workflow_id: str, steps: Sequence[str]) -> None:
+    def __init__(self, workflow_id: str, steps: Sequence[str], *, action: str = "resume") -> None:
         self.workflow_id = workflow_id
         self.steps = list(steps)
         names = ", ".join(repr(s) for s in self.steps)
+        first = self.steps[0] if self.steps else "STEP"
+        why = (
+            "a fork would call it again under the fork's own key, which no reconcile hook or "
+            "deduplicating service has seen"
+            if action == "fork"
+            else "resuming it would park it again"
+        )
         super().__init__(
-            f"workflow {workflow_id!r} is parked because the outcome of step {names} is "
-            "unknown: resuming it would park it again. Check the external system, then resolve "
-            "the step: applied (with its result) or not applied (it runs again); that resumes "
-            "the workflow",
+            f"workflow {workflow_id!r}: the outcome of step {names} is unknown (its call may "
+            f"have happened); {why}. Check the external system, then resolve the step on this "
+            f"workflow (`statewright resolve-step {workflow_id} {first} --applied RESULT_JSON | "
+            f"--not-applied`, POST /v1/workflows/{workflow_id}/steps/{first}/resolve): applied "
+            "(with its result) or not applied (it runs again)",
             workflow_id=workflow_id,
             steps=self.steps,
+        )
+
+
+class StepsWouldRerun(StatewrightError):
+    """Forking from this version runs again the steps done after it: say so to fork."""
+
+    code = "steps_would_rerun"
+
+    def __init__(self, workflow_id: str, version: int, steps: Sequence[str]) -> None:
+        self.workflow_id = workflow_id
+        self.version = version
+        self.steps = list(steps)
+        names = ", ".join(repr(s) for s in self.steps)
+        super().__init__(
+            f"forking workflow {workflow_id!r} from version {version} runs again the steps "
+            f"it did after that version ({names}), under the fork's own keys: their effects "
+            "(a charge, an email) happen a second time. Fork with rerun_steps=True "
+            '(--rerun-steps, "rerun_steps": true) if that is what you want',
+            workflow_id=workflow_id,
+            version=version,
+            steps=self.steps,
+        )
+
+
+class WorkflowPruned(StatewrightError):
+    """A workflow with this id existed and was pruned: the id is not used again."""
+
+    code = "workflow_pruned"
+
+    def __init__(self, workflow_id: str, idempotency_key: str | None = None) -> None:
+        self.workflow_id = workflow_id
+        self.idempotency_key = idempotency_key
+        named = f"workflow {workflow_id!r}" + (
+            "" if idempotency_key is None else f" (idempotency key {idempotency_key!r})"
+        )
+        super().__init__(
+            f"{named} was started before, finished and has been pruned: its id is not used "
+            "again (a retried start must not run its steps a second time under the same "
+            "keys); import it from the prune's archive to see it",
+            workflow_id=workflow_id,
+            idempotency_key=idempotency_key,
         )

@@ -234,6 +234,10 @@ class NewWorkflow:
     same transaction: no worker can run the new workflow before they are there."""
     trace: str | None = None
     """The caller's W3C trace context, stored on the row (see :attr:`WorkflowRow.trace`)."""
+    fork_of: tuple[str, int] | None = None
+    """A fork's source as it was read, ``(id, fence)``: the fork is created only if, in the
+    same transaction, the source is still unleased at that fence (no worker claimed it since
+    its steps were read, so none of them began meanwhile); otherwise WorkflowBusy."""
 
 
 @dataclass(frozen=True)

@@ -196,14 +196,34 @@ def fork(
             show_default=False,
         ),
     ] = None,
+    rerun_steps: Annotated[
+        bool,
+        typer.Option(
+            "--rerun-steps",
+            help="Forking from a version after which steps were done runs them again, under "
+            "the fork's keys (a charge is made twice): refused (exit code 2, naming them) "
+            "without this flag.",
+        ),
+    ] = False,
     actor: ActorOption = "cli",
 ) -> None:
     """Start a new workflow from a past version of this one: its state and context as of that
     version, with the results of the steps done by then (they do not run again). Logged as
-    $fork with the source, version, actor and reason; the original is not touched."""
+    $fork with the source, version, actor and reason; the original is not touched.
+
+    Steps done AFTER that version run again in the fork under its own keys: say so with
+    --rerun-steps. Refused (exit code 2) while a worker holds the workflow, and while a step
+    of it has an unknown outcome (resolve-step it first)."""
     row = with_engine(
         s,
-        lambda e: e.fork(workflow_id, actor=actor, reason=reason, version=version, new_id=new_id),
+        lambda e: e.fork(
+            workflow_id,
+            actor=actor,
+            reason=reason,
+            version=version,
+            new_id=new_id,
+            rerun_steps=rerun_steps,
+        ),
     )
     if s.json:
         emit_json(row)

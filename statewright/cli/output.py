@@ -29,9 +29,11 @@ from statewright.errors import (
     OutcomeUnknown,
     StatewrightError,
     StepDone,
+    StepsWouldRerun,
     StepUnresolved,
     WorkflowBusy,
     WorkflowFinished,
+    WorkflowPruned,
 )
 
 if TYPE_CHECKING:
@@ -77,6 +79,8 @@ REFUSED = (
     StepDone,
     StepUnresolved,
     WorkflowBusy,
+    StepsWouldRerun,
+    WorkflowPruned,
 )
 """Errors that mean "bad input, nothing changed": exit code 2."""
 RETRY_ADVICE = (

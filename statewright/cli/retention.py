@@ -63,6 +63,18 @@ def prune(
             show_default=False,
         ),
     ] = None,
+    pruned_ids_older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--pruned-ids-older-than",
+            metavar="DURATION",
+            help="Also forget the ids of workflows pruned longer ago than this: a start of "
+            "such an id (or its idempotency key) creates a new workflow again, which runs its "
+            "steps again under the same keys. Without it, pruned ids are refused for ever "
+            "(workflow_pruned). " + DurationHelp,
+            show_default=False,
+        ),
+    ] = None,
     tenant: Annotated[
         str | None,
         typer.Option(help="Only this tenant's workflows and refusals.", show_default=False),
@@ -78,13 +90,15 @@ def prune(
     ] = False,
 ) -> None:
     """Delete finished workflows whole (row, log, steps, timers, inbox, refused events) through
-    the log's one sanctioned delete, in short batches that never hold up live workflows.
-    Refused (exit code 2) for a bad duration."""
+    the log's one sanctioned delete, in short batches that never hold up live workflows. Each
+    leaves its id behind (a tombstone): a start of it is refused (workflow_pruned) until
+    --pruned-ids-older-than forgets it. Refused (exit code 2) for a bad duration."""
     from statewright.engine.retention import parse_duration
 
     older = parse_duration(terminal_older_than)
     rej = None if rejections_older_than is None else parse_duration(rejections_older_than)
     alerts = None if alerts_older_than is None else parse_duration(alerts_older_than)
+    ids = None if pruned_ids_older_than is None else parse_duration(pruned_ids_older_than)
 
     async def go(engine: Engine) -> PruneReport:
         return await engine.prune(
@@ -94,6 +108,7 @@ def prune(
             batch=batch,
             rejections_older_than=rej,
             alerts_older_than=alerts,
+            pruned_ids_older_than=ids,
             dry_run=dry_run,
         )
 
@@ -106,7 +121,7 @@ def prune(
         f"{verb} {report.workflows} finished workflow(s): {report.transitions} log entries, "
         f"{report.steps} steps, {report.timers} timers, {report.inbox} inputs, "
         f"{report.rejections} refused events, {report.alert_notifications} alert "
-        f"notifications ({report.seconds:.2f}s)"
+        f"notifications, {report.pruned_ids} pruned ids ({report.seconds:.2f}s)"
     )
     if archive is not None and not report.dry_run:
         out.print(f"archived {report.archived} workflow(s) to {escape(str(archive))}")
@@ -118,15 +133,27 @@ def import_(
         Path,
         typer.Argument(metavar="FILE.jsonl.gz", help="An archive written by prune --archive."),
     ],
+    max_record_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-record-bytes",
+            min=1,
+            help="The most one line (one workflow) may inflate to; a longer one is refused "
+            "unread.",
+        ),
+    ] = 16 * 1024 * 1024,
 ) -> None:
-    """Restore the workflows of a prune archive, each whole in one transaction, and check that
-    replaying its log gives its row (with --app naming its machines; else it is listed as
-    unchecked). A workflow already here with the same data is skipped; with other data it is
-    refused (exit code 1), nothing written for it. A file that is not an archive is refused
-    (exit code 2) before anything is written."""
+    """Restore the workflows of a prune archive, each whole in one transaction. An archive is
+    checked, not trusted: a record is refused (listed, exit code 1, nothing written for it;
+    the rest goes on) unless it is a finished workflow (terminal, unleased, not due), its id
+    consistent with its tenant, every value within the engine's input limits, and replaying
+    its log gives its row (with --app naming its machines; else the log's order only, and it
+    is listed as unchecked). A workflow already here with the same data is skipped; with
+    other data it is refused (exit code 1), nothing written for it. A file that is not an
+    archive is refused (exit code 2) before anything is written."""
 
     async def go(engine: Engine) -> ImportReport:
-        return await engine.import_archive(path)
+        return await engine.import_archive(path, max_record_bytes=max_record_bytes)
 
     report = with_engine(s, go)
     if s.json:
@@ -146,10 +173,20 @@ def import_(
                 "the archive ends in an incomplete batch (a prune stopped while writing it; "
                 "those workflows were never deleted)"
             )
+    for refusal in report.refused[:10]:
+        what = f" ({refusal['id']})" if refusal["id"] is not None else ""
+        err.print(
+            f"refused line {refusal['line']}{what}: error[{refusal['code']}]: "
+            f"{refusal['message']}",
+            markup=False,
+        )
+    if len(report.refused) > 10:
+        err.print(f"... and {len(report.refused) - 10} more refused record(s) (see --json)")
     if report.conflicts:
         shown = ", ".join(report.conflicts[:10]) + (" ..." if len(report.conflicts) > 10 else "")
         err.print(
             f"refused {len(report.conflicts)} workflow(s) that exist here with other data: "
             f"{escape(shown)}"
         )
+    if report.conflicts or report.refused:
         raise typer.Exit(1)

@@ -48,6 +48,7 @@ from statewright.errors import (
     InvalidInput,
     ReplayMismatch,
     StatewrightError,
+    StepsWouldRerun,
     StepUnresolved,
     UnknownState,
     UnknownWorkflowType,
@@ -57,9 +58,10 @@ from statewright.errors import (
     WorkflowExists,
     WorkflowFinished,
     WorkflowNotFound,
+    WorkflowPruned,
 )
 from statewright.jsonvalue import Limits
-from statewright.store.protocol import Store
+from statewright.store.protocol import Store, fork_source_busy
 from statewright.types import (
     JSON,
     InboxItem,
@@ -321,6 +323,9 @@ class Engine:
         ``idempotency_key`` and no id, the id is derived from the tenant and the key
         (:func:`id_for_key`), so a retried start creates nothing new; either way the key
         must come with the same type and input as the first time (IdempotencyKeyReused).
+        That holds after the workflow is pruned too: a start of a pruned workflow's id (or
+        key) raises :class:`WorkflowPruned`, until ``prune(pruned_ids_older_than=)`` forgets
+        it; it never creates a workflow that would run the same steps under the same keys.
 
         The id is the store's key as given: a trusted caller of the Python API names ids
         across tenants. ``Access`` (HTTP, MCP) scopes ids per tenant by qualifying them,
@@ -377,7 +382,12 @@ class Engine:
             idempotency_key=idempotency_key,
             trace=capture_trace(),  # the caller's span, if any: the worker's spans join it
         )
-        row, created = await self.store.create_workflow(new)
+        try:
+            row, created = await self.store.create_workflow(new)
+        except WorkflowPruned as exc:
+            if idempotency_key is None:
+                raise
+            raise WorkflowPruned(exc.workflow_id, idempotency_key) from None
         self.transitions.rows.put(row)
         if row.type != wtype.name or row.tenant != tenant:
             # Another tenant's id must not leak its type: report it as taken, nothing more.
@@ -959,14 +969,29 @@ class Engine:
         reason: str,
         version: int | None = None,
         new_id: str | None = None,
+        rerun_steps: bool = False,
     ) -> WorkflowRow:
         """Start a new workflow from a past version of an existing one: Temporal's reset,
         LangGraph's checkpoints, from our log. The new workflow is in the state, with the
         context, that the log gives at ``version`` (default: the latest); the steps the
         original had *done* by then are copied under the new workflow's keys, so they return
-        their results there and do not run again (steps after that point run again: that is
-        what going back means). Its first log entry is ``$fork`` with the source, version,
-        reason and actor. The original is not touched.
+        their results there and do not run again. Its first log entry is ``$fork`` with the
+        source, version, reason and actor. The original is not touched (if it is live, both
+        go on: what comes after the fork point runs in each).
+
+        **Steps done after ``version`` run again in the fork, under the fork's keys** (no
+        reconcile hook or deduplicating service links them to the original's calls): a
+        charge is made a second time. Such a fork is refused with :class:`StepsWouldRerun`,
+        naming them, unless ``rerun_steps=True`` says that is meant (they are listed in the
+        ``$fork`` entry). Forking the latest version reruns nothing.
+
+        Refused, so that no call is made twice behind the ledger's back: while a worker holds
+        the original (WorkflowBusy: a step may be in flight; checked again in the transaction
+        that creates the fork), and while any step of the original has an unknown outcome
+        (:class:`StepUnresolved`: *executing*, or failed by an error that does not prove the
+        call never left, as for a workflow parked ``step_outcome_unknown``). Resolve such a
+        step on the original first (:meth:`resolve_step`, or let its worker reconcile it):
+        done, the fork carries its result; not applied, the fork may run it.
 
         ``new_id`` defaults to ``<id>.fork-<version>``; forking the same version to the same id
         again returns that fork (a retry is safe: the workflow, its first log entry and its
@@ -974,9 +999,11 @@ class Engine:
 
         Raises WorkflowNotFound, UnknownWorkflowType (its version is not registered),
         InvalidInput (no reason, a version out of range, a bad id), WorkflowExists (the id is
-        taken by something else).
+        taken by something else), WorkflowBusy, StepUnresolved, StepsWouldRerun.
         """
         _check_reason(reason, "forking a workflow")
+        if not isinstance(rerun_steps, bool):
+            raise InvalidInput("rerun_steps must be true or false")
         source = await self.get(workflow_id)
         at = source.version if version is None else version
         if isinstance(at, bool) or not isinstance(at, int):
@@ -991,19 +1018,34 @@ class Engine:
         wtype = self.type_of(source.type, fork_version)
         machine = wtype.machine
         fork_id = ids.check_ref(new_id or f"{workflow_id}.fork-{at}", source.tenant)
+        payload: dict[str, Any] = {"forked_from": workflow_id, "version": at, "reason": reason}
+        existing = await self._existing_fork(fork_id, payload)
+        if existing is not None:
+            return existing  # a retry
+        if source.lease_owner is not None:
+            raise WorkflowBusy(fork_source_busy(workflow_id))
         now = self.clock.now()
+        steps = await self.store.steps(workflow_id)
+        unknown = [s.step for s in steps if _outcome_unknown(s)]
+        if unknown:
+            raise StepUnresolved(workflow_id, unknown, action="fork")
         # The steps done while the workflow was at that version: before the next transition
-        # (for the latest version: all done so far).
+        # (for the latest version: all done so far). Those done later would run again.
         cutoff = records[at].at if len(records) > at else now
         copied = tuple(
             dataclasses.replace(step, key=f"{fork_id}:{step.step}", workflow_id=fork_id)
-            for step in await self.store.steps(workflow_id)
+            for step in steps
             if step.status == "done"
             and step.finished_at is not None
             and step.finished_at <= cutoff
         )
+        kept = {step.step for step in copied}
+        rerun = [s.step for s in steps if s.status == "done" and s.step not in kept]
+        if rerun and not rerun_steps:
+            raise StepsWouldRerun(workflow_id, at, rerun)
+        if rerun:
+            payload["rerun_steps"] = rerun
         target = machine.states[state]
-        payload = {"forked_from": workflow_id, "version": at, "reason": reason}
         row, created = await self.store.create_workflow(
             NewWorkflow(
                 id=fork_id,
@@ -1021,17 +1063,14 @@ class Engine:
                 payload=payload,
                 steps=copied,
                 trace=capture_trace(),
+                fork_of=(workflow_id, source.fence),
             )
         )
         if not created:
-            first = (await self.store.history(fork_id, 0, 1))[:1]
-            if (
-                not first
-                or first[0].event != FORK_EVENT
-                or not same_json(first[0].payload, payload)
-            ):
+            existing = await self._existing_fork(fork_id, payload)
+            if existing is None:
                 raise WorkflowExists(fork_id, row.type, f"a fork of {workflow_id} v{at}")
-            return row
+            return existing
         log.warning(
             "workflow forked",
             extra={
@@ -1042,10 +1081,29 @@ class Engine:
                 "actor": actor,
                 "reason": reason,
                 "steps_copied": len(copied),
+                "steps_rerun": rerun,
             },
         )
         self.transitions.rows.put(row)
         self.observers.transitioned(TransitionEvent(None, row, FORK_EVENT, actor))
+        return row
+
+    async def _existing_fork(self, fork_id: str, payload: Mapping[str, Any]) -> WorkflowRow | None:
+        """The workflow ``fork_id`` if it is this fork (a retry: its ``$fork`` entry names the
+        same source, version and reason); None if there is none; WorkflowExists if the id is
+        taken by something else."""
+        row = await self.store.get_workflow(fork_id)
+        if row is None:
+            return None
+        first = (await self.store.history(fork_id, 0, 1))[:1]
+        if (
+            not first
+            or first[0].event != FORK_EVENT
+            or not all(same_json(first[0].payload.get(k), v) for k, v in payload.items())
+        ):
+            raise WorkflowExists(
+                fork_id, row.type, f"a fork of {payload['forked_from']} v{payload['version']}"
+            )
         return row
 
     async def migrate(
@@ -1404,6 +1462,73 @@ class Engine:
             )
         return replayed
 
+    def check_archived(
+        self, workflow: Mapping[str, Any], log: Iterable[Mapping[str, Any]]
+    ) -> Replayed:
+        """An archived workflow's row (its columns, as :meth:`import_archive` reads them) and
+        log replay to each other, on the machine versions registered here (on others, the
+        order of the log only); a finished row must be in a terminal state of its machine.
+        ReplayMismatch otherwise (also for a log too malformed to replay)."""
+        wid = str(workflow["id"])
+        try:
+            entries = sorted(log, key=lambda t: int(t["version"]))
+            records = [
+                TransitionRecord(
+                    seq=n,
+                    workflow_id=wid,
+                    version=int(t["version"]),
+                    from_state=t.get("from_state"),
+                    to_state=t["to_state"],
+                    event=t["event"],
+                    payload=t["payload"],
+                    actor=t["actor"],
+                    context_patch=t.get("context_patch"),
+                    at=float(t["at"]),
+                    idempotency_key=t.get("idempotency_key"),
+                )
+                for n, t in enumerate(entries, 1)
+            ]
+            row = WorkflowRow(
+                id=wid,
+                type=str(workflow["type"]),
+                machine_version=int(workflow["machine_version"]),
+                state=str(workflow["state"]),
+                context=dict(workflow["context"]),
+                version=int(workflow["version"]),
+                attempts=0,
+                terminal=bool(workflow["terminal"]),
+                created_at=float(workflow["created_at"]),
+                updated_at=float(workflow["updated_at"]),
+                state_entered_at=float(workflow["state_entered_at"]),
+                next_due_at=None,
+                lease_owner=None,
+                lease_expires_at=None,
+                last_error=None,
+            )
+            state, context, machine_version = self._replay_log(row, records)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ReplayMismatch(
+                f"workflow {wid!r}: its log cannot be replayed ({type(exc).__name__}: {exc})",
+                workflow_id=wid,
+            ) from None
+        replayed = Replayed(state, records[-1].version, context)
+        stored = Replayed(row.state, row.version, row.context)
+        if replayed != stored or machine_version != row.machine_version:
+            raise ReplayMismatch(
+                f"workflow {wid!r}: replay gives {replayed} on machine version "
+                f"{machine_version}, but the row holds {stored} on {row.machine_version}",
+                workflow_id=wid,
+            )
+        machine = self._known_machine(row.type, row.machine_version)
+        target = None if machine is None else machine.states.get(row.state)
+        if machine is not None and (target is None or target.terminal != row.terminal):
+            raise ReplayMismatch(
+                f"workflow {wid!r}: the row says {'' if row.terminal else 'not '}finished, "
+                f"but {row.state!r} is {'not ' if row.terminal else ''}a terminal state",
+                workflow_id=wid,
+            )
+        return replayed
+
     # -- retention (statewright.engine.retention) --------------------------------------------
 
     async def prune(
@@ -1415,6 +1540,7 @@ class Engine:
         batch: int = 500,
         rejections_older_than: float | None = None,
         alerts_older_than: float | None = None,
+        pruned_ids_older_than: float | None = None,
         dry_run: bool = False,
     ) -> PruneReport:
         """Delete finished workflows whose final state was entered more than
@@ -1424,7 +1550,14 @@ class Engine:
         than ``alerts_older_than`` seconds ago and delivered or dead-lettered since (never a
         pending one). With ``archive`` (a ``.jsonl.gz`` path,
         appended to) each batch is written and fsynced before it is deleted. ``dry_run``
-        counts and changes nothing. Raises InvalidInput."""
+        counts and changes nothing. Raises InvalidInput.
+
+        Each pruned workflow leaves a tombstone (its id, tenant, type and when), written
+        with its delete: a start of that id, or with the idempotency key it came from, is
+        refused with :class:`WorkflowPruned` rather than creating a workflow that would run
+        the same steps under the same keys. Tombstones are kept until
+        ``pruned_ids_older_than`` (seconds since their prune) deletes them; only then may
+        such an id be started again."""
         from statewright.engine import retention
 
         return await retention.prune(
@@ -1435,18 +1568,34 @@ class Engine:
             batch=batch,
             rejections_older_than=rejections_older_than,
             alerts_older_than=alerts_older_than,
+            pruned_ids_older_than=pruned_ids_older_than,
             dry_run=dry_run,
         )
 
-    async def import_archive(self, path: str | os.PathLike[str]) -> ImportReport:
-        """Restore the workflows of a prune archive. Each is restored whole in one
-        transaction, then its replay checked against its row (ReplayMismatch) when its machine
-        version is registered. A workflow already here with the same data is skipped (listed
-        as ``identical``); with other data it is refused (``conflicts``), nothing written.
-        Raises InvalidInput (before writing anything) for a file that is not an archive."""
+    async def import_archive(
+        self, path: str | os.PathLike[str], *, max_record_bytes: int | None = None
+    ) -> ImportReport:
+        """Restore the workflows of a prune archive, each whole in one transaction, **an
+        archive being data to check, not to trust**: each record is checked whole first, in
+        the transaction that would write it, and refused (listed in ``refused`` with its line
+        and why; nothing written for it; the rest of the archive goes on) unless it is a
+        finished workflow (terminal, unleased, not due, no timers: nothing can run it), its
+        id consistent with its tenant, every value within this engine's input limits (the
+        context, every payload and patch of its log, step results, inputs:
+        :class:`~statewright.jsonvalue.Limits`) and its log replays to its row (on its machine
+        version when registered here; else the log's order only, and it is listed in
+        ``unchecked``). A line longer than ``max_record_bytes`` once inflated (default 16 MiB)
+        is refused unread; decoding never recurses.
+
+        A workflow already here with the same data is skipped (``identical``); with other
+        data it is refused (``conflicts``), nothing written. Raises InvalidInput (before
+        writing anything) for a file that is not an archive."""
         from statewright.engine import retention
 
-        return await retention.import_archive(self, path)
+        limit = max_record_bytes
+        if limit is None:
+            limit = retention.DEFAULT_MAX_RECORD_BYTES
+        return await retention.import_archive(self, path, max_record_bytes=limit)
 
 
 FORK_EVENT = "$fork"
@@ -1455,6 +1604,15 @@ FORK_EVENT = "$fork"
 
 MAX_REASON = 1000
 """Characters an operator's reason (resume, move, fork, context patch, migration) may have."""
+
+
+def _outcome_unknown(step: StepRecord) -> bool:
+    """Whether the ledger cannot tell if ``step``'s call happened: *executing* (a worker may
+    be in it, or died in it), or failed by an error that does not prove the call never left
+    (what a worker reconciles before running it again, and parks on without a verdict)."""
+    return step.status == "executing" or (
+        step.status == "failed" and step.outcome != "not_applied"
+    )
 
 
 def _check_reason(reason: object, what: str) -> None:

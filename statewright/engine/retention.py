@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from statewright import jsonvalue
 from statewright.errors import InvalidInput, StatewrightError
-from statewright.store.retention_sql import RELATED, check_record, comparable
+from statewright.store.retention_sql import RELATED, check_restorable, comparable
 
 if TYPE_CHECKING:
     from statewright.engine.core import Engine
@@ -80,6 +81,9 @@ class PruneReport:
     """Refused events deleted: those of the pruned workflows and those past their cutoff."""
     alert_notifications: int = 0
     """Alert notifications delivered or dead-lettered before their cutoff, deleted."""
+    pruned_ids: int = 0
+    """Tombstones of workflows pruned before their cutoff, deleted: those ids may be started
+    again (a pruned workflow's id is otherwise refused for ever)."""
     seconds: float = 0.0
     archived: int = 0
     """Records written to the archive (a workflow a concurrent prune took may be among them)."""
@@ -106,6 +110,9 @@ class ImportReport:
     """Already in the store exactly as archived (a re-import, or a duplicate line): skipped."""
     conflicts: list[str] = field(default_factory=list)
     """In the store with other data: refused, nothing written for them."""
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    """Records that failed a check (``line``, ``id`` when readable, ``code``, ``message``):
+    nothing written for them; the rest of the archive went on."""
     unchecked: list[str] = field(default_factory=list)
     """Imported, but their machine version is not registered here: replay not checked."""
     truncated: bool = False
@@ -133,6 +140,7 @@ async def prune(
     batch: int = DEFAULT_BATCH,
     rejections_older_than: float | None = None,
     alerts_older_than: float | None = None,
+    pruned_ids_older_than: float | None = None,
     dry_run: bool = False,
 ) -> PruneReport:
     """See :meth:`statewright.engine.Engine.prune`. ``alerts_older_than``: also delete the
@@ -157,6 +165,11 @@ async def prune(
     )
     if alerts_older is not None and tenant is not None:
         raise InvalidInput("alert notifications are not kept per tenant: prune them without one")
+    ids_older = (
+        None
+        if pruned_ids_older_than is None
+        else _check_seconds(pruned_ids_older_than, "pruned_ids_older_than")
+    )
     writer = None if archive is None or dry_run else ArchiveWriter(archive)
     store = engine.store
     now = engine.clock.now()
@@ -188,7 +201,7 @@ async def prune(
             report.archived += len(records)
             held = [(r["id"], int(r["workflow"]["version"])) for r in records]
         took = time.perf_counter()
-        deleted, counts = await store.delete_workflows(held) if held else ([], {})
+        deleted, counts = await store.delete_workflows(held, now) if held else ([], {})
         took = time.perf_counter() - took
         for wid in deleted:
             engine.transitions.rows.drop(wid)
@@ -226,6 +239,21 @@ async def prune(
                 n = await store.prune_alert_notifications(before, limit=batch * 10)
                 took = time.perf_counter() - took
                 report.alert_notifications += n
+                if n < batch * 10:
+                    break
+                await asyncio.sleep(took)
+    if ids_older is not None:
+        before = now - ids_older
+        if dry_run:
+            report.pruned_ids = await store.forget_pruned_ids(
+                before, tenant=tenant, limit=0, dry_run=True
+            )
+        else:
+            while True:
+                took = time.perf_counter()
+                n = await store.forget_pruned_ids(before, tenant=tenant, limit=batch * 10)
+                took = time.perf_counter() - took
+                report.pruned_ids += n
                 if n < batch * 10:
                     break
                 await asyncio.sleep(took)
@@ -300,12 +328,35 @@ class ArchiveWriter:
                 os.close(fd)
 
 
-def read_archive(path: str | os.PathLike[str]) -> tuple[Iterator[tuple[int, Any]], list[bool]]:
+DEFAULT_MAX_RECORD_BYTES = 16 * 1024 * 1024
+"""The most one archive line (one workflow) may inflate to; a longer line is refused unread
+(``import_archive(max_record_bytes=)``, ``statewright import --max-record-bytes``)."""
+_SKIP_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """An archive line that is not a record: too long, not JSON."""
+
+    error: StatewrightError
+
+
+def read_archive(
+    path: str | os.PathLike[str], max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+) -> tuple[Iterator[tuple[int, Any]], list[bool]]:
     """``(line number, record)`` of every complete line, and a flag set when the file ends in
-    an incomplete batch. InvalidInput for a file that is not such an archive."""
+    an incomplete batch. A line longer than ``max_record_bytes`` once inflated is skipped
+    without being held (an :class:`Unreadable` in its place), as is one that is not JSON;
+    decoding never recurses (a line nested 5,000 deep decodes, and the limits refuse it).
+    InvalidInput for a file that is not such an archive: not gzip, or a first line that is
+    not a statewright record."""
     p = Path(path)
     if not p.is_file():
         raise InvalidInput(f"no such archive file {str(p)!r}")
+    if isinstance(max_record_bytes, bool) or not isinstance(max_record_bytes, int):
+        raise InvalidInput("max_record_bytes must be a whole number of bytes")
+    if max_record_bytes < 1:
+        raise InvalidInput("max_record_bytes must be at least 1")
     truncated = [False]
 
     def lines() -> Iterator[tuple[int, Any]]:
@@ -313,7 +364,15 @@ def read_archive(path: str | os.PathLike[str]) -> tuple[Iterator[tuple[int, Any]
         with gzip.open(p, "rb") as f:
             while True:
                 try:
-                    raw = f.readline()
+                    raw = f.readline(max_record_bytes + 1)
+                    complete = raw.endswith(b"\n")
+                    too_long = not complete and len(raw) > max_record_bytes
+                    if too_long:  # skip the rest of it a chunk at a time, never holding it
+                        while not complete:
+                            chunk = f.readline(_SKIP_CHUNK)
+                            if not chunk:
+                                break
+                            complete = chunk.endswith(b"\n")
                 except (EOFError, zlib.error):
                     truncated[0] = True
                     return
@@ -325,36 +384,57 @@ def read_archive(path: str | os.PathLike[str]) -> tuple[Iterator[tuple[int, Any]
                 if not raw:
                     return
                 number += 1
-                if not raw.endswith(b"\n"):  # the end of a batch cut short
+                if not complete:  # the end of a batch cut short
                     truncated[0] = True
                     return
+                if too_long:
+                    error = InvalidInput(
+                        f"the line is longer than {max_record_bytes} bytes inflated "
+                        "(max_record_bytes): not read"
+                    )
+                    yield number, Unreadable(error)
+                    continue
                 try:
-                    yield number, json.loads(raw)
+                    rec = jsonvalue.loads(raw)
                 except ValueError:
-                    raise InvalidInput(f"{str(p)!r} line {number}: not JSON") from None
+                    if number == 1:
+                        raise InvalidInput(f"{str(p)!r} line 1: not JSON") from None
+                    yield number, Unreadable(InvalidInput("the line is not JSON"))
+                    continue
+                if number == 1 and (not isinstance(rec, dict) or "format" not in rec):
+                    raise InvalidInput(f"{str(p)!r} line 1: not a statewright archive record")
+                yield number, rec
 
     return lines(), truncated
 
 
-async def import_archive(engine: Engine, path: str | os.PathLike[str]) -> ImportReport:
+async def import_archive(
+    engine: Engine,
+    path: str | os.PathLike[str],
+    *,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+) -> ImportReport:
     """See :meth:`statewright.engine.Engine.import_archive`."""
-    # Checked whole first: a bad record anywhere refuses the import before anything is written.
-    records, _ = read_archive(path)
-    for number, rec in records:
-        check_record(rec, f"line {number}")
-    records, truncated = read_archive(path)
+    records, truncated = read_archive(path, max_record_bytes)
     report = ImportReport()
     store = engine.store
     columns: dict[str, set[str]] | None = None
-    for _, rec in records:
-        wid = rec["id"]
-        if await store.restore_workflow(rec):
+    for number, rec in records:
+        named = rec.get("id") if isinstance(rec, dict) else None
+        try:
+            if isinstance(rec, Unreadable):
+                raise rec.error
+            check_restorable(rec)
+            wid: str = rec["id"]
+            checked = _check_values(engine, rec)
+            restored = await store.restore_workflow(rec, lambda r: _check_replay(engine, r))
+        except StatewrightError as exc:
+            _refuse(report, number, named if isinstance(named, str) else None, exc)
+            continue
+        if restored:
             report.imported.append(wid)
             engine.transitions.rows.drop(wid)
-            wf = rec["workflow"]
-            if engine._known_machine(str(wf.get("type")), int(wf.get("machine_version", 0))):
-                await engine.check(wid)  # replay = row, or ReplayMismatch
-            else:
+            if not checked:
                 report.unchecked.append(wid)
             continue
         existing = await store.export_workflows([wid])
@@ -373,6 +453,46 @@ async def import_archive(engine: Engine, path: str | os.PathLike[str]) -> Import
     return report
 
 
+def _refuse(report: ImportReport, line: int, wid: str | None, exc: StatewrightError) -> None:
+    report.refused.append({"line": line, "id": wid, "code": exc.code, "message": exc.message})
+    log.warning(
+        "import refused a record",
+        extra={
+            "action": "import_refused",
+            "line": line,
+            "workflow_id": wid,
+            "code": exc.code,
+            "error": exc.message,
+        },
+    )
+
+
+def _check_values(engine: Engine, rec: dict[str, Any]) -> bool:
+    """Every value of the record within the engine's input limits (as if it were handed in
+    now: the context, every payload and patch of the log, step results, progress, inputs),
+    and its machine version registered here; ValueTooDeep, ValueTooLarge, InvalidInput.
+    Returns whether the replay can be checked (its machine version is registered)."""
+    limits = engine.limits
+    wf = rec["workflow"]
+    wid = wf["id"]
+    for col, value in wf.items():
+        if value is not None:
+            limits.check(value, f"{col} of {wid!r}")
+    for table in RELATED:
+        for i, row in enumerate(rec[table], 1):
+            for col, value in row.items():
+                if value is not None:
+                    limits.check(value, f"{table}[{i}].{col} of {wid!r}")
+    return engine._known_machine(wf["type"], wf["machine_version"]) is not None
+
+
+def _check_replay(engine: Engine, rec: dict[str, Any]) -> None:
+    """The record's log replays to its row (on its machine when registered here, else in
+    order only): ReplayMismatch otherwise. Run by the store in the transaction that would
+    write the record, before it writes."""
+    engine.check_archived(rec["workflow"], rec["transitions"])
+
+
 def _columns(rec: dict[str, Any]) -> dict[str, set[str]]:
     """The columns this store has, as one of its own records shows them (rows of a table a
     record has none of are compared whole)."""
@@ -384,9 +504,11 @@ def _columns(rec: dict[str, Any]) -> dict[str, set[str]]:
 
 
 __all__ = [
+    "DEFAULT_MAX_RECORD_BYTES",
     "ArchiveWriter",
     "ImportReport",
     "PruneReport",
+    "Unreadable",
     "check_worker_options",
     "import_archive",
     "parse_duration",

@@ -85,7 +85,8 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         "workflow, an Idempotency-Key used for another request, or an operator action that "
         "does not fit the workflow now, or a cursor no page returned (illegal_transition, "
         "version_conflict, workflow_exists, workflow_finished, idempotency_key_reused, "
-        "lease_lost, workflow_busy, step_done, invalid_cursor).",
+        "lease_lost, workflow_busy, step_done, step_unresolved, steps_would_rerun, "
+        "invalid_cursor; workflow_pruned: a start of the id of a workflow pruned since).",
         422: "Malformed request or payload, or a JSON value nested deeper than the engine "
         "takes (invalid_input, invalid_payload, value_too_deep).",
         503: "The store is unavailable and nothing was changed (store_error), or the "
@@ -645,11 +646,21 @@ async def cancel_timer(
     description="The new workflow is in the state, with the context, that the log gives at "
     "`version` (default: the latest), and has the results of the steps done by then (they do "
     "not run again); its first log entry is `$fork` with the source, version, reason and "
-    "caller. Forking the same version to the same id again returns that fork. Needs the "
-    "operator or admin role.",
+    "caller. Forking the same version to the same id again returns that fork. **Steps done "
+    "after `version` run again in the fork, under its own keys**: refused (409 "
+    "`steps_would_rerun`, naming them) unless `rerun_steps` is true. Refused (409) while a "
+    "worker holds the workflow (`workflow_busy`: a step may be in flight) and while a step "
+    "of it has an unknown outcome (`step_unresolved`: resolve it first). Needs the operator "
+    "or admin role.",
 )
 async def fork(workflow_id: WorkflowId, body: ForkIn, access: AccessDep) -> Response:
-    row = await access.fork(workflow_id, reason=body.reason, version=body.version, new_id=body.id)
+    row = await access.fork(
+        workflow_id,
+        reason=body.reason,
+        version=body.version,
+        new_id=body.id,
+        rerun_steps=body.rerun_steps,
+    )
     return _body(_view(access, row), 201)
 
 

@@ -33,7 +33,11 @@ STATUS = {
     "lease_lost": 409,
     "workflow_busy": 409,
     "step_done": 409,
+    # A fork that would call a step again: resolve it first, or say the rerun is meant.
     "step_unresolved": 409,
+    "steps_would_rerun": 409,
+    # A start of the id of a workflow pruned since: its steps must not run again.
+    "workflow_pruned": 409,
     "invalid_payload": 422,
     "action_failed": 422,
     "invalid_input": 422,

@@ -216,6 +216,12 @@ class ForkIn(_In):
         pattern=ID_PATTERN,
         description="The new workflow's id (default: `<id>.fork-<version>`).",
     )
+    rerun_steps: bool = Field(
+        default=False,
+        description="Forking from a version after which steps were done runs them **again**, "
+        "under the fork's keys (a charge is made twice): refused (409 `steps_would_rerun`, "
+        "naming them) unless this is true.",
+    )
 
 
 class MoveIn(_In):

@@ -40,6 +40,7 @@ from statewright.errors import (
     WorkflowBusy,
     WorkflowFinished,
     WorkflowNotFound,
+    WorkflowPruned,
 )
 from statewright.store import retention_sql, sqlbuild, timerdue
 from statewright.store.alert_outbox import (
@@ -65,6 +66,7 @@ from statewright.store.postgres_rows import (
     transition_record,
     workflow_row,
 )
+from statewright.store.protocol import fork_source_busy
 from statewright.store.queries import load_queries, migrations
 from statewright.store.schedules import PostgresSchedules
 from statewright.types import (
@@ -97,6 +99,8 @@ Q = load_queries("postgres")
 _SNAPSHOT_ROUNDS = 4
 """Runs of a timer-changing write whose snapshot missed a concurrent update of its row."""
 Conn = AsyncConnection[DictRow]
+PRUNED_ID = "SWPRU"
+"""The SQLSTATE of a start of a pruned workflow's id (migration 0016_pruned_ids)."""
 
 
 async def _configure(conn: AsyncConnection[Any]) -> None:
@@ -341,7 +345,16 @@ class PostgresStore(PostgresSchedules):
             **timer_params(new.timers),
         }
         async with self._connection(write=True) as conn:
-            row = await (await conn.execute(Q["create_workflow"], params)).fetchone()
+            try:
+                if new.fork_of is None:
+                    row = await (await conn.execute(Q["create_workflow"], params)).fetchone()
+                else:
+                    async with conn.transaction():
+                        row = await self._create_fork(conn, new.fork_of, params)
+            except psycopg.Error as exc:
+                if exc.sqlstate == PRUNED_ID:  # its trigger (migration 0016_pruned_ids)
+                    raise WorkflowPruned(new.id) from None
+                raise
             if row is None:
                 # Another transaction created it after this statement's snapshot was taken.
                 cur = await conn.execute(Q["get_workflow"], {"id": new.id})
@@ -353,6 +366,23 @@ class PostgresStore(PostgresSchedules):
         if created and result.next_due_at is not None:
             self.listener.wake()
         return result, created
+
+    @staticmethod
+    async def _create_fork(
+        conn: Conn, fork_of: tuple[str, int], params: dict[str, Any]
+    ) -> DictRow | None:
+        """The fork's create, after checking (and locking until the commit) that its source
+        is still unleased at the fence it was read at (see :attr:`NewWorkflow.fork_of`)."""
+        exists = await (await conn.execute(Q["version_of"], {"id": params["id"]})).fetchone()
+        if exists is None:
+            source, fence = fork_of
+            cur = await conn.execute(Q["fork_source"], {"id": source})
+            found = await cur.fetchone()
+            if found is None:
+                raise WorkflowNotFound(source)
+            if found["lease_owner"] is not None or found["fence"] != fence:
+                raise WorkflowBusy(fork_source_busy(source))
+        return await (await conn.execute(Q["create_workflow"], params)).fetchone()
 
     async def get_workflow(self, workflow_id: str) -> WorkflowRow | None:
         async with self._connection() as conn:
@@ -1110,10 +1140,17 @@ class PostgresStore(PostgresSchedules):
             return await retention_sql.pg_export(conn, ids)
 
     async def delete_workflows(
-        self, held: Sequence[tuple[str, int]]
+        self, held: Sequence[tuple[str, int]], at: float | None = None
     ) -> tuple[list[str], dict[str, int]]:
+        when = time.time() if at is None else at
         async with self._connection(write=True) as conn:
-            return await retention_sql.pg_delete(conn, held)
+            return await retention_sql.pg_delete(conn, held, when)
+
+    async def forget_pruned_ids(
+        self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
+    ) -> int:
+        async with self._connection(write=not dry_run) as conn:
+            return await retention_sql.pg_forget_pruned_ids(conn, before, tenant, limit, dry_run)
 
     async def prune_rejections(
         self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
@@ -1127,9 +1164,11 @@ class PostgresStore(PostgresSchedules):
         async with self._connection(write=not dry_run) as conn:
             return await retention_sql.pg_prune_alert_notifications(conn, before, limit, dry_run)
 
-    async def restore_workflow(self, record: Mapping[str, Any]) -> bool:
+    async def restore_workflow(
+        self, record: Mapping[str, Any], check: retention_sql.Check | None = None
+    ) -> bool:
         async with self._connection(write=True) as conn:
-            return await retention_sql.pg_restore(conn, dict(record))
+            return await retention_sql.pg_restore(conn, dict(record), check)
 
 
 async def _rollback(conn: Conn) -> None:

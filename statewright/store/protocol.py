@@ -9,7 +9,7 @@ boundary with the original kept as ``__cause__``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from statewright.store.alert_outbox import AlertChange, AlertStateRecord, OutboxRecord
@@ -37,6 +37,14 @@ from statewright.types import (
 )
 
 
+def fork_source_busy(source_id: str) -> str:
+    """Why a fork's create was refused (:attr:`NewWorkflow.fork_of`): the source's lease."""
+    return (
+        f"a worker holds workflow {source_id!r} or claimed it while it was being forked (a "
+        "step of it may be in flight): fork it once the worker lets go"
+    )
+
+
 @runtime_checkable
 class Store(Protocol):
     """Durable storage for workflows, their transition log, step ledger, timers and inbox."""
@@ -53,7 +61,11 @@ class Store(Protocol):
         """Insert the row (version 1) and its first log entry, or return the existing row.
 
         Returns ``(row, created)``; an existing id is not an error here (idempotent start),
-        the engine decides whether the existing row matches.
+        the engine decides whether the existing row matches. WorkflowPruned when a workflow of
+        that id was pruned (its tombstone is kept: see :meth:`delete_workflows`). A fork
+        (``new.fork_of``) whose source a worker holds, or claimed since it was read, is
+        refused with WorkflowBusy (:func:`fork_source_busy`), checked in the transaction that
+        would create it.
         """
 
     async def get_workflow(self, workflow_id: str) -> WorkflowRow | None: ...
@@ -499,11 +511,20 @@ class Store(Protocol):
         and refused events."""
 
     async def delete_workflows(
-        self, held: Sequence[tuple[str, int]]
+        self, held: Sequence[tuple[str, int]], at: float | None = None
     ) -> tuple[list[str], dict[str, int]]:
         """Delete, in one short transaction through the log's sanctioned delete, each finished
         workflow of ``(id, version)`` still at that version, whole; the ids deleted and the
-        rows deleted per table. A workflow another prune is deleting is skipped."""
+        rows deleted per table. A workflow another prune is deleting is skipped. Each one
+        deleted leaves its tombstone (id, tenant, type, ``at``: default now) in the same
+        transaction: :meth:`create_workflow` of that id raises WorkflowPruned."""
+
+    async def forget_pruned_ids(
+        self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
+    ) -> int:
+        """Delete up to ``limit`` tombstones of workflows pruned before ``before`` (of one
+        tenant, or all), oldest first: their ids may be started again. How many (with
+        ``dry_run``: how many there are, nothing deleted)."""
 
     async def prune_rejections(
         self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
@@ -518,6 +539,15 @@ class Store(Protocol):
         before ``before``, oldest first; how many (with ``dry_run``: how many there are,
         nothing deleted). Pending ones are never deleted."""
 
-    async def restore_workflow(self, record: Mapping[str, Any]) -> bool:
-        """Insert an archive record's rows in one transaction; False (nothing written) when a
-        workflow of that id exists."""
+    async def restore_workflow(
+        self,
+        record: Mapping[str, Any],
+        check: Callable[[dict[str, Any]], None] | None = None,
+    ) -> bool:
+        """Insert an archive record's rows in one transaction (and delete the tombstone its id
+        may have: the id names a workflow again); False (nothing written) when a workflow of
+        that id exists. In that transaction, before anything is written, the
+        record must pass :func:`~statewright.store.retention_sql.check_restorable` (a finished
+        workflow, unleased, not due, its id and tenant consistent, its columns of their
+        types) and ``check`` (the engine's limits and replay): else what they raise, nothing
+        written."""

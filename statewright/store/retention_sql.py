@@ -17,12 +17,13 @@ of a live workflow.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from statewright import jsonvalue
+from statewright import ids, jsonvalue
 from statewright.errors import InvalidInput
 from statewright.store.queries import load_queries
 
@@ -107,6 +108,154 @@ def check_record(rec: Any, where: str) -> Record:
     return rec
 
 
+_TEXT = (str,)
+_INT = (int,)
+_NUM = (int, float)
+_BOOL = (bool,)
+COLUMN_TYPES: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
+    # column: (types its value may have, whether it may be null); JSON columns are checked
+    # by the engine's limits instead. A column not listed must hold a scalar.
+    "workflows": {
+        "id": (_TEXT, False),
+        "type": (_TEXT, False),
+        "machine_version": (_INT, False),
+        "state": (_TEXT, False),
+        "version": (_INT, False),
+        "attempts": (_INT, False),
+        "terminal": (_BOOL, False),
+        "created_at": (_NUM, False),
+        "updated_at": (_NUM, False),
+        "state_entered_at": (_NUM, False),
+        "next_due_at": (_NUM, True),
+        "lease_owner": (_TEXT, True),
+        "lease_expires_at": (_NUM, True),
+        "last_error": (_TEXT, True),
+        "cancel_requested": (_TEXT, True),
+        "tenant": (_TEXT, False),
+        "fence": (_INT, False),
+        "total_attempts": (_INT, False),
+        "cancel_actor": (_TEXT, True),
+        "cancel_at": (_NUM, True),
+        "cancel_version": (_INT, True),
+        "cancel_key": (_TEXT, True),
+        "parked": (_TEXT, True),
+        "trace": (_TEXT, True),
+    },
+    "transitions": {
+        "workflow_id": (_TEXT, False),
+        "version": (_INT, False),
+        "from_state": (_TEXT, True),
+        "to_state": (_TEXT, False),
+        "event": (_TEXT, False),
+        "actor": (_TEXT, False),
+        "at": (_NUM, False),
+        "idempotency_key": (_TEXT, True),
+    },
+    "steps": {
+        "key": (_TEXT, False),
+        "workflow_id": (_TEXT, False),
+        "step": (_TEXT, False),
+        "status": (_TEXT, False),
+        "error": (_TEXT, True),
+        "attempts": (_INT, False),
+        "started_at": (_NUM, False),
+        "finished_at": (_NUM, True),
+        "outcome": (_TEXT, True),
+        "fence": (_INT, True),
+    },
+    "timers": {
+        "workflow_id": (_TEXT, False),
+        "due_at": (_NUM, False),
+        "event": (_TEXT, False),
+        "key": (_TEXT, True),
+        "every": (_NUM, True),
+        "keep": (_BOOL, False),
+    },
+    "inbox": {
+        "workflow_id": (_TEXT, False),
+        "name": (_TEXT, False),
+        "posted_at": (_NUM, False),
+        "consumed_at": (_NUM, True),
+        "idempotency_key": (_TEXT, True),
+    },
+    "rejections": {
+        "workflow_id": (_TEXT, False),
+        "type": (_TEXT, False),
+        "tenant": (_TEXT, False),
+        "state": (_TEXT, False),
+        "event": (_TEXT, False),
+        "code": (_TEXT, False),
+        "actor": (_TEXT, False),
+        "message": (_TEXT, False),
+        "at": (_NUM, False),
+    },
+}
+_REQUIRED_JSON = {"workflows": {"context"}, "transitions": {"payload"}, "timers": {"payload"}}
+_MAX_INT = 2**63 - 1
+STEP_STATUSES = frozenset({"executing", "done", "failed"})
+
+
+def _check_columns(table: str, row: Mapping[str, Any], where: str) -> None:
+    """Each column of ``row`` holds what its table's column can (a JSON column anything: the
+    engine's limits check those); InvalidInput naming the column otherwise."""
+    types = COLUMN_TYPES[table]
+    json_cols = JSON_COLUMNS[table]
+    for col in (
+        *(c for c, (_, null) in types.items() if not null),
+        *_REQUIRED_JSON.get(table, ()),
+    ):
+        if row.get(col) is None:
+            raise InvalidInput(f"{where}: {table}.{col} is missing")
+    for col, value in row.items():
+        if col in json_cols or value is None:
+            continue
+        allowed, _ = types.get(col, ((str, int, float, bool), True))
+        if isinstance(value, bool) and bool not in allowed:
+            ok = False
+        else:
+            ok = isinstance(value, allowed)
+        if not ok:
+            raise InvalidInput(f"{where}: {table}.{col} holds {type(value).__name__}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidInput(f"{where}: {table}.{col} is not a finite number")
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _MAX_INT:
+            raise InvalidInput(f"{where}: {table}.{col} is out of range")
+
+
+def check_restorable(rec: Record, where: str = "archive record") -> None:
+    """What a restored workflow must be, whatever the archive says (checked by the store in
+    the transaction that would write it, and by import before): a well-formed record of a
+    **finished** workflow that no worker holds and nothing will wake (terminal, unleased, not
+    due, no timers), its id a store id consistent with its tenant, each row's columns of
+    their types and every step keyed by its workflow. InvalidInput naming what is wrong."""
+    check_record(rec, where)
+    wf = rec["workflow"]
+    wid = wf["id"]
+    for table in TABLES:
+        for row in [wf] if table == "workflows" else rec[table]:
+            _check_columns(table, row, where)
+    try:
+        ids.check_id(wf["tenant"], "tenant")
+        ids.check_ref(wid, wf["tenant"])  # a qualified id names its own tenant
+    except InvalidInput as exc:
+        raise InvalidInput(f"{where}: {exc.message}") from None
+    if any(r["tenant"] != wf["tenant"] for r in rec["rejections"]):
+        raise InvalidInput(f"{where}: a refused event of {wid!r} names another tenant")
+    if not isinstance(wf["context"], dict):
+        raise InvalidInput(f"{where}: the context of {wid!r} is not a JSON object")
+    if wf["terminal"] is not True:
+        raise InvalidInput(f"{where}: workflow {wid!r} is not finished (prune archives no other)")
+    if wf.get("lease_owner") is not None or wf.get("lease_expires_at") is not None:
+        raise InvalidInput(f"{where}: workflow {wid!r} is leased by a worker")
+    if wf.get("next_due_at") is not None or rec["timers"]:
+        raise InvalidInput(f"{where}: workflow {wid!r} is due for a worker or has timers")
+    for step in rec["steps"]:
+        if step["key"] != f"{wid}:{step['step']}":
+            raise InvalidInput(f"{where}: step {step['key']!r} is not keyed by its workflow")
+        if step["status"] not in STEP_STATUSES:
+            raise InvalidInput(f"{where}: step {step['key']!r} has status {step['status']!r}")
+
+
 def comparable(rec: Mapping[str, Any], columns: Mapping[str, set[str]]) -> Record:
     """The record's data on the columns both sides have (for an idempotent re-import)."""
 
@@ -149,15 +298,19 @@ def sqlite_export(conn: sqlite3.Connection, ids: Sequence[str]) -> list[Record]:
 
 
 def sqlite_delete(
-    conn: sqlite3.Connection, held: Sequence[tuple[str, int]]
+    conn: sqlite3.Connection, held: Sequence[tuple[str, int]], at: float
 ) -> tuple[list[str], Counts]:
     token = uuid.uuid4().hex
     conn.execute(SQ["prune_token_add"], {"key": token})
-    deleted = [
-        wid
-        for wid, version in held
-        if conn.execute(SQ["prune_workflow"], {"id": wid, "version": version}).rowcount == 1
-    ]
+    deleted = []
+    for wid, version in held:
+        gone = conn.execute(SQ["prune_workflow"], {"id": wid, "version": version}).fetchall()
+        if gone:  # its tombstone, in the same transaction: the id is not started again
+            tenant, type_ = gone[0]
+            conn.execute(
+                SQ["add_pruned_id"], {"id": wid, "tenant": tenant, "type": type_, "at": at}
+            )
+            deleted.append(wid)
     counts: Counts = {"workflows": len(deleted)}
     params = {"ids": json.dumps(deleted)}
     for table in RELATED:
@@ -178,6 +331,15 @@ def sqlite_prune_rejections(
     return conn.execute(query, params).rowcount
 
 
+def sqlite_forget_pruned_ids(
+    conn: sqlite3.Connection, before: float, tenant: str | None, limit: int, dry_run: bool
+) -> int:
+    params = {"until": before, "tenant": tenant, "limit": limit}
+    if dry_run:
+        return int(conn.execute(SQ["count_old_pruned_ids"], params).fetchone()[0])
+    return conn.execute(SQ["forget_pruned_ids"], params).rowcount
+
+
 def sqlite_prune_alert_notifications(
     conn: sqlite3.Connection, before: float, limit: int, dry_run: bool
 ) -> int:
@@ -195,8 +357,18 @@ def sqlite_columns(conn: sqlite3.Connection) -> dict[str, set[str]]:
     return {t: set(_sqlite_columns(conn, t)) - {GENERATED.get(t)} for t in TABLES}
 
 
-def sqlite_restore(conn: sqlite3.Connection, rec: Record) -> bool:
-    """Insert the record's rows; False (nothing written) when the workflow exists."""
+Check = Callable[[Record], None]
+"""The engine's own checks of a record (limits, replay), run by restore in its transaction."""
+
+
+def sqlite_restore(conn: sqlite3.Connection, rec: Record, check: Check | None = None) -> bool:
+    """Insert the record's rows, once :func:`check_restorable` and ``check`` passed (in this
+    transaction, before anything is written); False (nothing written) when the workflow
+    exists."""
+    check_restorable(rec)
+    if check is not None:
+        check(rec)
+    conn.execute(SQ["drop_pruned_id"], {"id": rec["id"]})  # the id names a workflow again
     columns = sqlite_columns(conn)
     for table in TABLES:
         rows = [rec["workflow"]] if table == "workflows" else rec[table]
@@ -252,12 +424,15 @@ async def pg_export(conn: PgConn, ids: Sequence[str]) -> list[Record]:
     return _by_workflow(ids, rows)
 
 
-async def pg_delete(conn: PgConn, held: Sequence[tuple[str, int]]) -> tuple[list[str], Counts]:
+async def pg_delete(
+    conn: PgConn, held: Sequence[tuple[str, int]], at: float
+) -> tuple[list[str], Counts]:
     counts: Counts = {}
     async with conn.transaction():
         await conn.execute(PQ["prune_begin"])
-        cur = await conn.execute(
-            PQ["prune_workflows"], {"ids": [h[0] for h in held], "versions": [h[1] for h in held]}
+        cur = await conn.execute(  # and their tombstones: their ids are not started again
+            PQ["prune_workflows"],
+            {"ids": [h[0] for h in held], "versions": [h[1] for h in held], "at": at},
         )
         deleted = [r["id"] for r in await cur.fetchall()]
         counts["workflows"] = len(deleted)
@@ -285,6 +460,16 @@ async def pg_prune_rejections(
     return (await conn.execute(query, params)).rowcount
 
 
+async def pg_forget_pruned_ids(
+    conn: PgConn, before: float, tenant: str | None, limit: int, dry_run: bool
+) -> int:
+    params = {"until": before, "tenant": tenant, "limit": limit}
+    if dry_run:
+        row = await (await conn.execute(PQ["count_old_pruned_ids"], params)).fetchone()
+        return 0 if row is None else int(row["n"])
+    return (await conn.execute(PQ["forget_pruned_ids"], params)).rowcount
+
+
 async def pg_prune_alert_notifications(
     conn: PgConn, before: float, limit: int, dry_run: bool
 ) -> int:
@@ -309,15 +494,21 @@ async def pg_columns(conn: PgConn) -> dict[str, set[str]]:
     return out
 
 
-async def pg_restore(conn: PgConn, rec: Record) -> bool:
-    """Insert the record's rows in one transaction; False (nothing written) when the workflow
-    exists."""
+async def pg_restore(conn: PgConn, rec: Record, check: Check | None = None) -> bool:
+    """Insert the record's rows in one transaction, once :func:`check_restorable` and
+    ``check`` passed (in it, before anything is written); False (nothing written) when the
+    workflow exists."""
     from psycopg import sql
 
     from statewright.store.postgres_rows import dumps
 
     columns = await pg_columns(conn)
     async with conn.transaction():
+        check_restorable(rec)
+        if check is not None:
+            check(rec)
+        # The id names a workflow again (before the insert, whose trigger refuses a pruned id).
+        await conn.execute(PQ["drop_pruned_id"], {"id": rec["id"]})
         for table in TABLES:
             rows = [rec["workflow"]] if table == "workflows" else rec[table]
             if not rows:

@@ -28,6 +28,7 @@ from statewright.errors import (
     WorkflowBusy,
     WorkflowFinished,
     WorkflowNotFound,
+    WorkflowPruned,
 )
 from statewright.store import retention_sql, sqlbuild, timerdue
 from statewright.store.alert_outbox import (
@@ -39,6 +40,7 @@ from statewright.store.alert_outbox import (
     outbox_record,
     state_write,
 )
+from statewright.store.protocol import fork_source_busy
 from statewright.store.queries import load_queries, migrations
 from statewright.store.schedules import SQLiteSchedules
 from statewright.store.sqlite_conn import GroupCommitConnection, Synchronous
@@ -324,6 +326,17 @@ class SQLiteStore(SQLiteSchedules):
 
     async def create_workflow(self, new: NewWorkflow) -> tuple[WorkflowRow, bool]:
         def fn(conn: sqlite3.Connection) -> tuple[WorkflowRow, bool]:
+            if conn.execute(Q["is_pruned"], {"id": new.id}).fetchone() is not None:
+                raise WorkflowPruned(new.id)  # (a tombstone: no row of that id is left)
+            if new.fork_of is not None and (
+                conn.execute(Q["version_of"], {"id": new.id}).fetchone() is None
+            ):
+                source, fence = new.fork_of
+                found = conn.execute(Q["fork_source"], {"id": source}).fetchone()
+                if found is None:
+                    raise WorkflowNotFound(source)
+                if found["lease_owner"] is not None or found["fence"] != fence:
+                    raise WorkflowBusy(fork_source_busy(source))
             context = _dumps(new.context)
             cur = conn.execute(
                 Q["insert_workflow"],
@@ -1319,9 +1332,18 @@ class SQLiteStore(SQLiteSchedules):
         return await self.conn.read(lambda c: retention_sql.sqlite_export(c, ids))
 
     async def delete_workflows(
-        self, held: Sequence[tuple[str, int]]
+        self, held: Sequence[tuple[str, int]], at: float | None = None
     ) -> tuple[list[str], dict[str, int]]:
-        return await self.conn.write(lambda c: retention_sql.sqlite_delete(c, held))
+        when = time.time() if at is None else at
+        return await self.conn.write(lambda c: retention_sql.sqlite_delete(c, held, when))
+
+    async def forget_pruned_ids(
+        self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
+    ) -> int:
+        def go(c: sqlite3.Connection) -> int:
+            return retention_sql.sqlite_forget_pruned_ids(c, before, tenant, limit, dry_run)
+
+        return await (self.conn.read(go) if dry_run else self.conn.write(go))
 
     async def prune_rejections(
         self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
@@ -1337,5 +1359,8 @@ class SQLiteStore(SQLiteSchedules):
 
         return await (self.conn.read(go) if dry_run else self.conn.write(go))
 
-    async def restore_workflow(self, record: Mapping[str, Any]) -> bool:
-        return await self.conn.write(lambda c: retention_sql.sqlite_restore(c, dict(record)))
+    async def restore_workflow(
+        self, record: Mapping[str, Any], check: retention_sql.Check | None = None
+    ) -> bool:
+        rec = dict(record)
+        return await self.conn.write(lambda c: retention_sql.sqlite_restore(c, rec, check))

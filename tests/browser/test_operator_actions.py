@@ -8,7 +8,10 @@ row of the history under the caller's name, with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import sqlite3
+import time
 
 import httpx
 from playwright.sync_api import expect
@@ -70,8 +73,22 @@ def test_operator_resumes_forks_and_moves_in_the_dashboard(
                 expect(resumed).to_contain_text("the printer is back")
                 expect(page.locator("#wf-parked")).to_have_count(0)
 
+                # A step done after version 1 would run again in a fork from it: refused,
+                # naming the step, until the box says that is meant.
+                _done_step(server, TICKET, "notify")
                 page.fill("#op-reason", "try it again from the start")
                 page.fill("#op-fork-version", "1")
+                expect(page.locator("label[for=op-fork-rerun]")).to_contain_text("run again")
+                page.click("#op-fork")
+                expect(page.locator("#banner")).to_contain_text("steps_would_rerun")
+                expect(page.locator("#banner")).to_contain_text("'notify'")
+                # The refusal's 409 is logged by the browser: expected here, and only here.
+                w.errors[:] = [e for e in w.errors if "status of 409" not in e]
+                assert (
+                    api.get(f"/v1/workflows/{TICKET}.fork-1", headers=APPROVER.headers).status_code
+                    == 404
+                )
+                page.check("#op-fork-rerun")
                 page.click("#op-fork")
                 fork_id = f"{TICKET}.fork-1"
                 expect(page).to_have_url(re.compile(rf"#/workflows/{re.escape(fork_id)}$"))
@@ -100,4 +117,18 @@ def test_operator_resumes_forks_and_moves_in_the_dashboard(
         assert ("$move", "root") in events
         fork = _workflow(api, f"{TICKET}.fork-1")
         assert fork["state"] == "open"
-        assert _history(api, fork["id"])[0]["event"] == "$fork"
+        first = _history(api, fork["id"])[0]
+        assert first["event"] == "$fork" and first["payload"]["rerun_steps"] == ["notify"]
+
+
+def _done_step(server: Server, wid: str, step: str) -> None:
+    """A step the workflow did now, in the service's own database (as a worker records it;
+    plain sqlite3: Playwright's sync API runs an event loop in this thread)."""
+    now = time.time()
+    with contextlib.closing(sqlite3.connect(server.log.with_name("dashboard.db"))) as db:
+        with db:
+            db.execute(
+                "INSERT INTO steps (key, workflow_id, step, status, result, attempts,"
+                " started_at, finished_at) VALUES (?, ?, ?, 'done', '{}', 1, ?, ?)",
+                (f"{wid}:{step}", wid, step, now, now),
+            )

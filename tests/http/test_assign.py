@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import httpx
 
-from statewright import Engine
+from statewright import Engine, ManualClock
+from statewright.types import DeferWrite
 from tests.http.conftest import auth
 from tests.http.test_api import error_of, unchanged
 
@@ -160,3 +161,46 @@ async def test_operators_fork_a_workflow_in_their_tenant(
     await engine.check("o-5b")
     again = await client.post(url, json=body, headers=auth("boss"))
     assert again.status_code == 201 and again.json()["version"] == r.json()["version"]
+
+
+async def test_a_fork_that_would_call_a_step_again_is_refused_until_said_or_resolved(
+    client: httpx.AsyncClient, engine: Engine, clock: ManualClock
+) -> None:
+    """Issue 22, item 3, over HTTP: 409 while a worker holds the workflow, while a step of it
+    has an unknown outcome (named, with the way out), and from a version after which steps
+    were done unless ``rerun_steps`` says so; nothing is created by a refusal."""
+    await at_the_warehouse(engine, "o-6")
+    url = "/v1/workflows/o-6/fork"
+    store = engine.store
+    row = await engine.get("o-6")
+    now = clock.now()
+    await store.defer(DeferWrite("o-6", row.version, now, row.attempts, next_due_at=now))
+    [claimed] = await store.claim_due("w-1", now, 30.0, 10)
+    async with unchanged(engine):
+        r = await client.post(url, json={"reason": "r"}, headers=auth("boss"))
+        assert "a worker holds workflow 'o-6'" in error_of(r, 409, "workflow_busy")["message"]
+    await store.step_begin("o-6:label", "o-6", "label", now, claimed.lease)
+    await store.release_lease("o-6", claimed.lease)  # the worker died in the call
+    async with unchanged(engine):
+        r = await client.post(url, json={"reason": "r"}, headers=auth("boss"))
+        error = error_of(r, 409, "step_unresolved")
+        assert error["steps"] == ["label"] and "resolve-step o-6 label" in error["message"]
+    clock.advance(1)
+    r = await client.post(
+        "/v1/workflows/o-6/steps/label/resolve",
+        json={"verdict": "applied", "result": {"label": "L-1"}, "reason": "printed"},
+        headers=auth("boss"),
+    )
+    assert r.status_code == 200, r.text
+    async with unchanged(engine):
+        body = {"reason": "again", "version": 3}
+        r = await client.post(url, json=body, headers=auth("boss"))
+        error = error_of(r, 409, "steps_would_rerun")
+        assert (error["steps"], error["version"]) == (["label"], 3)
+    r = await client.post(url, json={**body, "rerun_steps": True}, headers=auth("boss"))
+    assert r.status_code == 201, r.text
+    assert (await engine.history(r.json()["id"]))[0].payload["rerun_steps"] == ["label"]
+    r = await client.post(url, json={"reason": "a copy"}, headers=auth("boss"))
+    assert r.status_code == 201, r.text  # the latest version: nothing to rerun, no flag
+    [copied] = await store.steps(r.json()["id"])
+    assert (copied.step, copied.result) == ("label", {"label": "L-1"})

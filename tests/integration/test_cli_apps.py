@@ -144,18 +144,12 @@ def test_an_example_app_runs_under_the_cli_worker(cli: Cli) -> None:
         "carrier confirmed by phone",
     )
     assert moved["state"] == "delivered"
-    forked = cli.json(
-        "--app",
-        ORDERS,
-        "fork",
-        "o1",
-        "--version",
-        "2",
-        "--id",
-        "o1b",
-        "--reason",
-        "redo",
-    )
+    fork = ("--app", ORDERS, "fork", "o1", "--version", "2", "--id", "o1b", "--reason", "redo")
+    # The payment was captured and the order fulfilled after v2: a fork from v2 does it
+    # again, so it is refused until --rerun-steps says that is meant.
+    line = cli.error(*fork, code=2)
+    assert line.startswith("error[steps_would_rerun]") and "'capture', 'fulfil'" in line
+    forked = cli.json(*fork, "--rerun-steps")
     assert (forked["id"], forked["state"]) == ("o1b", "inventory_reserved")
     cli("--app", ORDERS, "replay", "o1b")
     line = cli.error("--app", ORDERS, "move", "o1", "nowhere", "--reason", "x", code=2)

@@ -116,3 +116,57 @@ def test_worker_prunes_once_with_until_idle(cli: Cli, tmp_path: Path) -> None:
     cli("--app", app, "worker", "--until-idle", "--prune-terminal-older-than", "0s")
     assert cli.error("--app", app, "show", "t1", code=1).startswith("error[workflow_not_found]")
     cli("--app", app, "show", "t2")
+
+
+def test_import_refuses_a_tampered_record_and_imports_the_rest(where: Cli, tmp_path: Path) -> None:
+    """Issue 22, item 5: a record edited back to a live state is refused (listed on stderr with
+    its line, exit code 1, nothing written for it), the others import."""
+    cli, app = where, app_file(tmp_path)
+    for wid in ("t1", "t2"):
+        cli("--app", app, "start", "ticket", "--id", wid)
+        cli("--app", app, "send", wid, "close")
+    archive = tmp_path / "old.jsonl.gz"
+    cli("--app", app, "prune", "--terminal-older-than", "0s", "--archive", str(archive))
+    with gzip.open(archive, "rt") as f:
+        first, second = (json.loads(line) for line in f)
+    first["transitions"] = first["transitions"][:1]
+    first["workflow"].update(state="open", terminal=False, version=1)
+    tampered = tmp_path / "tampered.jsonl.gz"
+    with gzip.open(tampered, "wt") as f:
+        f.write(json.dumps(first) + "\n" + json.dumps(second) + "\n")
+    result = cli("--app", app, "import", str(tampered), code=1)
+    assert "imported 1 workflow(s)" in result.stdout
+    assert f"refused line 1 ({first['id']}): error[invalid_input]" in result.stderr
+    assert "not finished" in result.stderr
+    cli.error("--app", app, "show", first["id"], code=1)
+    cli("--app", app, "show", second["id"])
+    report = cli.json("--app", app, "import", str(tampered), code=1)
+    assert report["refused"][0]["line"] == 1 and report["identical"] == [second["id"]]
+    assert (
+        "--max-record-bytes"
+        in cli("import", str(tampered), "--max-record-bytes", "0", code=2).stderr
+    )
+    small = cli.json("--app", app, "import", str(tampered), "--max-record-bytes", "100", code=1)
+    assert [r["message"] for r in small["refused"]] == [
+        "the line is longer than 100 bytes inflated (max_record_bytes): not read"
+    ] * 2
+
+
+def test_a_pruned_id_is_not_started_again_until_forgotten(where: Cli, tmp_path: Path) -> None:
+    """Issue 22, item 9: a retried start of a pruned workflow's id exits 2 (workflow_pruned),
+    creating nothing; prune --pruned-ids-older-than forgets the id."""
+    cli, app = where, app_file(tmp_path)
+    cli("--app", app, "start", "ticket", "--id", "t9")
+    cli("--app", app, "send", "t9", "close")
+    cli("--app", app, "prune", "--terminal-older-than", "0s")
+    line = cli.error("--app", app, "start", "ticket", "--id", "t9", code=2)
+    assert line.startswith("error[workflow_pruned]") and "'t9'" in line
+    cli.error("--app", app, "show", "t9", code=1)
+    kept = cli.json("--app", app, "prune", "--terminal-older-than", "0s",
+                    "--pruned-ids-older-than", "30d")  # fmt: skip
+    assert kept["pruned_ids"] == 0
+    text = cli(
+        "--app", app, "prune", "--terminal-older-than", "0s", "--pruned-ids-older-than", "0s"
+    ).stdout
+    assert "1 pruned ids" in text
+    assert cli.json("--app", app, "start", "ticket", "--id", "t9")["version"] == 1

@@ -188,3 +188,161 @@ async def test_fork_from_an_early_version_and_refusals(store: Store) -> None:
 
     with pytest.raises(WorkflowExists):
         await engine.fork("j4", version=2, new_id="j4-again", actor="a", reason="redo")
+
+
+class TimingOutGateway(Gateway):
+    """Charges, then loses the answer once: the call timed out after the charge went through."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timed_out = False
+
+    def charge(self, key: str) -> dict[str, str]:
+        result = super().charge(key)
+        if not self.timed_out:
+            self.timed_out = True
+            raise TimeoutError("the gateway's answer timed out (the charge went through)")
+        return result
+
+
+async def _parked_on_an_unknown_charge(store: Store) -> tuple[Engine, TimingOutGateway]:
+    from statewright import Worker
+
+    gateway = TimingOutGateway()
+    clock = ManualClock()
+    engine = Engine(store, [payment_type(gateway)], clock=clock)
+    await engine.start("pay", {}, workflow_id="p2")
+    await Worker(engine).run_until_idle()  # times out: a transient failure, retried later
+    clock.advance(3600)
+    await Worker(engine).run_until_idle()  # no hook can tell, not safe to repeat: parked
+    row = await engine.get("p2")
+    assert row.parked == "step_outcome_unknown" and gateway.charges == ["p2:charge"]
+    return engine, gateway
+
+
+async def test_fork_refuses_a_step_of_unknown_outcome_until_it_is_resolved(store: Store) -> None:
+    """Issue 22, item 3: a fork of a workflow parked on a charge whose call timed out after
+    charging would charge again under the fork's key. Refused, naming the step and the way
+    out; once resolved on the source, the fork carries the charge's result."""
+    from statewright import Applied, StepUnresolved, Worker
+
+    engine, gateway = await _parked_on_an_unknown_charge(store)
+    with pytest.raises(StepUnresolved, match="resolve-step p2 charge") as refused:
+        await engine.fork("p2", actor="alice", reason="try again")
+    assert refused.value.steps == ["charge"]
+    assert await store.get_workflow(f"p2.fork-{(await engine.get('p2')).version}") is None
+
+    await engine.resolve_step(
+        "p2", "charge", Applied({"charge_id": "ch-1"}), actor="alice", reason="gateway says so"
+    )
+    fork = await engine.fork("p2", actor="alice", reason="try again")
+    [copied] = await store.steps(fork.id)
+    assert (copied.key, copied.status, copied.result) == (
+        f"{fork.id}:charge",
+        "done",
+        {"charge_id": "ch-1"},
+    )
+    await Worker(engine).run_until_idle()
+    assert (await engine.get(fork.id)).state == "paid"
+    assert (await engine.get("p2")).state == "paid"
+    assert gateway.charges == ["p2:charge"]  # one charge, for both
+
+
+async def test_fork_refuses_a_step_left_executing(store: Store) -> None:
+    engine = Engine(store, [payment_type(Gateway())], clock=ManualClock())
+    await engine.start("pay", {}, workflow_id="p3")
+    [claimed] = await store.claim_due("w-1", engine.clock.now(), 30, 1)
+    await store.step_begin("p3:charge", "p3", "charge", engine.clock.now(), claimed.lease)
+    await store.release_lease("p3", claimed.lease)  # the worker died mid-call; lease gone
+    from statewright import StepUnresolved
+
+    with pytest.raises(StepUnresolved, match="'charge'"):
+        await engine.fork("p3", actor="alice", reason="r")
+    assert await store.get_workflow("p3.fork-1") is None
+
+
+async def test_fork_refuses_while_a_worker_holds_the_source(store: Store) -> None:
+    """A claimed workflow may have a step in flight: no fork, like no resume. Also when the
+    claim comes between the fork's read of the steps and its write."""
+    from statewright import WorkflowBusy
+
+    engine = Engine(store, [payment_type(Gateway())], clock=ManualClock())
+    await engine.start("pay", {}, workflow_id="p4")
+    [claimed] = await store.claim_due("w-1", engine.clock.now(), 30, 1)
+    with pytest.raises(WorkflowBusy, match="worker"):
+        await engine.fork("p4", actor="alice", reason="r")
+    await store.release_lease("p4", claimed.lease)
+
+    steps = store.steps
+
+    async def claimed_meanwhile(workflow_id: str, *args: object, **kw: object) -> list[object]:
+        found = await steps(workflow_id, *args, **kw)  # type: ignore[arg-type]
+        await store.claim_due("w-2", engine.clock.now() + 1, 30, 1)  # a worker claims it now
+        return list(found)
+
+    store.steps = claimed_meanwhile  # type: ignore[method-assign]
+    try:
+        with pytest.raises(WorkflowBusy, match="worker"):
+            await engine.fork("p4", actor="alice", reason="r")
+    finally:
+        del store.steps
+    assert await store.get_workflow("p4.fork-1") is None
+
+
+def shipping_type(gateway: Gateway, clock: ManualClock) -> WorkflowType:
+    """Charges in ``paying``, then ships in ``shipping`` (a second later)."""
+    from statewright import Run
+
+    m = (
+        MachineBuilder("ship")
+        .state("paying", initial=True)
+        .state("shipping")
+        .state("shipped", terminal=True)
+        .event("charged")
+        .event("sent")
+        .transition("charged", "paying", "shipping")
+        .transition("sent", "shipping", "shipped")
+        .build()
+    )
+
+    async def pay(run: Run) -> Next:
+        return Next("charged", context=await run.step("charge", gateway.charge))
+
+    async def ship(run: Run) -> Next:
+        clock.advance(1)
+        return Next("sent", context=await run.step("parcel", lambda key: {"parcel": key}))
+
+    return WorkflowType(m, handlers={"paying": pay, "shipping": ship})
+
+
+async def test_fork_from_an_earlier_version_reruns_later_steps_only_when_told(
+    store: Store,
+) -> None:
+    from statewright import StepsWouldRerun, Worker
+
+    gateway, clock = Gateway(), ManualClock()
+    engine = Engine(store, [shipping_type(gateway, clock)], clock=clock)
+    why = {"actor": "alice", "reason": "again"}
+    await engine.start("ship", {}, workflow_id="s1")
+    await Worker(engine).run_until_idle()
+    assert (await engine.get("s1")).state == "shipped" and gateway.charges == ["s1:charge"]
+    latest = await engine.fork("s1", actor="alice", reason="a copy")  # nothing to rerun
+    assert latest.terminal and len(await store.steps(latest.id)) == 2
+    # From version 1 (paying): the charge was done then and is carried; the parcel, sent
+    # in shipping after it, would be sent again.
+    with pytest.raises(StepsWouldRerun, match="'parcel'") as refused:
+        await engine.fork("s1", version=1, actor="alice", reason="again")
+    assert refused.value.steps == ["parcel"]
+    assert await store.get_workflow("s1.fork-1") is None
+    # From version 2 (shipping): the parcel was sent then, so it is carried too.
+    assert len(await store.steps((await engine.fork("s1", version=2, **why)).id)) == 2
+    fork = await engine.fork("s1", version=1, actor="alice", reason="again", rerun_steps=True)
+    first = (await engine.history(fork.id))[0]
+    assert first.payload["rerun_steps"] == ["parcel"]
+    assert [s.step for s in await store.steps(fork.id)] == ["charge"]
+    again = await engine.fork("s1", version=1, actor="alice", reason="again", rerun_steps=True)
+    assert again.id == fork.id  # a retry returns it
+    await Worker(engine).run_until_idle()
+    [parcel] = [s for s in await store.steps(fork.id) if s.step == "parcel"]
+    assert parcel.result == {"parcel": f"{fork.id}:parcel"}  # sent again, as asked
+    assert gateway.charges == ["s1:charge"]

@@ -196,13 +196,13 @@ async def test_archive_then_import_restores_rows_whose_replay_matches(
     # a re-import is a no-op; the same workflow with other data is refused
     again = await engine.import_archive(archive)
     assert again.identical == ["w0", "w1", "w2"] and again.imported == []
-    lines[0]["workflow"]["context"] = {"n": "changed"}
+    lines[0]["workflow"]["updated_at"] += 1
     other = tmp_path / "other.jsonl.gz"
     with gzip.open(other, "wt") as f:
         f.write(json.dumps(lines[0]) + "\n")
     refused = await engine.import_archive(other)
     assert refused.conflicts == ["w0"]
-    assert (await engine.get("w0")).context == before[0]["workflow"]["context"]
+    assert (await engine.get("w0")).updated_at == before[0]["workflow"]["updated_at"]
 
 
 async def test_an_archive_cut_short_and_duplicate_lines_import(
@@ -247,11 +247,20 @@ async def test_bad_input_is_refused_and_changes_nothing(store: Store, tmp_path: 
     not_gz.write_text("hello\n")
     with pytest.raises(InvalidInput, match="not a gzip"):
         await engine.import_archive(not_gz)
+    for first_line in ("[1, 2]", '{"id": "w9"}', "{not json"):
+        not_ours = tmp_path / "not-ours.jsonl.gz"
+        with gzip.open(not_ours, "wt") as f:
+            f.write(first_line + "\n")
+        with pytest.raises(InvalidInput, match="line 1"):
+            await engine.import_archive(not_ours)
     bad_record = tmp_path / "bad.jsonl.gz"
     with gzip.open(bad_record, "wt") as f:
         f.write('{"format": 1, "id": "w9", "workflow": {"id": "w9"}}\n')
-    with pytest.raises(InvalidInput, match="line 1"):
-        await engine.import_archive(bad_record)
+    report = await engine.import_archive(bad_record)  # a record, malformed: refused alone
+    assert [(r["line"], r["code"]) for r in report.refused] == [(1, "invalid_input")]
+    assert report.imported == []
+    with pytest.raises(InvalidInput, match="max_record_bytes"):
+        await engine.import_archive(bad_record, max_record_bytes=0)
     with pytest.raises(InvalidInput, match="no such archive"):
         await engine.import_archive(tmp_path / "missing.jsonl.gz")
     await engine.get("w0")

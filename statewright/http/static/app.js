@@ -883,6 +883,7 @@
         );
       }
       if (actions.includes("fork")) {
+        const typedVersion = $("#op-fork-version", this.operator); // kept across refreshes
         const version = h("input", {
           id: "op-fork-version",
           type: "number",
@@ -890,18 +891,36 @@
           max: wf.version,
           placeholder: `version (latest: ${wf.version})`,
         });
+        if (typedVersion) version.value = typedVersion.value;
+        // Forking from an earlier version runs the steps done after it again, under the
+        // fork's keys: the server refuses (naming them) unless this box is ticked.
+        const rerun = h("input", { id: "op-fork-rerun", type: "checkbox" });
         controls.push(
           version,
+          h(
+            "label",
+            {
+              class: "inline",
+              for: "op-fork-rerun",
+              title: "Steps done after the version you fork from are called again by the fork",
+            },
+            rerun,
+            " run again the steps done after that version",
+          ),
           h(
             "button",
             {
               type: "button",
               id: "op-fork",
               class: "secondary",
-              title: "Start a new workflow from this one as of a version of its history",
+              title:
+                "Start a new workflow from this one as of a version of its history. Steps " +
+                "done after that version run again in the fork, under its own keys (a charge " +
+                "is made twice): tick the box to allow it.",
               onclick: () =>
                 this.operate(wf, "fork", reason, status, {
                   version: version.value ? Number(version.value) : undefined,
+                  rerunSteps: rerun.checked,
                 }),
             },
             "Fork",
@@ -1054,6 +1073,7 @@
         } else {
           const body = { reason: why };
           if (options.version !== undefined) body.version = options.version;
+          if (options.rerunSteps) body.rerun_steps = true;
           const fork = await api(path, { method: "POST", body });
           // The route change clears the banner first (see main); then this one shows.
           window.addEventListener(

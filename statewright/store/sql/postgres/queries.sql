@@ -6,6 +6,11 @@ SELECT * FROM workflows WHERE id = %(id)s;
 -- The current version of a workflow (for conflict reports).
 SELECT version FROM workflows WHERE id = %(id)s;
 
+-- name: fork_source
+-- A fork's source: whether a worker holds it, and its latest claim's fencing token; locked
+-- until the fork commits (a claim waits: none begins while the fork is written).
+SELECT lease_owner, fence FROM workflows WHERE id = %(id)s FOR SHARE;
+
 -- name: write_refusal
 -- Why a compare-and-swap matched nothing: the row's version and lease, and whether the inbox
 -- items it would consume are still there.
@@ -762,12 +767,18 @@ SELECT set_config('statewright.prune', 'on', true);
 
 -- name: prune_workflows
 -- Deletes finished workflows' rows, each only at the version prune read (and archived); rows
--- another prune holds are skipped (it deletes them), locked in id order (no deadlock).
+-- another prune holds are skipped (it deletes them), locked in id order (no deadlock). Each
+-- leaves a tombstone: its id is not started again.
 WITH l AS (SELECT w.id FROM workflows w
              JOIN unnest(%(ids)s::text[], %(versions)s::int[]) AS k (id, version)
                ON w.id = k.id AND w.version = k.version
-            WHERE w.terminal ORDER BY w.id FOR UPDATE OF w SKIP LOCKED)
-DELETE FROM workflows WHERE id IN (SELECT id FROM l) RETURNING id;
+            WHERE w.terminal ORDER BY w.id FOR UPDATE OF w SKIP LOCKED),
+     d AS (DELETE FROM workflows WHERE id IN (SELECT id FROM l) RETURNING id, tenant, type),
+     t AS (INSERT INTO pruned_ids (id, tenant, type, pruned_at)
+           SELECT id, tenant, type, %(at)s::float8 FROM d
+           ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant, type = excluded.type,
+                                          pruned_at = excluded.pruned_at)
+SELECT id FROM d;
 
 -- name: prune_transitions
 -- The logs of workflows prune deleted (each log read in its index order: one range each,
@@ -816,6 +827,24 @@ DELETE FROM alert_outbox
 -- name: count_old_alert_notifications
 -- How many prune_alert_notifications would delete.
 SELECT count(*) AS n FROM alert_outbox WHERE next_at IS NULL AND created_at < %(until)s;
+
+-- name: drop_pruned_id
+-- The workflow is back (imported): its id names it again.
+DELETE FROM pruned_ids WHERE id = %(id)s;
+
+-- name: forget_pruned_ids
+-- Up to :limit tombstones older than :until (of one tenant, or of all with :tenant null):
+-- their ids may be started again.
+DELETE FROM pruned_ids
+ WHERE id IN (SELECT id FROM pruned_ids
+               WHERE pruned_at < %(until)s
+                 AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+               ORDER BY pruned_at, id LIMIT %(limit)s);
+
+-- name: count_old_pruned_ids
+-- Tombstones older than :until (prune's dry run).
+SELECT count(*)::bigint AS n FROM pruned_ids
+ WHERE pruned_at < %(until)s AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text);
 
 -- name: count_old_rejections
 -- Refused events older than :until (prune's dry run).

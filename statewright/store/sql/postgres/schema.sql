@@ -281,3 +281,23 @@ CREATE INDEX workflows_type_due ON workflows (type, next_due_at)
 ALTER TABLE workflows ADD COLUMN trace TEXT;
 -- prune deletes finished alert notifications past a cutoff, oldest first
 CREATE INDEX alert_outbox_finished ON alert_outbox (created_at) WHERE next_at IS NULL;
+
+-- the ids of pruned workflows, never started again (migration 0015_pruned_ids)
+CREATE TABLE pruned_ids (
+    id        TEXT PRIMARY KEY,
+    tenant    TEXT NOT NULL,
+    type      TEXT NOT NULL,
+    pruned_at DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX pruned_ids_at ON pruned_ids (pruned_at, id);
+CREATE OR REPLACE FUNCTION statewright_refuse_pruned_id() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pruned_ids WHERE id = NEW.id) THEN
+        RAISE EXCEPTION 'workflow % was pruned: its id is not used again', NEW.id
+            USING ERRCODE = 'SWPRU';
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER workflows_refuse_pruned_id AFTER INSERT ON workflows
+    FOR EACH ROW EXECUTE FUNCTION statewright_refuse_pruned_id();

@@ -76,6 +76,10 @@ UPDATE workflows
 -- The current version of a workflow (for conflict reports).
 SELECT version FROM workflows WHERE id = :id;
 
+-- name: fork_source
+-- A fork's source: whether a worker holds it, and its latest claim's fencing token.
+SELECT lease_owner, fence FROM workflows WHERE id = :id;
+
 -- name: history
 -- One workflow's log in version order.
 SELECT * FROM transitions WHERE workflow_id = :id AND version > :after ORDER BY version
@@ -511,8 +515,37 @@ INSERT INTO prune_tokens (token) VALUES (:key);
 DELETE FROM prune_tokens WHERE token = :key;
 
 -- name: prune_workflow
--- Deletes one finished workflow's row, only at the version prune read (and archived).
-DELETE FROM workflows WHERE id = :id AND version = :version AND terminal = 1;
+-- Deletes one finished workflow's row, only at the version prune read (and archived); its
+-- tenant and type go to its tombstone.
+DELETE FROM workflows WHERE id = :id AND version = :version AND terminal = 1
+RETURNING tenant, type;
+
+-- name: add_pruned_id
+-- A pruned workflow's tombstone: its id is not started again.
+INSERT INTO pruned_ids (id, tenant, type, pruned_at) VALUES (:id, :tenant, :type, :at)
+ON CONFLICT (id) DO UPDATE SET tenant = excluded.tenant, type = excluded.type,
+                               pruned_at = excluded.pruned_at;
+
+-- name: is_pruned
+-- Whether a workflow of this id was pruned (a start of it is refused).
+SELECT 1 FROM pruned_ids WHERE id = :id;
+
+-- name: drop_pruned_id
+-- The workflow is back (imported): its id names it again.
+DELETE FROM pruned_ids WHERE id = :id;
+
+-- name: forget_pruned_ids
+-- Up to :limit tombstones older than :until (of one tenant, or of all with :tenant null):
+-- their ids may be started again.
+DELETE FROM pruned_ids
+ WHERE id IN (SELECT id FROM pruned_ids
+               WHERE pruned_at < :until AND (:tenant IS NULL OR tenant = :tenant)
+               ORDER BY pruned_at, id LIMIT :limit);
+
+-- name: count_old_pruned_ids
+-- Tombstones older than :until (prune's dry run).
+SELECT count(*) AS n FROM pruned_ids
+ WHERE pruned_at < :until AND (:tenant IS NULL OR tenant = :tenant);
 
 -- name: prune_transitions
 -- The logs of workflows prune deleted.

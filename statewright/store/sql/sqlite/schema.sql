@@ -246,3 +246,12 @@ CREATE INDEX workflows_type_due ON workflows (type, next_due_at)
 ALTER TABLE workflows ADD COLUMN trace TEXT;
 -- prune deletes finished alert notifications past a cutoff, oldest first
 CREATE INDEX alert_outbox_finished ON alert_outbox (created_at) WHERE next_at IS NULL;
+
+-- the ids of pruned workflows, never started again (migration 0016_pruned_ids)
+CREATE TABLE pruned_ids (
+    id        TEXT PRIMARY KEY,
+    tenant    TEXT NOT NULL,
+    type      TEXT NOT NULL,
+    pruned_at REAL NOT NULL
+);
+CREATE INDEX pruned_ids_at ON pruned_ids (pruned_at, id);
