@@ -416,9 +416,12 @@ class Access:
         tenant: str | None = None,
         idempotency_key: str | None = None,
     ) -> tuple[WorkflowRow, bool]:
-        """Start a workflow in the caller's tenant; returns ``(row, created)``."""
-        self._writer("start workflows")
-        tenant = self._tenant_for_new(tenant)
+        """Start a workflow in the caller's tenant; returns ``(row, created)``. An id of the
+        forms the system makes (a schedule's tick, a fork's default) is refused
+        (:func:`statewright.ids.check_new_id`)."""
+        tenant = self.check_start(workflow_type, tenant)
+        if workflow_id is not None:
+            ids.check_new_id(workflow_id)
         if tenant != DEFAULT_TENANT:
             workflow_id = await self._store_id_for_new(tenant, workflow_id, idempotency_key)
         return await self.engine.create(
@@ -429,6 +432,13 @@ class Access:
             tenant=tenant,
             idempotency_key=idempotency_key,
         )
+
+    def check_start(self, workflow_type: str, tenant: str | None) -> str:
+        """Whether this caller may start workflows of ``workflow_type`` in ``tenant`` (None:
+        its own): the tenant it would start them in, or Forbidden. What a schedule this caller
+        declares starts, it must be able to start itself."""
+        self._writer(f"start {workflow_type!r} workflows")
+        return self._tenant_for_new(tenant)
 
     async def _store_id_for_new(self, tenant: str, given: str | None, key: str | None) -> str:
         """The store id a start in ``tenant`` (not the default) creates, or finds."""
@@ -610,10 +620,13 @@ class Access:
         key: str | None = None,
         keep: bool = False,
     ) -> TimerRecord:
-        """Arm a durable timer on a workflow (roles operator/admin): see
-        :meth:`Engine.schedule`."""
+        """Arm a durable timer on a workflow (roles operator/admin, and only for an event the
+        caller may fire now: a timer fires it later on the caller's behalf); see
+        :meth:`Engine.schedule`. The transition it makes names the caller
+        (``timer for <actor>``)."""
         row = await self.get(workflow_id)
         self._operator("schedule timers")
+        self._check_event(row, event, "schedule")
         return await self.engine.schedule(
             row.id,
             event,
@@ -649,7 +662,11 @@ class Access:
         operator/admin); see :meth:`Engine.fork`."""
         row = await self.get(workflow_id)
         self._operator("fork workflows")
-        store_id = None if new_id is None else ids.qualify(row.tenant, ids.check_id(new_id))
+        store_id = (
+            None
+            if new_id is None
+            else ids.qualify(row.tenant, ids.check_new_id(ids.check_id(new_id)))
+        )
         return await self.engine.fork(
             row.id, actor=self.principal.actor, reason=reason, version=version, new_id=store_id
         )
@@ -730,10 +747,10 @@ class Access:
 
     # -- checks ------------------------------------------------------------------------------
 
-    def _check_event(self, row: WorkflowRow, event: str) -> None:
+    def _check_event(self, row: WorkflowRow, event: str, verb: str = "fire") -> None:
         # Read-only callers first: even an event the machine does not know is a write attempt
         # (and would be logged as a rejected transition).
-        self._writer(f"fire {event!r}")
+        self._writer(f"{verb} {event!r}")
         machine = self.machine_of(row)
         declared = machine.events.get(event)
         if declared is None:
@@ -741,7 +758,7 @@ class Access:
         if not self.principal.may_fire(declared):
             needed = ["approver", *declared.roles] if declared.approval else list(declared.roles)
             raise Forbidden(
-                f"{self.principal.actor!r} may not fire {event!r} "
+                f"{self.principal.actor!r} may not {verb} {event!r} "
                 f"(needs one of the roles: {', '.join(dict.fromkeys(needed)) or 'any writer'})",
                 event=event,
                 state=row.state,

@@ -561,6 +561,7 @@ def _timer(t: TimerRecord) -> dict[str, Any]:
         "payload": t.payload,
         "every": t.every,
         "keep": t.keep,
+        "scheduled_by": t.scheduled_by,
     }
 
 
@@ -580,8 +581,10 @@ async def timers(workflow_id: WorkflowId, access: AccessDep) -> Response:
     summary="Operators: schedule a durable timer on a workflow",
     description="Fires `event` after `after` seconds or at `at` (exactly one). The same "
     "`key` (default: the event) replaces the pending timer. Cleared when the workflow leaves "
-    "its current state unless `keep`. Needs the operator or admin role; 409 for a finished "
-    "workflow or an event the state cannot take.",
+    "its current state unless `keep`. Needs the operator or admin role, and a role that may "
+    "fire `event` now (403 otherwise: a timer fires it on the caller's behalf, and its "
+    "transition is logged as `timer for <caller>`); 409 for a finished workflow or an event "
+    "the state cannot take.",
 )
 async def schedule_timer(workflow_id: WorkflowId, body: TimerIn, access: AccessDep) -> Response:
     record = await access.schedule(
@@ -597,11 +600,11 @@ async def schedule_timer(workflow_id: WorkflowId, body: TimerIn, access: AccessD
 
 
 @router.delete(
-    "/workflows/{workflow_id}/timers/{key}",
+    "/workflows/{workflow_id}/timers/{key:path}",
     response_model=TimerRemoved,
     summary="Operators: cancel a workflow's pending timer by its key",
-    description="404 `timer_not_found` when it has none of that key. Needs the operator or "
-    "admin role.",
+    description="404 `timer_not_found` when it has none of that key. A key may hold `/` "
+    "(the rest of the path is the key; `%2F` works too). Needs the operator or admin role.",
 )
 async def cancel_timer(
     workflow_id: WorkflowId,

@@ -87,6 +87,11 @@ class ScheduleOut(BaseModel):
     last_tick: float | None
     last_workflow_id: str | None = Field(description="The workflow the last tick started.")
     last_error: str | None = Field(description="Why the last tick's start was refused.")
+    created_by: str | None = Field(
+        default=None,
+        description="Who declared its definition: the workflows it starts are logged as "
+        "started by `schedule:<id> for <created_by>`.",
+    )
     created_at: float
     updated_at: float
 
@@ -106,9 +111,11 @@ class ScheduleRemoved(BaseModel):
     summary="Operators: declare a cron schedule that starts workflows",
     description="Creates the schedule, or replaces the definition of the one with that id "
     "(declared again as it is, it is unchanged). Workers start one workflow per tick, named "
-    "`<id>.<UTC tick>` (e.g. `nightly-report.20270115T010000Z`). Needs the operator or "
-    "admin role; 404 for an unknown type, 409 `invalid_schedule` for a cron line whose "
-    "values are out of range or that never fires, or an unknown time zone.",
+    "`<id>.<UTC tick>` (e.g. `nightly-report.20270115T010000Z`: ids of that form are "
+    "refused to callers), each logged as started by `schedule:<id> for <caller>`. Needs the "
+    "operator or admin role and the right to start the type in the tenant; 404 for an "
+    "unknown type, 409 `invalid_schedule` for a cron line whose values are out of range or "
+    "that never fires, or an unknown time zone.",
 )
 async def declare(body: ScheduleIn, access: AccessDep) -> Response:
     record = await sched.declare(

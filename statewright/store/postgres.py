@@ -864,7 +864,14 @@ class PostgresStore(PostgresSchedules):
         return [timer_record(r) for r in rows]
 
     async def schedule_timer(
-        self, workflow_id: str, timer: TimerSpec, *, state: str, entered_at: float, at: float
+        self,
+        workflow_id: str,
+        timer: TimerSpec,
+        *,
+        state: str,
+        entered_at: float,
+        at: float,
+        scheduled_by: str | None = None,
     ) -> TimerRecord | None:
         timer_arrays = timer_params([timer])
         params: dict[str, Any] = {
@@ -875,6 +882,7 @@ class PostgresStore(PostgresSchedules):
             "key": timer.key,
             "every": timer_arrays["timer_every"][0],
             "keep": bool(timer.keep),
+            "scheduled_by": scheduled_by,
         }
         async with self._connection(write=True) as conn:
             try:

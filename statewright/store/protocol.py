@@ -366,7 +366,14 @@ class Store(Protocol):
         """The workflow's pending timers, earliest first."""
 
     async def schedule_timer(
-        self, workflow_id: str, timer: TimerSpec, *, state: str, entered_at: float, at: float
+        self,
+        workflow_id: str,
+        timer: TimerSpec,
+        *,
+        state: str,
+        entered_at: float,
+        at: float,
+        scheduled_by: str | None = None,
     ) -> TimerRecord | None:
         """Arm one timer on its own (not with a transition), atomically, only while the
         workflow is still in the visit of a state it was read in: in ``state``, entered at
@@ -375,6 +382,7 @@ class Store(Protocol):
         (a new id). The workflow's version is not changed (a running handler's result still
         applies); ``next_due_at`` becomes the earlier of it and the new timer (a replaced
         timer's time is dropped when provably nothing else is due then). ``at``: now.
+        ``scheduled_by``: who scheduled it, kept with it (None: the system).
 
         Serialised with transitions: a transition that leaves the state either sees the new
         timer (and clears it, unless ``keep``) or made the visit check fail.

@@ -54,6 +54,7 @@ def _schedule(r: Mapping[str, Any]) -> ScheduleRecord:
         last_tick=None if r["last_tick"] is None else float(r["last_tick"]),
         last_workflow_id=r["last_workflow_id"],
         last_error=r["last_error"],
+        created_by=r["created_by"],
     )
 
 
@@ -69,6 +70,7 @@ def _put_params(s: ScheduleRecord, dumps: Any) -> dict[str, Any]:
         "paused": s.paused,
         "next_at": float(s.next_at),
         "at": float(s.updated_at),
+        "created_by": s.created_by,
     }
 
 

@@ -177,6 +177,7 @@ def _timer(r: sqlite3.Row) -> TimerRecord:
         key=r["key"],
         every=r["every"],
         keep=bool(r["keep"]),
+        scheduled_by=r["scheduled_by"],
     )
 
 
@@ -381,7 +382,12 @@ class SQLiteStore(SQLiteSchedules):
         return result
 
     @staticmethod
-    def _add_timers(conn: sqlite3.Connection, workflow_id: str, timers: Sequence[Any]) -> None:
+    def _add_timers(
+        conn: sqlite3.Connection,
+        workflow_id: str,
+        timers: Sequence[Any],
+        scheduled_by: str | None = None,
+    ) -> None:
         conn.executemany(
             Q["insert_timer"],
             [
@@ -393,6 +399,7 @@ class SQLiteStore(SQLiteSchedules):
                     "key": t.key,
                     "every": t.every,
                     "keep": int(t.keep),
+                    "scheduled_by": scheduled_by,
                 }
                 for t in timers
             ],
@@ -1034,7 +1041,14 @@ class SQLiteStore(SQLiteSchedules):
         return [_timer(r) for r in rows]
 
     async def schedule_timer(
-        self, workflow_id: str, timer: TimerSpec, *, state: str, entered_at: float, at: float
+        self,
+        workflow_id: str,
+        timer: TimerSpec,
+        *,
+        state: str,
+        entered_at: float,
+        at: float,
+        scheduled_by: str | None = None,
     ) -> TimerRecord | None:
         def fn(conn: sqlite3.Connection) -> TimerRecord | None:
             row = conn.execute(Q["timer_visit"], {"id": workflow_id}).fetchone()
@@ -1049,7 +1063,7 @@ class SQLiteStore(SQLiteSchedules):
                 if old is not None:
                     removed = old["due_at"]
                     conn.execute(Q["delete_timer"], {"id": workflow_id, "timer_id": old["id"]})
-            self._add_timers(conn, workflow_id, [timer])
+            self._add_timers(conn, workflow_id, [timer], scheduled_by)
             new_id = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
             self._set_next_due(conn, workflow_id, row, removed, at)
             return _timer(conn.execute("SELECT * FROM timers WHERE id = ?", (new_id,)).fetchone())

@@ -409,8 +409,9 @@ DELETE FROM timers WHERE workflow_id = %(id)s AND key = %(key)s RETURNING due_at
 
 -- name: insert_timer
 -- Arm one timer.
-INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep)
-VALUES (%(id)s, %(due_at)s, %(event)s, %(payload)s::jsonb, %(key)s, %(every)s, %(keep)s)
+INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep, scheduled_by)
+VALUES (%(id)s, %(due_at)s, %(event)s, %(payload)s::jsonb, %(key)s, %(every)s, %(keep)s,
+        %(scheduled_by)s)
 RETURNING *;
 
 -- name: set_next_due
@@ -617,13 +618,13 @@ SELECT * FROM alert_outbox WHERE id > %(after)s ORDER BY id LIMIT %(limit)s;
 -- name: schedule_put
 -- Declare a schedule: a new one, or a new definition of one (its next tick recomputed).
 INSERT INTO schedules (id, type, cron, timezone, catch_up, input, tenant, paused, next_at,
-                       created_at, updated_at)
+                       created_at, updated_at, created_by)
 VALUES (%(id)s, %(type)s, %(cron)s, %(timezone)s, %(catch_up)s, %(input)s, %(tenant)s,
-        %(paused)s, %(next_at)s, %(at)s, %(at)s)
+        %(paused)s, %(next_at)s, %(at)s, %(at)s, %(created_by)s)
 ON CONFLICT (id) DO UPDATE SET type = excluded.type, cron = excluded.cron,
        timezone = excluded.timezone, catch_up = excluded.catch_up, input = excluded.input,
        tenant = excluded.tenant, paused = excluded.paused, next_at = excluded.next_at,
-       updated_at = excluded.updated_at, last_error = NULL
+       updated_at = excluded.updated_at, last_error = NULL, created_by = excluded.created_by
 RETURNING *;
 
 -- name: schedule_get

@@ -180,8 +180,8 @@ SELECT * FROM timers WHERE workflow_id = :id ORDER BY due_at, id;
 
 -- name: insert_timer
 -- Create a durable timer (a keyed one's earlier timer of the same key is deleted first).
-INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep)
-VALUES (:id, :due_at, :event, :payload, :key, :every, :keep);
+INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep, scheduled_by)
+VALUES (:id, :due_at, :event, :payload, :key, :every, :keep, :scheduled_by);
 
 -- name: delete_timers
 -- Cancel a workflow's timers as it leaves the state that set them: those not kept, or all of
@@ -387,12 +387,13 @@ SELECT * FROM alert_outbox WHERE id > :after ORDER BY id LIMIT :limit;
 -- name: schedule_put
 -- Declare a schedule: a new one, or a new definition of one (its next tick recomputed).
 INSERT INTO schedules (id, type, cron, timezone, catch_up, input, tenant, paused, next_at,
-                       created_at, updated_at)
-VALUES (:id, :type, :cron, :timezone, :catch_up, :input, :tenant, :paused, :next_at, :at, :at)
+                       created_at, updated_at, created_by)
+VALUES (:id, :type, :cron, :timezone, :catch_up, :input, :tenant, :paused, :next_at, :at, :at,
+        :created_by)
 ON CONFLICT (id) DO UPDATE SET type = excluded.type, cron = excluded.cron,
        timezone = excluded.timezone, catch_up = excluded.catch_up, input = excluded.input,
        tenant = excluded.tenant, paused = excluded.paused, next_at = excluded.next_at,
-       updated_at = excluded.updated_at, last_error = NULL
+       updated_at = excluded.updated_at, last_error = NULL, created_by = excluded.created_by
 RETURNING *;
 
 -- name: schedule_get
