@@ -645,10 +645,17 @@ class Access:
         self._operator("cancel timers")
         await timer_ops.cancel_or_raise(self.engine, row.id, key, actor=self.principal.actor)
 
-    async def timers(self, workflow_id: str) -> list[TimerRecord]:
-        """A workflow's pending timers, earliest first (any reader of its tenant)."""
+    async def timers(
+        self,
+        workflow_id: str,
+        *,
+        after: tuple[float, int] | None = None,
+        limit: int | None = None,
+    ) -> list[TimerRecord]:
+        """A workflow's pending timers by ``(due_at, id)``, earliest first (any reader of its
+        tenant): after ``after``, at most ``limit``."""
         row = await self.get(workflow_id)
-        return await self.engine.timers(row.id)
+        return await self.engine.store.timers(row.id, after=after, limit=limit)
 
     async def fork(
         self,

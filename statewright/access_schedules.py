@@ -49,8 +49,11 @@ async def get(access: Access, schedule_id: str) -> ScheduleRecord:
     return found
 
 
-async def listing(access: Access) -> list[ScheduleRecord]:
-    return await access.engine.schedules(tenant=access.principal.scope)
+async def listing(
+    access: Access, *, after: str | None = None, limit: int | None = None
+) -> list[ScheduleRecord]:
+    """The caller's tenant's schedules by store id, after the store id ``after``."""
+    return await access.engine.schedules(tenant=access.principal.scope, after=after, limit=limit)
 
 
 async def declare(

@@ -881,9 +881,12 @@ class Engine:
             actor=actor,
         )
 
-    async def schedules(self, tenant: str | None = None) -> list[ScheduleRecord]:
-        """The schedules (of one tenant when given), by id."""
-        return await self.store.list_schedules(tenant)
+    async def schedules(
+        self, tenant: str | None = None, *, after: str | None = None, limit: int | None = None
+    ) -> list[ScheduleRecord]:
+        """The schedules (of one tenant when given), by id: after the id ``after``, at most
+        ``limit`` (default: all)."""
+        return await self.store.list_schedules(tenant, after=after, limit=limit)
 
     async def get_schedule(self, schedule_id: str) -> ScheduleRecord:
         """One schedule; raises ScheduleNotFound."""

@@ -568,10 +568,28 @@ def _timer(t: TimerRecord) -> dict[str, Any]:
 @router.get(
     "/workflows/{workflow_id}/timers",
     response_model=TimerList,
-    summary="A workflow's pending timers, earliest first",
+    summary="A workflow's pending timers, earliest first, a page at a time",
 )
-async def timers(workflow_id: WorkflowId, access: AccessDep) -> Response:
-    return _body({"items": [_timer(t) for t in await access.timers(workflow_id)]})
+async def timers(
+    workflow_id: WorkflowId, access: AccessDep, limit: PageLimit = 100, cursor: Cursor = None
+) -> Response:
+    found = await access.timers(
+        workflow_id,
+        after=None if cursor is None else paging.timer_after(cursor),
+        limit=limit + 1,  # one more: is there a next page?
+    )
+    page = found[:limit]
+    last = page[-1] if page else None
+    return _body(
+        {
+            "items": [_timer(t) for t in page],
+            "next_cursor": (
+                paging.timer_cursor(last.due_at, last.id)
+                if last is not None and len(found) > limit
+                else None
+            ),
+        }
+    )
 
 
 @router.post(

@@ -9,10 +9,11 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from statewright import access_schedules as sched
-from statewright.http.api import _ERRORS
+from statewright import paging
+from statewright.http.api import _ERRORS, Cursor, PageLimit
 from statewright.http.deps import AccessDep, KnownQuery
 from statewright.http.jsonbody import JSONBody
-from statewright.http.schemas import _In
+from statewright.http.schemas import NEXT_CURSOR, _In
 from statewright.ids import ID_PATTERN, REF_PATTERN
 
 router = APIRouter(prefix="/v1", responses=_ERRORS, dependencies=[KnownQuery], tags=["schedules"])
@@ -97,7 +98,8 @@ class ScheduleOut(BaseModel):
 
 
 class ScheduleList(BaseModel):
-    items: list[ScheduleOut]
+    items: list[ScheduleOut] = Field(description="Schedules by id.")
+    next_cursor: str | None = Field(default=None, description=NEXT_CURSOR)
 
 
 class ScheduleRemoved(BaseModel):
@@ -132,9 +134,20 @@ async def declare(body: ScheduleIn, access: AccessDep) -> Response:
     return JSONBody(sched.view(access, record), 201)
 
 
-@router.get("/schedules", response_model=ScheduleList, summary="The schedules, by id")
-async def listing(access: AccessDep) -> Response:
-    return JSONBody({"items": [sched.view(access, s) for s in await sched.listing(access)]})
+@router.get(
+    "/schedules", response_model=ScheduleList, summary="The schedules, by id, a page at a time"
+)
+async def listing(access: AccessDep, limit: PageLimit = 100, cursor: Cursor = None) -> Response:
+    after = None if cursor is None else paging.schedule_after(cursor)
+    found = await sched.listing(access, after=after, limit=limit + 1)
+    page = found[:limit]
+    more = len(found) > limit
+    return JSONBody(
+        {
+            "items": [sched.view(access, s) for s in page],
+            "next_cursor": paging.schedule_cursor(page[-1].id) if more else None,
+        }
+    )
 
 
 @router.get("/schedules/{schedule_id}", response_model=ScheduleOut, summary="One schedule")

@@ -516,7 +516,8 @@ class TimerOut(BaseModel):
 
 
 class TimerList(BaseModel):
-    items: list[TimerOut]
+    items: list[TimerOut] = Field(description="Timers by due time (earliest first), then id.")
+    next_cursor: str | None = Field(default=None, description=NEXT_CURSOR)
 
 
 class TimerRemoved(BaseModel):

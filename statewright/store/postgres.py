@@ -859,8 +859,23 @@ class PostgresStore(PostgresSchedules):
             # (a new snapshot) sees it.
         raise StoreError(f"could not record the definition of {name!r} version {version}")
 
-    async def timers(self, workflow_id: str) -> list[TimerRecord]:
-        rows = await self._fetchall(Q["timers"], {"id": workflow_id})
+    async def timers(
+        self,
+        workflow_id: str,
+        *,
+        after: tuple[float, int] | None = None,
+        limit: int | None = None,
+    ) -> list[TimerRecord]:
+        if after is None and limit is None:
+            rows = await self._fetchall(Q["timers"], {"id": workflow_id})
+        else:
+            params = {
+                "id": workflow_id,
+                "after_due": None if after is None else float(after[0]),
+                "after_id": None if after is None else int(after[1]),
+                "limit": limit,
+            }
+            rows = await self._fetchall(Q["timers_page"], params)
         return [timer_record(r) for r in rows]
 
     async def schedule_timer(

@@ -195,8 +195,11 @@ class Store(Protocol):
 
     async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None: ...
 
-    async def list_schedules(self, tenant: str | None = None) -> list[ScheduleRecord]:
-        """All schedules (of one tenant when given), by id."""
+    async def list_schedules(
+        self, tenant: str | None = None, *, after: str | None = None, limit: int | None = None
+    ) -> list[ScheduleRecord]:
+        """The schedules (of one tenant when given), by id: those after the id ``after``, at
+        most ``limit`` (default: all)."""
 
     async def delete_schedule(self, schedule_id: str) -> bool:
         """Remove a schedule; whether there was one."""
@@ -362,8 +365,15 @@ class Store(Protocol):
 
     # -- timers ----------------------------------------------------------------------------
 
-    async def timers(self, workflow_id: str) -> list[TimerRecord]:
-        """The workflow's pending timers, earliest first."""
+    async def timers(
+        self,
+        workflow_id: str,
+        *,
+        after: tuple[float, int] | None = None,
+        limit: int | None = None,
+    ) -> list[TimerRecord]:
+        """The workflow's pending timers, earliest first (by ``(due_at, id)``): those after
+        ``after``, at most ``limit`` (default: all)."""
 
     async def schedule_timer(
         self,

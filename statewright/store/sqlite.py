@@ -1034,10 +1034,24 @@ class SQLiteStore(SQLiteSchedules):
 
     # -- timers ------------------------------------------------------------------------------
 
-    async def timers(self, workflow_id: str) -> list[TimerRecord]:
-        rows = await self.conn.read(
-            lambda c: c.execute(Q["timers"], {"id": workflow_id}).fetchall()
-        )
+    async def timers(
+        self,
+        workflow_id: str,
+        *,
+        after: tuple[float, int] | None = None,
+        limit: int | None = None,
+    ) -> list[TimerRecord]:
+        query: str = Q["timers"]
+        params: dict[str, Any] = {"id": workflow_id}
+        if after is not None or limit is not None:
+            query = Q["timers_page"]
+            params = {
+                "id": workflow_id,
+                "after_due": None if after is None else float(after[0]),
+                "after_id": None if after is None else int(after[1]),
+                "limit": -1 if limit is None else limit,
+            }
+        rows = await self.conn.read(lambda c: c.execute(query, params).fetchall())
         return [_timer(r) for r in rows]
 
     async def schedule_timer(

@@ -187,3 +187,33 @@ async def test_an_agent_cannot_take_a_tick_id_first(
     assert (first.event, first.actor) == ("$start", "schedule:nightly for alice")
     [first, *_] = await engine.history("globex:" + tick_id)
     assert first.actor == "schedule:globex:nightly for gina"
+
+
+async def test_schedules_are_listed_a_page_at_a_time(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    for name in ("a", "b", "c"):
+        r = await client.post("/v1/schedules", json={**BODY, "id": name}, headers=auth("boss"))
+        assert r.status_code == 201, r.text
+    r = await client.post("/v1/schedules", json={**BODY, "id": "d"}, headers=OPS)
+    assert r.status_code == 201, r.text
+    r = await client.get("/v1/schedules", headers=auth("viewer"))
+    assert [s["id"] for s in r.json()["items"]] == ["a", "b", "c"]  # as before: all of them
+    assert r.json()["next_cursor"] is None
+    r = await client.get("/v1/schedules", params={"limit": 2}, headers=auth("viewer"))
+    page = r.json()
+    assert [s["id"] for s in page["items"]] == ["a", "b"] and page["next_cursor"]
+    r = await client.get(
+        "/v1/schedules",
+        params={"limit": 2, "cursor": page["next_cursor"]},
+        headers=auth("viewer"),
+    )
+    assert ([s["id"] for s in r.json()["items"]], r.json()["next_cursor"]) == (["c"], None)
+    r = await client.get("/v1/schedules", params={"limit": 1}, headers=auth("admin"))
+    page = r.json()
+    r = await client.get(
+        "/v1/schedules", params={"limit": 3, "cursor": page["next_cursor"]}, headers=auth("admin")
+    )
+    assert [s["id"] for s in page["items"] + r.json()["items"]] == ["a", "b", "c", "globex:d"]
+    r = await client.get("/v1/schedules", params={"cursor": "bad!"}, headers=auth("viewer"))
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input"

@@ -177,3 +177,38 @@ async def test_a_timer_key_with_a_slash_can_be_cancelled(
         r = await client.post("/v1/workflows/t-4/timers", json=body, headers=auth("boss"))
         assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", r.text
     assert await engine.timers("t-4") == []
+
+
+async def test_timers_are_listed_a_page_at_a_time(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    await engine.start("agent_task", {"goal": "x"}, workflow_id="t-5")
+    for i in range(5):
+        body = {"event": "start", "after": 60 + (i // 2), "key": f"k{i}"}  # ties on due_at
+        r = await client.post("/v1/workflows/t-5/timers", json=body, headers=auth("boss"))
+        assert r.status_code == 201, r.text
+    r = await client.get("/v1/workflows/t-5/timers", headers=auth("viewer"))
+    whole = r.json()
+    assert [t["key"] for t in whole["items"]] == ["k0", "k1", "k2", "k3", "k4"]
+    assert whole["next_cursor"] is None  # an old client's call: everything, as before
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        params: dict[str, str | int] = {"limit": 2}
+        if cursor is not None:
+            params["cursor"] = cursor
+        r = await client.get("/v1/workflows/t-5/timers", params=params, headers=auth("viewer"))
+        assert r.status_code == 200, r.text
+        page = r.json()
+        seen += [t["key"] for t in page["items"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert (seen, pages) == (["k0", "k1", "k2", "k3", "k4"], 3)
+    for bad in ("not-a-cursor", "WyJhIiwxXQ", "WzEuNSwxLjVd"):  # junk, ["a",1], [1.5,1.5]
+        r = await client.get(
+            "/v1/workflows/t-5/timers", params={"cursor": bad}, headers=auth("viewer")
+        )
+        assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input", r.text

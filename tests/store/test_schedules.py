@@ -406,3 +406,16 @@ async def test_a_schedule_keeps_its_declarer_and_its_ticks_name_them(
     ticks = await engine.fire_schedules()
     [anon] = [w for w in ticks if w.startswith("anon.")]
     assert (await engine.history(anon))[0].actor == "schedule:anon"
+
+
+async def test_schedules_are_listed_a_page_at_a_time(engine: Engine, store: Store) -> None:
+    for sid, tenant in (("a", "default"), ("acme:b", "acme"), ("c", "default"), ("d", "default")):
+        await engine.schedule_start("nightly", "@daily", schedule_id=sid, tenant=tenant)
+    assert [s.id for s in await store.list_schedules()] == ["a", "acme:b", "c", "d"]
+    assert [s.id for s in await store.list_schedules(limit=2)] == ["a", "acme:b"]
+    assert [s.id for s in await store.list_schedules(after="acme:b")] == ["c", "d"]
+    assert [s.id for s in await store.list_schedules("default", after="a", limit=2)] == [
+        "c",
+        "d",
+    ]
+    assert [s.id for s in await engine.schedules("default", after="c", limit=5)] == ["d"]

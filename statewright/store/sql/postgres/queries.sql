@@ -397,6 +397,14 @@ UPDATE definitions SET fingerprint = %(fingerprint)s, document = %(document)s::j
 -- A workflow's pending timers, earliest first.
 SELECT * FROM timers WHERE workflow_id = %(id)s ORDER BY due_at, id;
 
+-- name: timers_page
+-- A page of a workflow's pending timers, earliest first, after a (due_at, id) cursor.
+SELECT * FROM timers
+ WHERE workflow_id = %(id)s
+   AND (%(after_due)s::float8 IS NULL
+        OR (due_at, id) > (%(after_due)s::float8, %(after_id)s::bigint))
+ ORDER BY due_at, id LIMIT %(limit)s;
+
 -- name: timer_visit
 -- Lock the workflow row while scheduling or cancelling a timer on its own (transitions take
 -- the same lock first, so the two serialise), and read what the change checks and recomputes.
@@ -635,6 +643,13 @@ SELECT * FROM schedules WHERE id = %(id)s;
 -- The schedules (of one tenant when given), by id.
 SELECT * FROM schedules WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
  ORDER BY id;
+
+-- name: schedule_page
+-- A page of the schedules (of one tenant when given), by id, after an id.
+SELECT * FROM schedules
+ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+   AND (%(after)s::text IS NULL OR id > %(after)s::text)
+ ORDER BY id LIMIT %(limit)s;
 
 -- name: schedule_delete
 -- Remove a schedule (the workflows it started stay).

@@ -178,6 +178,12 @@ UPDATE definitions SET fingerprint = :fingerprint, document = :document, registe
 -- A workflow's pending timers, earliest first.
 SELECT * FROM timers WHERE workflow_id = :id ORDER BY due_at, id;
 
+-- name: timers_page
+-- A page of a workflow's pending timers, earliest first, after a (due_at, id) cursor.
+SELECT * FROM timers
+ WHERE workflow_id = :id AND (:after_due IS NULL OR (due_at, id) > (:after_due, :after_id))
+ ORDER BY due_at, id LIMIT :limit;
+
 -- name: insert_timer
 -- Create a durable timer (a keyed one's earlier timer of the same key is deleted first).
 INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep, scheduled_by)
@@ -403,6 +409,12 @@ SELECT * FROM schedules WHERE id = :id;
 -- name: schedule_list
 -- The schedules (of one tenant when given), by id.
 SELECT * FROM schedules WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY id;
+
+-- name: schedule_page
+-- A page of the schedules (of one tenant when given), by id, after an id.
+SELECT * FROM schedules
+ WHERE (:tenant IS NULL OR tenant = :tenant) AND (:after IS NULL OR id > :after)
+ ORDER BY id LIMIT :limit;
 
 -- name: schedule_delete
 -- Remove a schedule (the workflows it started stay).
