@@ -402,10 +402,17 @@ class PostgresStore(PostgresSchedules):
     async def transition_by_key(
         self, workflow_id: str, idempotency_key: str
     ) -> TransitionRecord | None:
-        row = await self._fetchone(
+        rows = await self._fetchall(
             Q["transition_by_key"], {"id": workflow_id, "key": idempotency_key}
         )
-        return None if row is None else transition_record(row)
+        for row in rows:
+            if row["seq"] is not None:
+                return transition_record(row)
+        for row in rows:  # the key posted an input instead: it names that request
+            raise IdempotencyKeyReused(
+                workflow_id, idempotency_key, f"input {row['input_name']!r} #{row['input_id']}"
+            )
+        return None
 
     @staticmethod
     async def _refusal(
@@ -1079,6 +1086,12 @@ class PostgresStore(PostgresSchedules):
         }
         async with self._connection(write=True) as conn:
             row = await (await conn.execute(Q["post_input"], params)).fetchone()
+            if row is not None and row["used_event"] is not None and idempotency_key:
+                raise IdempotencyKeyReused(
+                    workflow_id,
+                    idempotency_key,
+                    f"event {row['used_event']!r} (version {row['used_version']})",
+                )
             if row is not None and row["item"] is None and idempotency_key is not None:
                 # A concurrent post with the same key won the insert after our snapshot.
                 cur = await conn.execute(

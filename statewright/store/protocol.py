@@ -77,7 +77,10 @@ class Store(Protocol):
     async def transition_by_key(
         self, workflow_id: str, idempotency_key: str
     ) -> TransitionRecord | None:
-        """The log entry a client's idempotency key produced on a workflow, if any."""
+        """The log entry a client's idempotency key produced on a workflow, if any.
+
+        A key names one request: raises IdempotencyKeyReused when it posted an input to this
+        workflow instead (:meth:`post_input` refuses a key an event used likewise)."""
 
     async def history(
         self, workflow_id: str, after_version: int = 0, limit: int | None = None
@@ -481,7 +484,9 @@ class Store(Protocol):
         (``created`` False). With ``wake_in_state``, a workflow still in that state and not
         leased becomes due now (its handler runs and can take the input).
 
-        Raises WorkflowNotFound, WorkflowFinished (terminal workflows take no inputs).
+        Raises WorkflowNotFound, WorkflowFinished (terminal workflows take no inputs),
+        IdempotencyKeyReused (the key produced an entry of this workflow's log: an event,
+        checked in the same statement or transaction as the post).
         """
 
     async def next_input(

@@ -167,6 +167,18 @@ def _inbox(r: sqlite3.Row) -> InboxItem:
     )
 
 
+def _key_used_for_event(workflow_id: str, key: str, used: Any) -> IdempotencyKeyReused:
+    """An input posted with a key that an event of the workflow's log already used."""
+    return IdempotencyKeyReused(
+        workflow_id, key, f"event {used['event']!r} (version {used['version']})"
+    )
+
+
+def _key_used_for_input(workflow_id: str, key: str, item: InboxItem) -> IdempotencyKeyReused:
+    """An event sent with a key that an input of the workflow already used."""
+    return IdempotencyKeyReused(workflow_id, key, f"input {item.name!r} #{item.id}")
+
+
 def _timer(r: sqlite3.Row) -> TimerRecord:
     return TimerRecord(
         id=r["id"],
@@ -457,7 +469,16 @@ class SQLiteStore(SQLiteSchedules):
         self, workflow_id: str, idempotency_key: str
     ) -> TransitionRecord | None:
         params = {"id": workflow_id, "key": idempotency_key}
-        row = await self.conn.read(lambda c: c.execute(Q["transition_by_key"], params).fetchone())
+
+        def fn(c: sqlite3.Connection) -> tuple[sqlite3.Row | None, sqlite3.Row | None]:
+            row = c.execute(Q["transition_by_key"], params).fetchone()
+            if row is not None:
+                return row, None
+            return None, c.execute(Q["input_by_key"], params).fetchone()
+
+        row, posted = await self.conn.read(fn)
+        if posted is not None:
+            raise _key_used_for_input(workflow_id, idempotency_key, _inbox(posted))
         return None if row is None else _transition(row)
 
     @staticmethod
@@ -1294,6 +1315,9 @@ class SQLiteStore(SQLiteSchedules):
                 earlier = conn.execute(Q["input_by_key"], by_key).fetchone()
                 if earlier is not None:
                     return _inbox(earlier), False
+                used = conn.execute(Q["transition_by_key"], by_key).fetchone()
+                if used is not None:  # in this write transaction: no event can slip in
+                    raise _key_used_for_event(workflow_id, idempotency_key, used)
             if found["terminal"]:
                 raise WorkflowFinished(workflow_id, found["state"])
             params: dict[str, Any] = {

@@ -20,8 +20,14 @@ SELECT version, lease_owner, fence,
   FROM workflows WHERE id = %(id)s;
 
 -- name: transition_by_key
--- The log entry a client's idempotency key produced on a workflow.
-SELECT * FROM transitions WHERE workflow_id = %(id)s AND idempotency_key = %(key)s;
+-- The log entry a client's idempotency key produced on a workflow, or (a row of NULL log
+-- columns with input_name and input_id) the input it posted to it instead.
+SELECT t.*, NULL::text AS input_name, NULL::bigint AS input_id
+  FROM transitions t WHERE t.workflow_id = %(id)s AND t.idempotency_key = %(key)s
+UNION ALL
+SELECT t.*, i.name, i.id
+  FROM inbox i LEFT JOIN transitions t ON FALSE
+ WHERE i.workflow_id = %(id)s AND i.idempotency_key = %(key)s::text;
 
 -- name: create_workflow
 -- Create a workflow at version 1 with its first log entry and timers, in one statement; a
@@ -521,16 +527,21 @@ RETURNING *;
 -- name: post_input
 -- Append an external input to a live workflow's inbox (or find the one posted under the same
 -- idempotency key), make an idle workflow in the given state due now, and wake the workers.
--- Reports what it found when it posted nothing (no workflow, a finished one, an earlier key).
+-- Reports what it found when it posted nothing (no workflow, a finished one, an earlier key,
+-- a key an event of the workflow's log used: used_event, used_version).
 WITH wf AS (
     SELECT id, state, terminal FROM workflows WHERE id = %(id)s
 ), earlier AS (
     SELECT * FROM inbox
      WHERE workflow_id = %(id)s AND idempotency_key = %(key)s::text
+), used AS (
+    SELECT event, version FROM transitions
+     WHERE workflow_id = %(id)s AND idempotency_key = %(key)s::text
 ), posted AS (
     INSERT INTO inbox (workflow_id, name, payload, posted_at, idempotency_key)
     SELECT id, %(name)s::text, %(payload)s::jsonb, %(at)s::float8, %(key)s::text
       FROM wf WHERE NOT terminal AND NOT EXISTS (SELECT 1 FROM earlier)
+       AND NOT EXISTS (SELECT 1 FROM used)
     ON CONFLICT (workflow_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *
 ), woken AS (
@@ -541,12 +552,15 @@ WITH wf AS (
     RETURNING 1
 )
 SELECT to_jsonb(p) AS item, TRUE AS created, wf.state, wf.terminal,
-       pg_notify('statewright_work', '') AS notified
+       pg_notify('statewright_work', '') AS notified,
+       NULL::text AS used_event, NULL::bigint AS used_version
   FROM posted p, wf
 UNION ALL
-SELECT to_jsonb(e), FALSE, wf.state, wf.terminal, NULL FROM earlier e, wf
+SELECT to_jsonb(e), FALSE, wf.state, wf.terminal, NULL, NULL::text, NULL::bigint
+  FROM earlier e, wf
 UNION ALL
-SELECT NULL, FALSE, wf.state, wf.terminal, NULL FROM wf
+SELECT NULL, FALSE, wf.state, wf.terminal, NULL, u.event, u.version::bigint
+  FROM wf LEFT JOIN used u ON TRUE
  WHERE NOT EXISTS (SELECT 1 FROM posted) AND NOT EXISTS (SELECT 1 FROM earlier);
 
 -- name: input_by_key
