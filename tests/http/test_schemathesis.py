@@ -124,6 +124,10 @@ def _real_cursor(case: schemathesis.Case) -> None:
         return
     if case.operation.path == "/v1/stuck":
         key: tuple[Any, ...] = ("agent_task", "running", 1_800_000_000.0, "seed-running")
+    elif case.operation.path == "/v1/workflows/{workflow_id}/timers":
+        key = (1_800_000_000.0, 1)  # (due_at, id)
+    elif case.operation.path == "/v1/schedules":
+        key = ("seed-schedule",)  # an id
     else:
         key = (1_800_000_000.0, "seed-running")
     case.query = {**case.query, "cursor": paging.encode(*key)}
