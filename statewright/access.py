@@ -456,9 +456,12 @@ class Access:
         tenant: str | None = None,
         idempotency_key: str | None = None,
     ) -> tuple[WorkflowRow, bool]:
-        """Start a workflow in the caller's tenant; returns ``(row, created)``."""
-        self._writer("start workflows")
-        tenant = self._tenant_for_new(tenant)
+        """Start a workflow in the caller's tenant; returns ``(row, created)``. An id of the
+        forms the system makes (a schedule's tick, a fork's default) is refused
+        (:func:`statewright.ids.check_new_id`)."""
+        tenant = self.check_start(workflow_type, tenant)
+        if workflow_id is not None:
+            ids.check_new_id(workflow_id)
         if tenant != DEFAULT_TENANT:
             workflow_id = await self._store_id_for_new(tenant, workflow_id, idempotency_key)
         try:
@@ -472,6 +475,13 @@ class Access:
             )
         except WorkflowPruned as exc:  # named by the id this caller knows
             raise WorkflowPruned(self.public_id(exc.workflow_id), exc.idempotency_key) from None
+
+    def check_start(self, workflow_type: str, tenant: str | None) -> str:
+        """Whether this caller may start workflows of ``workflow_type`` in ``tenant`` (None:
+        its own): the tenant it would start them in, or Forbidden. What a schedule this caller
+        declares starts, it must be able to start itself."""
+        self._writer(f"start {workflow_type!r} workflows")
+        return self._tenant_for_new(tenant)
 
     async def _store_id_for_new(self, tenant: str, given: str | None, key: str | None) -> str:
         """The store id a start in ``tenant`` (not the default) creates, or finds."""
@@ -673,10 +683,13 @@ class Access:
         key: str | None = None,
         keep: bool = False,
     ) -> TimerRecord:
-        """Arm a durable timer on a workflow (roles operator/admin): see
-        :meth:`Engine.schedule`."""
+        """Arm a durable timer on a workflow (roles operator/admin, and only for an event the
+        caller may fire now: a timer fires it later on the caller's behalf); see
+        :meth:`Engine.schedule`. The transition it makes names the caller
+        (``timer for <actor>``)."""
         row = await self.get(workflow_id)
         self._operator("schedule timers")
+        self._check_event(row, event, "schedule")
         return await self.engine.schedule(
             row.id,
             event,
@@ -695,10 +708,17 @@ class Access:
         self._operator("cancel timers")
         await timer_ops.cancel_or_raise(self.engine, row.id, key, actor=self.principal.actor)
 
-    async def timers(self, workflow_id: str) -> list[TimerRecord]:
-        """A workflow's pending timers, earliest first (any reader of its tenant)."""
+    async def timers(
+        self,
+        workflow_id: str,
+        *,
+        after: tuple[float, int] | None = None,
+        limit: int | None = None,
+    ) -> list[TimerRecord]:
+        """A workflow's pending timers by ``(due_at, id)``, earliest first (any reader of its
+        tenant): after ``after``, at most ``limit``."""
         row = await self.get(workflow_id)
-        return await self.engine.timers(row.id)
+        return await self.engine.store.timers(row.id, after=after, limit=limit)
 
     async def fork(
         self,
@@ -714,7 +734,11 @@ class Access:
         after which steps were done runs them again; refused unless this is True)."""
         row = await self.get(workflow_id)
         self._operator("fork workflows")
-        store_id = None if new_id is None else ids.qualify(row.tenant, ids.check_id(new_id))
+        store_id = (
+            None
+            if new_id is None
+            else ids.qualify(row.tenant, ids.check_new_id(ids.check_id(new_id)))
+        )
         try:
             return await self.engine.fork(
                 row.id,
@@ -810,10 +834,10 @@ class Access:
 
     # -- checks ------------------------------------------------------------------------------
 
-    def _check_event(self, row: WorkflowRow, event: str) -> None:
+    def _check_event(self, row: WorkflowRow, event: str, verb: str = "fire") -> None:
         # Read-only callers first: even an event the machine does not know is a write attempt
         # (and would be logged as a rejected transition).
-        self._writer(f"fire {event!r}")
+        self._writer(f"{verb} {event!r}")
         machine = self.machine_of(row)
         declared = machine.events.get(event)
         if declared is None:
@@ -821,7 +845,7 @@ class Access:
         if not self.principal.may_fire(declared):
             needed = ["approver", *declared.roles] if declared.approval else list(declared.roles)
             raise Forbidden(
-                f"{self.principal.actor!r} may not fire {event!r} "
+                f"{self.principal.actor!r} may not {verb} {event!r} "
                 f"(needs one of the roles: {', '.join(dict.fromkeys(needed)) or 'any writer'})",
                 event=event,
                 state=row.state,

@@ -1,5 +1,8 @@
 """Who may see and change schedules (for the HTTP surface): reading needs any token of the
 schedule's tenant, declaring, pausing, resuming and removing need the operator or admin role.
+Declaring also needs that the caller may start the schedule's type in its tenant
+(:meth:`Access.check_start`): its ticks start workflows on the declarer's behalf, and name
+them (``schedule:<id> for <actor>``).
 
 Schedule ids are scoped per tenant like workflow ids (:mod:`statewright.ids`): a caller bound
 to tenant ``acme`` names its schedule ``nightly``, kept as ``acme:nightly``, and the
@@ -46,8 +49,11 @@ async def get(access: Access, schedule_id: str) -> ScheduleRecord:
     return found
 
 
-async def listing(access: Access) -> list[ScheduleRecord]:
-    return await access.engine.schedules(tenant=access.principal.scope)
+async def listing(
+    access: Access, *, after: str | None = None, limit: int | None = None
+) -> list[ScheduleRecord]:
+    """The caller's tenant's schedules by store id, after the store id ``after``."""
+    return await access.engine.schedules(tenant=access.principal.scope, after=after, limit=limit)
 
 
 async def declare(
@@ -77,6 +83,7 @@ async def declare(
         store_id = schedule_ops.check_schedule_id(schedule_id, tenant)
         prefix, sep, _ = store_id.rpartition(ids.SEPARATOR)
         tenant = tenant or (prefix if sep else ids.DEFAULT_TENANT)
+    access.check_start(workflow_type, tenant)
     return await access.engine.schedule_start(
         workflow_type,
         cron,
@@ -86,6 +93,7 @@ async def declare(
         timezone=timezone,
         tenant=tenant,
         paused=paused,
+        actor=access.principal.actor,
     )
 
 
@@ -129,6 +137,7 @@ def view(access: Access, s: ScheduleRecord) -> dict[str, Any]:
             None if s.last_workflow_id is None else access.public_id(s.last_workflow_id)
         ),
         "last_error": None if s.last_error is None else access.public_text(s.last_error),
+        "created_by": s.created_by,
         "created_at": s.created_at,
         "updated_at": s.updated_at,
     }

@@ -49,6 +49,37 @@ def check_id(value: Any, what: str = "workflow id") -> str:
     return str(value)
 
 
+_SYSTEM_MADE = re.compile(r"\.(?:[0-9]+T[0-9]+Z|fork-[0-9]+)\Z")
+"""The end of an id the system makes: a schedule's tick (``.20270115T020000Z``) or a fork's
+default id (``.fork-3``)."""
+SYSTEM_RULE = (
+    "ids ending in '.<digits>T<digits>Z' (a schedule's tick, such as '.20270115T020000Z') "
+    "or '.fork-<n>' are made by schedules and forks"
+)
+
+
+def system_made(value: str) -> bool:
+    """Whether ``value`` (a local or store id) has the form of an id the system makes."""
+    return _SYSTEM_MADE.search(value.rpartition(SEPARATOR)[2]) is not None
+
+
+def check_new_id(value: Any, tenant: str | None = None) -> str:
+    """An id a caller gives for a workflow it creates: a valid id (or store id, qualified by
+    ``tenant`` when given) that is not of a form the system makes (:func:`system_made`), so a
+    caller can never take a schedule's tick or a fork's id before it is made."""
+    checked = check_ref(value, tenant)
+    if system_made(checked):
+        raise InvalidInput(
+            f"invalid workflow id {value!r}: {SYSTEM_RULE}, not by callers", field="workflow id"
+        )
+    return checked
+
+
+def fork_id(workflow_id: str, version: int) -> str:
+    """The id a fork of ``workflow_id`` at ``version`` gets when none is given."""
+    return f"{workflow_id}.fork-{version}"
+
+
 def check_ref(value: Any, tenant: str | None = None) -> str:
     """A store id (``id`` or ``tenant:id``); with ``tenant``, a qualified id must be that
     tenant's."""

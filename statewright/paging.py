@@ -94,3 +94,28 @@ def step_cursor(started_at: float, key: str) -> str:
 def step_after(cursor: str) -> tuple[float, str]:
     at, key = decode(cursor, "fs")
     return float(at), str(key)
+
+
+def timer_cursor(due_at: float, timer_id: int) -> str:
+    """Where a listing of a workflow's timers continues: after ``(due_at, id)``."""
+    return encode(due_at, timer_id)
+
+
+def timer_after(cursor: str) -> tuple[float, int]:
+    at, timer_id = decode(cursor, "ff")
+    if not float(timer_id).is_integer() or not 0 <= timer_id <= 2**53:
+        raise InvalidInput(
+            "invalid cursor: pass next_cursor exactly as a previous page returned it",
+            field="cursor",
+        )
+    return float(at), int(timer_id)
+
+
+def schedule_cursor(schedule_id: str) -> str:
+    """Where a listing of schedules continues: after this (store) id."""
+    return encode(schedule_id)
+
+
+def schedule_after(cursor: str) -> str:
+    (schedule_id,) = decode(cursor, "s")
+    return str(schedule_id)

@@ -175,6 +175,9 @@ class TimerRecord:
     """A recurring timer's interval in seconds (None: it fires once)."""
     keep: bool = False
     """It survives leaving the state it was armed in (cleared only at a terminal state)."""
+    scheduled_by: str | None = None
+    """Who scheduled it (``Engine.schedule``'s actor): its transition is logged as
+    ``timer for <scheduled_by>``. None for the system's own (a state's, a handler's)."""
 
 
 @dataclass(frozen=True)
@@ -411,6 +414,10 @@ class ScheduleRecord:
     last_tick: float | None = None
     last_workflow_id: str | None = None
     last_error: str | None = None
+    created_by: str | None = None
+    """Who declared its definition: the workflows its ticks start are logged as started by
+    ``schedule:<id> for <created_by>`` (``schedule:<id>`` when None: declared before it was
+    kept, or by the Python API without an actor)."""
 
 
 @dataclass(frozen=True)

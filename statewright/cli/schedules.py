@@ -65,9 +65,13 @@ def add(
     timezone: Annotated[str, typer.Option(help="IANA time zone of the cron line.")] = "UTC",
     tenant: Annotated[str, typer.Option(help="The tenant of the workflows.")] = "default",
     paused: Annotated[bool, typer.Option("--paused", help="Declare it paused.")] = False,
+    actor: Annotated[
+        str, typer.Option(help="Who declares it: its workflows are started on their behalf.")
+    ] = "cli",
 ) -> None:
     """Declare a schedule (or replace the one of that id). Refused (exit code 2) for an
-    invalid cron line, time zone, catch-up policy or input; nothing is written then."""
+    invalid cron line, time zone, catch-up policy or input; nothing is written then. The
+    workflows it starts are logged as started by ``schedule:<id> for <actor>``."""
     body = parse_json_object(input, "--input")
     record = with_engine(
         s,
@@ -80,6 +84,7 @@ def add(
             timezone=timezone,
             tenant=tenant,
             paused=paused,
+            actor=actor,
         ),
     )
     if s.json:
@@ -119,6 +124,8 @@ def show(s: Settings, schedule_id: IdArg) -> None:
         emit_json(record)
         return
     out.print(_line(record))
+    if record.created_by:
+        out.print(f"declared by: {escape(record.created_by)}")
     if record.last_workflow_id:
         out.print(f"last started: {escape(record.last_workflow_id)}")
     if record.last_error:

@@ -55,11 +55,13 @@ def timers(s: Settings, workflow_id: IdArg) -> None:
             when(t.due_at),
             "-" if t.every is None else f"{t.every:g}s",
             "yes" if t.keep else "no",
+            t.scheduled_by or "-",
             compact(t.payload, 40),
         )
         for t in found
     ]
-    out.print(table(None, ["key", "event", "due", "every", "keep", "payload"], rows))
+    columns = ["key", "event", "due", "every", "keep", "scheduled by", "payload"]
+    out.print(table(None, columns, rows))
 
 
 def schedule(
@@ -92,7 +94,8 @@ def schedule(
     actor: ActorOption = "cli",
 ) -> None:
     """Schedule a durable timer on a workflow: give exactly one of --after and --at.
-    Refused (exit code 2) for a finished workflow or an event its state cannot take."""
+    Refused (exit code 2) for a finished workflow or an event its state cannot take. The
+    transition it makes is logged as ``timer for <actor>``."""
     if (after is None) == (at is None):
         raise InvalidInput("give exactly one of --after DURATION and --at ISO8601")
     seconds = None if after is None else parse_duration(after)

@@ -856,10 +856,16 @@ class Engine:
         payload: Mapping[str, Any] | None = None,
         key: str | None = None,
         keep: bool = False,
-        actor: str = "system",
+        actor: str | None = None,
     ) -> TimerRecord:
         """Arm a durable timer on one workflow: fire ``event`` (with ``payload``) ``after``
         seconds from now or ``at`` an epoch time (exactly one of them).
+
+        ``actor``: who schedules it, kept with the timer (``scheduled_by``); the transition
+        it makes when it fires is logged with the actor ``timer for <actor>``. None (the
+        default): a timer of the system's, logged as ``timer``. (The engine trusts its
+        caller; :meth:`Access.schedule <statewright.access.Access.schedule>` first checks that
+        the caller may fire ``event`` itself.)
 
         ``key`` (default: the event's name) names it: scheduling the same key again replaces
         the pending timer (extend a deadline; a retried call changes nothing more). It belongs
@@ -911,10 +917,16 @@ class Engine:
         timezone: str = "UTC",
         tenant: str = "default",
         paused: bool = False,
+        actor: str | None = None,
     ) -> ScheduleRecord:
         """Start a workflow of ``workflow_type`` with ``input`` at every tick of ``cron`` (five
         fields, or ``@daily``, ``@hourly``...) in ``timezone``; workers fire the ticks, one
         workflow per tick however many run (its id: ``<schedule_id>.<UTC tick>``).
+
+        ``actor``: who declares it, kept as the schedule's ``created_by``; the workflows its
+        ticks start are logged as started by ``schedule:<schedule_id> for <actor>`` (by
+        ``schedule:<schedule_id>`` without one). The engine trusts its caller; the HTTP
+        surface first checks that the caller may start the type in the tenant.
 
         Declaring a schedule again as it is changes nothing; with another definition it
         replaces it (its next tick counted from now). ``catch_up``: ``latest`` (default: of
@@ -934,11 +946,15 @@ class Engine:
             timezone=timezone,
             tenant=tenant,
             paused=paused,
+            actor=actor,
         )
 
-    async def schedules(self, tenant: str | None = None) -> list[ScheduleRecord]:
-        """The schedules (of one tenant when given), by id."""
-        return await self.store.list_schedules(tenant)
+    async def schedules(
+        self, tenant: str | None = None, *, after: str | None = None, limit: int | None = None
+    ) -> list[ScheduleRecord]:
+        """The schedules (of one tenant when given), by id: after the id ``after``, at most
+        ``limit`` (default: all)."""
+        return await self.store.list_schedules(tenant, after=after, limit=limit)
 
     async def get_schedule(self, schedule_id: str) -> ScheduleRecord:
         """One schedule; raises ScheduleNotFound."""
@@ -1017,7 +1033,7 @@ class Engine:
         state, context, fork_version = self._replay_log(source, records[:at])
         wtype = self.type_of(source.type, fork_version)
         machine = wtype.machine
-        fork_id = ids.check_ref(new_id or f"{workflow_id}.fork-{at}", source.tenant)
+        fork_id = ids.check_ref(new_id or ids.fork_id(workflow_id, at), source.tenant)
         payload: dict[str, Any] = {"forked_from": workflow_id, "version": at, "reason": reason}
         existing = await self._existing_fork(fork_id, payload)
         if existing is not None:

@@ -21,6 +21,7 @@ from statewright.engine.failures import describe, handle_failure
 from statewright.engine.looplag import user_code
 from statewright.engine.steps import Run, SyncRun, is_async
 from statewright.engine.timers import rearmed as rearmed_timer
+from statewright.engine.timers import timer_actor
 from statewright.engine.transitions import Defer, Fire
 from statewright.engine.workflow_type import Handler, HandlerResult, Next, WorkflowType
 from statewright.errors import (
@@ -256,7 +257,7 @@ async def _fire_timer(
             Fire(
                 timer.event,
                 timer.payload,
-                "timer",
+                timer_actor(timer),  # "timer", or "timer for <who scheduled it>"
                 fired_timer=timer.id,
                 rearm=rearm,
                 lease=lease,

@@ -13,6 +13,19 @@ How a tick starts exactly one workflow:
 A worker killed between 1 and 2 leaves the schedule due; the next round (any worker) starts
 the same tick again (a no-op) and advances it. No tick is lost, none is started twice.
 
+**A tick starts its own workflow or fails loudly.** Tick ids are predictable, so no caller
+may create a workflow under an id of their form (:func:`statewright.ids.check_new_id`); and
+when a tick finds its id taken all the same (a workflow made before that rule, or by the
+trusted Python API), the workflow counts as the tick's only if this schedule started it: its
+first log entry is ``$start`` by the schedule's actor with the schedule's input (the type
+is checked by the start). Otherwise the tick is recorded as the schedule's ``last_error``,
+logged at ERROR, and not counted as started.
+
+**Who a tick acts for.** A schedule keeps who declared its definition (``created_by``; the
+surfaces require that this caller may start the type in the schedule's tenant), and the
+workflows its ticks start are logged as started by ``schedule:<id> for <created_by>``
+(:func:`tick_actor`).
+
 Parsing and iterating cron expressions is cronsim's (a small, maintained library used by
 healthchecks.io), with ``zoneinfo`` for time zones (a daily ``0 2 * * *`` in
 ``Europe/Paris`` stays at 02:00 local time across daylight saving).
@@ -31,13 +44,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from statewright import ids
+from statewright.engine.transitions import same_json
 from statewright.errors import (
     InvalidSchedule,
     ScheduleNotFound,
     StatewrightError,
     StoreError,
 )
-from statewright.types import ScheduleRecord
+from statewright.types import ScheduleRecord, WorkflowRow
 
 if TYPE_CHECKING:
     from statewright.engine.core import Engine
@@ -129,6 +143,31 @@ def tick_workflow_id(schedule: ScheduleRecord, tick: float) -> str:
     return ids.qualify(schedule.tenant, f"{local}.{stamp}")
 
 
+def tick_actor(schedule: ScheduleRecord, prefix: str = "schedule") -> str:
+    """The actor of the ``$start`` of the workflows a schedule's ticks start:
+    ``schedule:<id> for <who declared it>`` (``schedule:<id>`` when that is not known)."""
+    actor = f"{prefix}:{schedule.id}"
+    return actor if schedule.created_by is None else f"{actor} for {schedule.created_by}"
+
+
+async def started_by(
+    engine: Engine, schedule: ScheduleRecord, row: WorkflowRow, prefix: str = "schedule"
+) -> str | None:
+    """Why the existing workflow ``row`` under a tick's id was not started by ``schedule``
+    (None: it was: its first log entry is ``$start`` by the schedule's actor, or by the
+    actor ticks had before schedules kept their creator, with the schedule's input)."""
+    first = await engine.store.history(row.id, 0, 1)
+    if not first:
+        return "it has no log"
+    entry = first[0]
+    actors = {tick_actor(schedule, prefix), f"{prefix}:{schedule.id}"}
+    if entry.event != "$start" or entry.actor not in actors:
+        return f"it was made by {entry.actor!r} ({entry.event})"
+    if not same_json(entry.payload, schedule.input):
+        return "it was started with another input"
+    return None
+
+
 def due_ticks(schedule: ScheduleRecord, now: float) -> tuple[list[float], float]:
     """``(ticks to start now, the next tick after them)`` for a due schedule."""
     cron = parse(schedule.cron, schedule.timezone)
@@ -211,6 +250,7 @@ async def put(
     timezone: str = "UTC",
     tenant: str = ids.DEFAULT_TENANT,
     paused: bool = False,
+    actor: str | None = None,
 ) -> ScheduleRecord:
     """See :meth:`Engine.schedule_start`."""
     parsed, body = check_definition(
@@ -227,7 +267,9 @@ async def put(
         before.tenant,
         before.paused,
     ) == (workflow_type, parsed.expr, timezone, catch_up, body, tenant, paused):
-        return before  # declared again as it is (every deploy may declare its schedules)
+        # Declared again as it is (every deploy may declare its schedules): its creator
+        # stays the one who declared this definition.
+        return before
     record = ScheduleRecord(
         id=schedule_id,
         type=workflow_type,
@@ -240,11 +282,17 @@ async def put(
         next_at=parsed.next_after(now),
         created_at=now,
         updated_at=now,
+        created_by=actor,
     )
     saved = await engine.store.put_schedule(record)
     log.info(
         "schedule declared",
-        extra={"action": "schedule_put", "schedule_id": schedule_id, "cron": parsed.expr},
+        extra={
+            "action": "schedule_put",
+            "schedule_id": schedule_id,
+            "cron": parsed.expr,
+            "actor": actor or "system",
+        },
     )
     return saved
 
@@ -285,8 +333,9 @@ async def fire_due(
     engine's); returns the ids of the workflows this call created.
 
     Safe to run in any number of workers at once (see the module's docstring). A schedule
-    whose start is refused (an input the type no longer takes, say) records the error on the
-    schedule and moves on to its next tick; a store failure leaves it due (retried).
+    whose start is refused (an input the type no longer takes, say) or whose tick id holds a
+    workflow it did not start records the error on the schedule and moves on to its next
+    tick; a store failure leaves it due (retried).
     """
     now = engine.clock.now() if now is None else now
     names = {t.name for t in engine.types} if types is None else set(types)
@@ -307,13 +356,14 @@ async def fire_due(
         for tick in ticks:
             workflow_id = tick_workflow_id(schedule, tick)
             try:
-                _, new = await engine.create(
+                row, new = await engine.create(
                     schedule.type,
                     schedule.input,
                     workflow_id=workflow_id,
-                    actor=f"{actor_prefix}:{schedule.id}",
+                    actor=tick_actor(schedule, actor_prefix),
                     tenant=schedule.tenant,
                 )
+                squatted = None if new else await started_by(engine, schedule, row, actor_prefix)
             except StoreError:
                 raise  # nothing advanced: the tick stays due
             except StatewrightError as exc:
@@ -325,6 +375,21 @@ async def fire_due(
                         "schedule_id": schedule.id,
                         "workflow_id": workflow_id,
                         "code": exc.code,
+                    },
+                )
+                continue
+            if squatted is not None:
+                error = (
+                    f"workflow_exists: the tick's id {workflow_id!r} holds a workflow this "
+                    f"schedule did not start ({squatted}); the tick started nothing"
+                )
+                log.error(
+                    "scheduled tick's id taken by another workflow",
+                    extra={
+                        "action": "schedule_tick_taken",
+                        "schedule_id": schedule.id,
+                        "workflow_id": workflow_id,
+                        "reason": squatted,
                     },
                 )
                 continue

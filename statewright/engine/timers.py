@@ -15,6 +15,12 @@ it is in now (:data:`MAX_SCHEDULE_ROUNDS` times at most). So a timer never survi
 state it was not meant for: either the transition that leaves the state sees it (and clears
 it), or the schedule sees the new visit.
 
+A timer scheduled on someone's behalf (``Engine.schedule`` with an ``actor``: through
+``Access``, HTTP or the CLI) keeps who scheduled it (``scheduled_by``), and the transition it
+makes when it fires names them: its actor is ``timer for <who>`` (:func:`timer_actor`). A
+timer the machine arms itself (``State.after``/``every``) or a handler's ``run.schedule`` is
+the system's: its actor is ``timer``.
+
 A **recurring timer** (``State.every``) re-arms itself when it fires and the workflow stays
 in the state: next due is the first ``due_at + k * every`` after now (missed intervals are
 skipped, never fired in a burst).
@@ -49,6 +55,31 @@ MAX_SCHEDULE_ROUNDS = 8
 """Re-reads a schedule may take while transitions keep moving the workflow to new visits."""
 
 _TIMER_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+TIMER_ACTOR = "timer"
+"""The actor of a transition a timer of the system's makes."""
+
+
+def timer_actor(timer: TimerRecord) -> str:
+    """The actor of the transition ``timer`` makes when it fires: ``timer``, or
+    ``timer for <who scheduled it>``."""
+    if timer.scheduled_by is None:
+        return TIMER_ACTOR
+    return f"{TIMER_ACTOR} for {timer.scheduled_by}"
+
+
+def check_key(key: object) -> str:
+    """A timer's key: 1-200 printable ASCII characters, not ``.`` or ``..`` between slashes
+    (a URL path addresses a key with ``/``, and clients rewrite such segments)."""
+    if (
+        not isinstance(key, str)
+        or not _TIMER_KEY.fullmatch(key)
+        or any(part in (".", "..") for part in key.split("/"))
+    ):
+        raise InvalidInput(
+            f"invalid timer key {key!r}: 1-200 printable ASCII characters, "
+            "no '.' or '..' between slashes"
+        )
+    return key
 
 
 def next_occurrence(due_at: float, every: float, now: float) -> float:
@@ -105,9 +136,7 @@ def timer_spec(
         raise InvalidInput(f"'after' must not be negative, got {after!r}")
     if not isinstance(keep, bool):
         raise InvalidInput("'keep' must be true or false")
-    key = event if key is None else key
-    if not isinstance(key, str) or not _TIMER_KEY.fullmatch(key):
-        raise InvalidInput(f"invalid timer key {key!r}: 1-200 printable ASCII characters")
+    key = check_key(event if key is None else key)
     ev = machine.events.get(event) if isinstance(event, str) else None
     if ev is None:
         raise IllegalTransition(state or "?", str(event), [], "the machine declares no such event")
@@ -137,7 +166,7 @@ async def schedule(
     payload: Mapping[str, Any] | None,
     key: str | None,
     keep: bool,
-    actor: str,
+    actor: str | None,
 ) -> TimerRecord:
     """See :meth:`Engine.schedule`."""
     row: WorkflowRow | None = None
@@ -163,6 +192,7 @@ async def schedule(
             state=row.state,
             entered_at=row.state_entered_at,
             at=engine.clock.now(),
+            scheduled_by=actor,
         )
         if record is not None:
             log.info(
@@ -174,7 +204,7 @@ async def schedule(
                     "key": record.key,
                     "due_at": record.due_at,
                     "keep": keep,
-                    "actor": actor,
+                    "actor": actor or "system",
                 },
             )
             return record

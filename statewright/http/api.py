@@ -582,16 +582,35 @@ def _timer(t: TimerRecord) -> dict[str, Any]:
         "payload": t.payload,
         "every": t.every,
         "keep": t.keep,
+        "scheduled_by": t.scheduled_by,
     }
 
 
 @router.get(
     "/workflows/{workflow_id}/timers",
     response_model=TimerList,
-    summary="A workflow's pending timers, earliest first",
+    summary="A workflow's pending timers, earliest first, a page at a time",
 )
-async def timers(workflow_id: WorkflowId, access: AccessDep) -> Response:
-    return _body({"items": [_timer(t) for t in await access.timers(workflow_id)]})
+async def timers(
+    workflow_id: WorkflowId, access: AccessDep, limit: PageLimit = 100, cursor: Cursor = None
+) -> Response:
+    found = await access.timers(
+        workflow_id,
+        after=None if cursor is None else paging.timer_after(cursor),
+        limit=limit + 1,  # one more: is there a next page?
+    )
+    page = found[:limit]
+    last = page[-1] if page else None
+    return _body(
+        {
+            "items": [_timer(t) for t in page],
+            "next_cursor": (
+                paging.timer_cursor(last.due_at, last.id)
+                if last is not None and len(found) > limit
+                else None
+            ),
+        }
+    )
 
 
 @router.post(
@@ -601,8 +620,10 @@ async def timers(workflow_id: WorkflowId, access: AccessDep) -> Response:
     summary="Operators: schedule a durable timer on a workflow",
     description="Fires `event` after `after` seconds or at `at` (exactly one). The same "
     "`key` (default: the event) replaces the pending timer. Cleared when the workflow leaves "
-    "its current state unless `keep`. Needs the operator or admin role; 409 for a finished "
-    "workflow or an event the state cannot take.",
+    "its current state unless `keep`. Needs the operator or admin role, and a role that may "
+    "fire `event` now (403 otherwise: a timer fires it on the caller's behalf, and its "
+    "transition is logged as `timer for <caller>`); 409 for a finished workflow or an event "
+    "the state cannot take.",
 )
 async def schedule_timer(workflow_id: WorkflowId, body: TimerIn, access: AccessDep) -> Response:
     record = await access.schedule(
@@ -618,11 +639,11 @@ async def schedule_timer(workflow_id: WorkflowId, body: TimerIn, access: AccessD
 
 
 @router.delete(
-    "/workflows/{workflow_id}/timers/{key}",
+    "/workflows/{workflow_id}/timers/{key:path}",
     response_model=TimerRemoved,
     summary="Operators: cancel a workflow's pending timer by its key",
-    description="404 `timer_not_found` when it has none of that key. Needs the operator or "
-    "admin role.",
+    description="404 `timer_not_found` when it has none of that key. A key may hold `/` "
+    "(the rest of the path is the key; `%2F` works too). Needs the operator or admin role.",
 )
 async def cancel_timer(
     workflow_id: WorkflowId,

@@ -9,10 +9,11 @@ from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from statewright import access_schedules as sched
-from statewright.http.api import _ERRORS
+from statewright import paging
+from statewright.http.api import _ERRORS, Cursor, PageLimit
 from statewright.http.deps import AccessDep, KnownQuery
 from statewright.http.jsonbody import JSONBody
-from statewright.http.schemas import _In
+from statewright.http.schemas import NEXT_CURSOR, _In
 from statewright.ids import ID_PATTERN, REF_PATTERN
 
 router = APIRouter(prefix="/v1", responses=_ERRORS, dependencies=[KnownQuery], tags=["schedules"])
@@ -87,12 +88,18 @@ class ScheduleOut(BaseModel):
     last_tick: float | None
     last_workflow_id: str | None = Field(description="The workflow the last tick started.")
     last_error: str | None = Field(description="Why the last tick's start was refused.")
+    created_by: str | None = Field(
+        default=None,
+        description="Who declared its definition: the workflows it starts are logged as "
+        "started by `schedule:<id> for <created_by>`.",
+    )
     created_at: float
     updated_at: float
 
 
 class ScheduleList(BaseModel):
-    items: list[ScheduleOut]
+    items: list[ScheduleOut] = Field(description="Schedules by id.")
+    next_cursor: str | None = Field(default=None, description=NEXT_CURSOR)
 
 
 class ScheduleRemoved(BaseModel):
@@ -106,9 +113,11 @@ class ScheduleRemoved(BaseModel):
     summary="Operators: declare a cron schedule that starts workflows",
     description="Creates the schedule, or replaces the definition of the one with that id "
     "(declared again as it is, it is unchanged). Workers start one workflow per tick, named "
-    "`<id>.<UTC tick>` (e.g. `nightly-report.20270115T010000Z`). Needs the operator or "
-    "admin role; 404 for an unknown type, 409 `invalid_schedule` for a cron line whose "
-    "values are out of range or that never fires, or an unknown time zone.",
+    "`<id>.<UTC tick>` (e.g. `nightly-report.20270115T010000Z`: ids of that form are "
+    "refused to callers), each logged as started by `schedule:<id> for <caller>`. Needs the "
+    "operator or admin role and the right to start the type in the tenant; 404 for an "
+    "unknown type, 409 `invalid_schedule` for a cron line whose values are out of range or "
+    "that never fires, or an unknown time zone.",
 )
 async def declare(body: ScheduleIn, access: AccessDep) -> Response:
     record = await sched.declare(
@@ -125,9 +134,20 @@ async def declare(body: ScheduleIn, access: AccessDep) -> Response:
     return JSONBody(sched.view(access, record), 201)
 
 
-@router.get("/schedules", response_model=ScheduleList, summary="The schedules, by id")
-async def listing(access: AccessDep) -> Response:
-    return JSONBody({"items": [sched.view(access, s) for s in await sched.listing(access)]})
+@router.get(
+    "/schedules", response_model=ScheduleList, summary="The schedules, by id, a page at a time"
+)
+async def listing(access: AccessDep, limit: PageLimit = 100, cursor: Cursor = None) -> Response:
+    after = None if cursor is None else paging.schedule_after(cursor)
+    found = await sched.listing(access, after=after, limit=limit + 1)
+    page = found[:limit]
+    more = len(found) > limit
+    return JSONBody(
+        {
+            "items": [sched.view(access, s) for s in page],
+            "next_cursor": paging.schedule_cursor(page[-1].id) if more else None,
+        }
+    )
 
 
 @router.get("/schedules/{schedule_id}", response_model=ScheduleOut, summary="One schedule")

@@ -579,10 +579,16 @@ class TimerOut(BaseModel):
     payload: dict[str, Any]
     every: float | None = Field(description="A recurring timer's interval in seconds.")
     keep: bool
+    scheduled_by: str | None = Field(
+        default=None,
+        description="Who scheduled it: the transition it makes is logged as `timer for "
+        "<scheduled_by>`; null for the system's own (a state's, a handler's).",
+    )
 
 
 class TimerList(BaseModel):
-    items: list[TimerOut]
+    items: list[TimerOut] = Field(description="Timers by due time (earliest first), then id.")
+    next_cursor: str | None = Field(default=None, description=NEXT_CURSOR)
 
 
 class TimerRemoved(BaseModel):

@@ -432,10 +432,17 @@ class PostgresStore(PostgresSchedules):
     async def transition_by_key(
         self, workflow_id: str, idempotency_key: str
     ) -> TransitionRecord | None:
-        row = await self._fetchone(
+        rows = await self._fetchall(
             Q["transition_by_key"], {"id": workflow_id, "key": idempotency_key}
         )
-        return None if row is None else transition_record(row)
+        for row in rows:
+            if row["seq"] is not None:
+                return transition_record(row)
+        for row in rows:  # the key posted an input instead: it names that request
+            raise IdempotencyKeyReused(
+                workflow_id, idempotency_key, f"input {row['input_name']!r} #{row['input_id']}"
+            )
+        return None
 
     @staticmethod
     async def _refusal(
@@ -907,12 +914,34 @@ class PostgresStore(PostgresSchedules):
             # (a new snapshot) sees it.
         raise StoreError(f"could not record the definition of {name!r} version {version}")
 
-    async def timers(self, workflow_id: str) -> list[TimerRecord]:
-        rows = await self._fetchall(Q["timers"], {"id": workflow_id})
+    async def timers(
+        self,
+        workflow_id: str,
+        *,
+        after: tuple[float, int] | None = None,
+        limit: int | None = None,
+    ) -> list[TimerRecord]:
+        if after is None and limit is None:
+            rows = await self._fetchall(Q["timers"], {"id": workflow_id})
+        else:
+            params = {
+                "id": workflow_id,
+                "after_due": None if after is None else float(after[0]),
+                "after_id": None if after is None else int(after[1]),
+                "limit": limit,
+            }
+            rows = await self._fetchall(Q["timers_page"], params)
         return [timer_record(r) for r in rows]
 
     async def schedule_timer(
-        self, workflow_id: str, timer: TimerSpec, *, state: str, entered_at: float, at: float
+        self,
+        workflow_id: str,
+        timer: TimerSpec,
+        *,
+        state: str,
+        entered_at: float,
+        at: float,
+        scheduled_by: str | None = None,
     ) -> TimerRecord | None:
         timer_arrays = timer_params([timer])
         params: dict[str, Any] = {
@@ -923,6 +952,7 @@ class PostgresStore(PostgresSchedules):
             "key": timer.key,
             "every": timer_arrays["timer_every"][0],
             "keep": bool(timer.keep),
+            "scheduled_by": scheduled_by,
         }
         async with self._connection(write=True) as conn:
             try:
@@ -1104,6 +1134,12 @@ class PostgresStore(PostgresSchedules):
         }
         async with self._connection(write=True) as conn:
             row = await (await conn.execute(Q["post_input"], params)).fetchone()
+            if row is not None and row["used_event"] is not None and idempotency_key:
+                raise IdempotencyKeyReused(
+                    workflow_id,
+                    idempotency_key,
+                    f"event {row['used_event']!r} (version {row['used_version']})",
+                )
             if row is not None and row["item"] is None and idempotency_key is not None:
                 # A concurrent post with the same key won the insert after our snapshot.
                 cur = await conn.execute(

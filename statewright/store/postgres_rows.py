@@ -85,6 +85,7 @@ def timer_record(r: Mapping[str, Any]) -> TimerRecord:
         key=r["key"],
         every=r["every"],
         keep=bool(r["keep"]),
+        scheduled_by=r["scheduled_by"],
     )
 
 

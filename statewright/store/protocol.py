@@ -89,7 +89,10 @@ class Store(Protocol):
     async def transition_by_key(
         self, workflow_id: str, idempotency_key: str
     ) -> TransitionRecord | None:
-        """The log entry a client's idempotency key produced on a workflow, if any."""
+        """The log entry a client's idempotency key produced on a workflow, if any.
+
+        A key names one request: raises IdempotencyKeyReused when it posted an input to this
+        workflow instead (:meth:`post_input` refuses a key an event used likewise)."""
 
     async def history(
         self, workflow_id: str, after_version: int = 0, limit: int | None = None
@@ -218,8 +221,11 @@ class Store(Protocol):
 
     async def get_schedule(self, schedule_id: str) -> ScheduleRecord | None: ...
 
-    async def list_schedules(self, tenant: str | None = None) -> list[ScheduleRecord]:
-        """All schedules (of one tenant when given), by id."""
+    async def list_schedules(
+        self, tenant: str | None = None, *, after: str | None = None, limit: int | None = None
+    ) -> list[ScheduleRecord]:
+        """The schedules (of one tenant when given), by id: those after the id ``after``, at
+        most ``limit`` (default: all)."""
 
     async def delete_schedule(self, schedule_id: str) -> bool:
         """Remove a schedule; whether there was one."""
@@ -385,11 +391,25 @@ class Store(Protocol):
 
     # -- timers ----------------------------------------------------------------------------
 
-    async def timers(self, workflow_id: str) -> list[TimerRecord]:
-        """The workflow's pending timers, earliest first."""
+    async def timers(
+        self,
+        workflow_id: str,
+        *,
+        after: tuple[float, int] | None = None,
+        limit: int | None = None,
+    ) -> list[TimerRecord]:
+        """The workflow's pending timers, earliest first (by ``(due_at, id)``): those after
+        ``after``, at most ``limit`` (default: all)."""
 
     async def schedule_timer(
-        self, workflow_id: str, timer: TimerSpec, *, state: str, entered_at: float, at: float
+        self,
+        workflow_id: str,
+        timer: TimerSpec,
+        *,
+        state: str,
+        entered_at: float,
+        at: float,
+        scheduled_by: str | None = None,
     ) -> TimerRecord | None:
         """Arm one timer on its own (not with a transition), atomically, only while the
         workflow is still in the visit of a state it was read in: in ``state``, entered at
@@ -398,6 +418,7 @@ class Store(Protocol):
         (a new id). The workflow's version is not changed (a running handler's result still
         applies); ``next_due_at`` becomes the earlier of it and the new timer (a replaced
         timer's time is dropped when provably nothing else is due then). ``at``: now.
+        ``scheduled_by``: who scheduled it, kept with it (None: the system).
 
         Serialised with transitions: a transition that leaves the state either sees the new
         timer (and clears it, unless ``keep``) or made the visit check fail.
@@ -486,7 +507,9 @@ class Store(Protocol):
         (``created`` False). With ``wake_in_state``, a workflow still in that state and not
         leased becomes due now (its handler runs and can take the input).
 
-        Raises WorkflowNotFound, WorkflowFinished (terminal workflows take no inputs).
+        Raises WorkflowNotFound, WorkflowFinished (terminal workflows take no inputs),
+        IdempotencyKeyReused (the key produced an entry of this workflow's log: an event,
+        checked in the same statement or transaction as the post).
         """
 
     async def next_input(

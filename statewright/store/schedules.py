@@ -54,6 +54,7 @@ def _schedule(r: Mapping[str, Any]) -> ScheduleRecord:
         last_tick=None if r["last_tick"] is None else float(r["last_tick"]),
         last_workflow_id=r["last_workflow_id"],
         last_error=r["last_error"],
+        created_by=r["created_by"],
     )
 
 
@@ -69,6 +70,7 @@ def _put_params(s: ScheduleRecord, dumps: Any) -> dict[str, Any]:
         "paused": s.paused,
         "next_at": float(s.next_at),
         "at": float(s.updated_at),
+        "created_by": s.created_by,
     }
 
 
@@ -156,10 +158,16 @@ class SQLiteSchedules:
         )
         return None if row is None else _schedule(row)
 
-    async def list_schedules(self, tenant: str | None = None) -> list[ScheduleRecord]:
-        rows = await self.conn.read(
-            lambda c: c.execute(QS["schedule_list"], {"tenant": tenant}).fetchall()
-        )
+    async def list_schedules(
+        self, tenant: str | None = None, *, after: str | None = None, limit: int | None = None
+    ) -> list[ScheduleRecord]:
+        if after is None and limit is None:
+            query: str = QS["schedule_list"]
+            params: dict[str, Any] = {"tenant": tenant}
+        else:
+            query = QS["schedule_page"]
+            params = {"tenant": tenant, "after": after, "limit": -1 if limit is None else limit}
+        rows = await self.conn.read(lambda c: c.execute(query, params).fetchall())
         return [_schedule(r) for r in rows]
 
     async def delete_schedule(self, schedule_id: str) -> bool:
@@ -291,8 +299,16 @@ class PostgresSchedules:
         row = await self._pg_one(QP["schedule_get"], {"id": schedule_id})
         return None if row is None else _schedule(row)
 
-    async def list_schedules(self, tenant: str | None = None) -> list[ScheduleRecord]:
-        return [_schedule(r) async for r in self._pg_rows(QP["schedule_list"], {"tenant": tenant})]
+    async def list_schedules(
+        self, tenant: str | None = None, *, after: str | None = None, limit: int | None = None
+    ) -> list[ScheduleRecord]:
+        if after is None and limit is None:
+            query: str = QP["schedule_list"]
+            params: dict[str, Any] = {"tenant": tenant}
+        else:
+            query = QP["schedule_page"]
+            params = {"tenant": tenant, "after": after, "limit": limit}
+        return [_schedule(r) async for r in self._pg_rows(query, params)]
 
     async def delete_schedule(self, schedule_id: str) -> bool:
         async with self._connection(write=True) as conn:

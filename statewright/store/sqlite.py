@@ -169,6 +169,18 @@ def _inbox(r: sqlite3.Row) -> InboxItem:
     )
 
 
+def _key_used_for_event(workflow_id: str, key: str, used: Any) -> IdempotencyKeyReused:
+    """An input posted with a key that an event of the workflow's log already used."""
+    return IdempotencyKeyReused(
+        workflow_id, key, f"event {used['event']!r} (version {used['version']})"
+    )
+
+
+def _key_used_for_input(workflow_id: str, key: str, item: InboxItem) -> IdempotencyKeyReused:
+    """An event sent with a key that an input of the workflow already used."""
+    return IdempotencyKeyReused(workflow_id, key, f"input {item.name!r} #{item.id}")
+
+
 def _timer(r: sqlite3.Row) -> TimerRecord:
     return TimerRecord(
         id=r["id"],
@@ -179,6 +191,7 @@ def _timer(r: sqlite3.Row) -> TimerRecord:
         key=r["key"],
         every=r["every"],
         keep=bool(r["keep"]),
+        scheduled_by=r["scheduled_by"],
     )
 
 
@@ -394,7 +407,12 @@ class SQLiteStore(SQLiteSchedules):
         return result
 
     @staticmethod
-    def _add_timers(conn: sqlite3.Connection, workflow_id: str, timers: Sequence[Any]) -> None:
+    def _add_timers(
+        conn: sqlite3.Connection,
+        workflow_id: str,
+        timers: Sequence[Any],
+        scheduled_by: str | None = None,
+    ) -> None:
         conn.executemany(
             Q["insert_timer"],
             [
@@ -406,6 +424,7 @@ class SQLiteStore(SQLiteSchedules):
                     "key": t.key,
                     "every": t.every,
                     "keep": int(t.keep),
+                    "scheduled_by": scheduled_by,
                 }
                 for t in timers
             ],
@@ -463,7 +482,16 @@ class SQLiteStore(SQLiteSchedules):
         self, workflow_id: str, idempotency_key: str
     ) -> TransitionRecord | None:
         params = {"id": workflow_id, "key": idempotency_key}
-        row = await self.conn.read(lambda c: c.execute(Q["transition_by_key"], params).fetchone())
+
+        def fn(c: sqlite3.Connection) -> tuple[sqlite3.Row | None, sqlite3.Row | None]:
+            row = c.execute(Q["transition_by_key"], params).fetchone()
+            if row is not None:
+                return row, None
+            return None, c.execute(Q["input_by_key"], params).fetchone()
+
+        row, posted = await self.conn.read(fn)
+        if posted is not None:
+            raise _key_used_for_input(workflow_id, idempotency_key, _inbox(posted))
         return None if row is None else _transition(row)
 
     @staticmethod
@@ -1053,14 +1081,35 @@ class SQLiteStore(SQLiteSchedules):
 
     # -- timers ------------------------------------------------------------------------------
 
-    async def timers(self, workflow_id: str) -> list[TimerRecord]:
-        rows = await self.conn.read(
-            lambda c: c.execute(Q["timers"], {"id": workflow_id}).fetchall()
-        )
+    async def timers(
+        self,
+        workflow_id: str,
+        *,
+        after: tuple[float, int] | None = None,
+        limit: int | None = None,
+    ) -> list[TimerRecord]:
+        query: str = Q["timers"]
+        params: dict[str, Any] = {"id": workflow_id}
+        if after is not None or limit is not None:
+            query = Q["timers_page"]
+            params = {
+                "id": workflow_id,
+                "after_due": None if after is None else float(after[0]),
+                "after_id": None if after is None else int(after[1]),
+                "limit": -1 if limit is None else limit,
+            }
+        rows = await self.conn.read(lambda c: c.execute(query, params).fetchall())
         return [_timer(r) for r in rows]
 
     async def schedule_timer(
-        self, workflow_id: str, timer: TimerSpec, *, state: str, entered_at: float, at: float
+        self,
+        workflow_id: str,
+        timer: TimerSpec,
+        *,
+        state: str,
+        entered_at: float,
+        at: float,
+        scheduled_by: str | None = None,
     ) -> TimerRecord | None:
         def fn(conn: sqlite3.Connection) -> TimerRecord | None:
             row = conn.execute(Q["timer_visit"], {"id": workflow_id}).fetchone()
@@ -1075,7 +1124,7 @@ class SQLiteStore(SQLiteSchedules):
                 if old is not None:
                     removed = old["due_at"]
                     conn.execute(Q["delete_timer"], {"id": workflow_id, "timer_id": old["id"]})
-            self._add_timers(conn, workflow_id, [timer])
+            self._add_timers(conn, workflow_id, [timer], scheduled_by)
             new_id = conn.execute("SELECT last_insert_rowid()").fetchone()[0]
             self._set_next_due(conn, workflow_id, row, removed, at)
             return _timer(conn.execute("SELECT * FROM timers WHERE id = ?", (new_id,)).fetchone())
@@ -1292,6 +1341,9 @@ class SQLiteStore(SQLiteSchedules):
                 earlier = conn.execute(Q["input_by_key"], by_key).fetchone()
                 if earlier is not None:
                     return _inbox(earlier), False
+                used = conn.execute(Q["transition_by_key"], by_key).fetchone()
+                if used is not None:  # in this write transaction: no event can slip in
+                    raise _key_used_for_event(workflow_id, idempotency_key, used)
             if found["terminal"]:
                 raise WorkflowFinished(workflow_id, found["state"])
             params: dict[str, Any] = {

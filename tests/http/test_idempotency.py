@@ -194,6 +194,29 @@ async def test_an_input_retried_with_its_key_is_posted_once(
         assert replayed(await client.post(url, json=body, headers=key("in-1"))) == posted
 
 
+async def test_a_key_used_for_an_event_is_refused_for_an_input_and_back(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    # The README: "the same key with another event, payload or input is 409".
+    await in_state(engine, client, "t-1", "planned")
+    events, inputs = "/v1/workflows/t-1/events", "/v1/workflows/t-1/inputs"
+    first(await client.post(events, json={"event": "start"}, headers=key("k-1")), 200)
+    async with unchanged(engine):
+        r = await client.post(inputs, json={"name": "document"}, headers=key("k-1"))
+        assert "event 'start'" in error_of(r, 409, "idempotency_key_reused")["message"]
+    assert await engine.store.next_input("t-1") is None
+    first(await client.post(inputs, json={"name": "document"}, headers=key("k-2")), 201)
+    async with unchanged(engine):
+        for body in ({"event": "request_approval"}, {"event": "complete"}):
+            r = await client.post(events, json=body, headers=key("k-2"))
+            assert "input 'document'" in error_of(r, 409, "idempotency_key_reused")["message"]
+        r = await client.post(
+            "/v1/workflows/t-1/cancel", json={"reason": "no"}, headers=key("k-2", "boss")
+        )
+        error_of(r, 409, "idempotency_key_reused")
+    assert (await engine.get("t-1")).state == "running"
+
+
 # -- approvals ----------------------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ definitions get typed errors and store nothing; a worker then starts the tick's 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -145,3 +146,74 @@ async def test_bad_definitions_are_refused_and_store_nothing(
     assert r.status_code == status, r.text
     assert r.json()["error"]["code"] == code
     assert await engine.schedules() == []
+
+
+# -- a tick starts its own workflow, on its declarer's behalf (issue 22, items 1 and 2) ------
+
+
+async def test_an_agent_cannot_take_a_tick_id_first(
+    client: httpx.AsyncClient, engine: Engine, clock: ManualClock
+) -> None:
+    r = await client.post("/v1/schedules", json=BODY, headers=auth("boss"))
+    assert r.status_code == 201, r.text
+    assert r.json()["created_by"] == "alice"
+    # The agent reads when the next tick comes (any reader may) and predicts its id...
+    r = await client.get("/v1/schedules/nightly", headers=auth("agent"))
+    next_at = r.json()["next_at"]
+    tick_id = "nightly." + datetime.fromtimestamp(next_at, UTC).strftime("%Y%m%dT%H%M%SZ")
+    # ... then starts that id first, same type, its own input: refused, nothing stored.
+    squat = {"type": "agent_task", "id": tick_id, "input": {"goal": "the agent's"}}
+    r = await client.post("/v1/workflows", json=squat, headers=auth("agent"))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["code"] == "invalid_input"
+    assert "schedules and forks" in r.json()["error"]["message"]
+    assert await engine.list_workflows() == []
+    # The same in a tenant (its tick ids are the tenant's own) and for a caller of every tenant.
+    r = await client.post("/v1/schedules", json=BODY, headers=OPS)
+    assert r.status_code == 201, r.text
+    for who, wid in ((OPS, tick_id), (auth("admin"), "globex:" + tick_id)):
+        r = await client.post("/v1/workflows", json={**squat, "id": wid}, headers=who)
+        assert r.status_code == 422, r.text
+    assert await engine.list_workflows() == []
+
+    clock.advance(300)
+    await Worker(engine).run_until_idle()
+    r = await client.get("/v1/schedules/nightly", headers=auth("viewer"))
+    ran = r.json()
+    assert (ran["last_workflow_id"], ran["last_error"]) == (tick_id, None)
+    row = await engine.get(tick_id)
+    assert row.context["goal"] == "Write the report"  # the operator's input
+    [first, *_] = await engine.history(tick_id)
+    assert (first.event, first.actor) == ("$start", "schedule:nightly for alice")
+    [first, *_] = await engine.history("globex:" + tick_id)
+    assert first.actor == "schedule:globex:nightly for gina"
+
+
+async def test_schedules_are_listed_a_page_at_a_time(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    for name in ("a", "b", "c"):
+        r = await client.post("/v1/schedules", json={**BODY, "id": name}, headers=auth("boss"))
+        assert r.status_code == 201, r.text
+    r = await client.post("/v1/schedules", json={**BODY, "id": "d"}, headers=OPS)
+    assert r.status_code == 201, r.text
+    r = await client.get("/v1/schedules", headers=auth("viewer"))
+    assert [s["id"] for s in r.json()["items"]] == ["a", "b", "c"]  # as before: all of them
+    assert r.json()["next_cursor"] is None
+    r = await client.get("/v1/schedules", params={"limit": 2}, headers=auth("viewer"))
+    page = r.json()
+    assert [s["id"] for s in page["items"]] == ["a", "b"] and page["next_cursor"]
+    r = await client.get(
+        "/v1/schedules",
+        params={"limit": 2, "cursor": page["next_cursor"]},
+        headers=auth("viewer"),
+    )
+    assert ([s["id"] for s in r.json()["items"]], r.json()["next_cursor"]) == (["c"], None)
+    r = await client.get("/v1/schedules", params={"limit": 1}, headers=auth("admin"))
+    page = r.json()
+    r = await client.get(
+        "/v1/schedules", params={"limit": 3, "cursor": page["next_cursor"]}, headers=auth("admin")
+    )
+    assert [s["id"] for s in page["items"] + r.json()["items"]] == ["a", "b", "c", "globex:d"]
+    r = await client.get("/v1/schedules", params={"cursor": "bad!"}, headers=auth("viewer"))
+    assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_input"

@@ -53,3 +53,10 @@ def test_bad_definitions_exit_2_and_write_nothing(cli: Cli) -> None:
         "error[unknown_workflow_type]"
     )
     assert cli.json("schedules", "list") == []
+
+
+def test_a_schedule_keeps_who_declared_it(cli: Cli) -> None:
+    made = cli.json("schedules", "add", "s", "agent_task", "@daily", "--actor", "carol")
+    assert made["created_by"] == "carol"
+    assert "declared by: carol" in cli("schedules", "show", "s").stdout
+    assert cli.json("schedules", "add", "s", "agent_task", "@daily")["created_by"] == "carol"

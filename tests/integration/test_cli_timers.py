@@ -51,3 +51,13 @@ def test_schedule_refusals_exit_2(cli: Cli) -> None:
     cli("schedule", "t2", "start", "--after", "1s", "--payload", "[1]", code=2)
     assert cli.json("timers", "t2") == []
     cli("schedule", "nope", "start", "--after", "1s", code=1)
+
+
+def test_a_timer_names_who_scheduled_it(cli: Cli) -> None:
+    cli("start", "agent_task", "--id", "t3", "--input", '{"goal": "triage"}')
+    made = cli.json("schedule", "t3", "start", "--at", "2000-01-01T00:00:00", "--actor", "bob")
+    assert made["scheduled_by"] == "bob"
+    assert "bob" in cli("timers", "t3").stdout  # the "scheduled by" column
+    cli("worker", "--once")
+    fired = [t for t in cli.json("history", "t3") if t["event"] == "start"]
+    assert [t["actor"] for t in fired] == ["timer for bob"]

@@ -35,7 +35,14 @@ def nested(levels: int) -> Any:
     return value
 
 
-@pytest.mark.parametrize("bad", ["t-1\n", "t-1\r\n", " t-1", "t:1", "", "x" * 201])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        *("t-1\n", "t-1\r\n", " t-1", "t:1", "", "x" * 201),
+        # The forms of the ids schedules and forks make (issue 22): never a caller's.
+        *("nightly.20270115T020000Z", "t-1.fork-2"),
+    ],
+)
 async def test_an_id_rest_refuses_is_refused_here_too(engine: Engine, bad: str) -> None:
     async with client(engine, "agent") as c:
         args = {"type": "agent_task", "input": {}, "id": bad}

@@ -194,6 +194,26 @@ async def test_start_without_an_id_retried_with_its_key_makes_one_workflow(
 # -- post_input ---------------------------------------------------------------------------------
 
 
+async def test_a_key_used_for_an_event_is_refused_for_an_input_and_back(engine: Engine) -> None:
+    # As over HTTP (the README): a key names one request, an event's or an input's.
+    await engine.start("agent_task", workflow_id="t-1", actor="t", tenant="acme")
+    async with client(engine, "agent") as c:
+        fired = {"workflow_id": "t-1", "idempotency_key": "k-1"}
+        assert data(await c.call_tool("agent_task__start", fired))["state"] == "running"
+        posted = {"workflow_id": "t-1", "name": "doc", "payload": {}, "idempotency_key": "k-1"}
+        err = tool_error(await c.call_tool("post_input", posted))
+        assert err["code"] == "idempotency_key_reused" and "event 'start'" in err["message"]
+        assert await engine.store.next_input("t-1") is None
+        data(await c.call_tool("post_input", {**posted, "idempotency_key": "k-2"}))
+        err = tool_error(
+            await c.call_tool(
+                "agent_task__complete", {"workflow_id": "t-1", "idempotency_key": "k-2"}
+            )
+        )
+        assert err["code"] == "idempotency_key_reused" and "input 'doc'" in err["message"]
+    assert (await engine.get("t-1")).state == "running"
+
+
 async def test_post_input_posts_once_per_key_and_refuses_cleanly(engine: Engine) -> None:
     await engine.start("agent_task", workflow_id="t-1", actor="t", tenant="acme")
     await engine.send("t-1", "start", actor="t")

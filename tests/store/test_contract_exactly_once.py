@@ -168,6 +168,30 @@ async def test_inputs_with_keys_to_live_workflows_only(store: Store) -> None:
         await store.post_input("nope", "doc", {}, T0)
 
 
+async def test_a_key_names_one_request_an_event_or_an_input_not_both(store: Store) -> None:
+    # The README: the same Idempotency-Key with another request is idempotency_key_reused.
+    await store.create_workflow(new())
+    await store.apply_transition(move("w1", 1, idempotency_key="k-ev"))
+    with pytest.raises(IdempotencyKeyReused) as info:
+        await store.post_input("w1", "doc", {"n": 1}, T0, idempotency_key="k-ev")
+    assert "event 'go' (version 2)" in info.value.message
+    assert await store.next_input("w1") is None  # nothing posted
+    item, _ = await store.post_input("w1", "doc", {"n": 1}, T0, idempotency_key="k-in")
+    with pytest.raises(IdempotencyKeyReused) as info:
+        await store.transition_by_key("w1", "k-in")
+    assert f"input 'doc' #{item.id}" in info.value.message
+    # A key stays free on another workflow, and a retry of each request still finds it.
+    await store.create_workflow(new("w2"))
+    assert await store.transition_by_key("w2", "k-in") is None
+    assert (await store.post_input("w2", "doc", {}, T0, idempotency_key="k-ev"))[1] is True
+    found = await store.transition_by_key("w1", "k-ev")
+    assert found is not None and found.version == 2
+    assert await store.post_input("w1", "doc", {"n": 1}, T0, idempotency_key="k-in") == (
+        item,
+        False,
+    )
+
+
 async def test_an_input_wakes_an_idle_workflow_in_its_state(store: Store) -> None:
     await store.create_workflow(new("idle"))  # no run time: idle
     await store.create_workflow(new("parked"))

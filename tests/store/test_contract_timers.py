@@ -185,3 +185,32 @@ async def test_defer_consumes_and_rearms_a_timer_and_arms_schedules(store: Store
     assert row.next_due_at == T0 + 20
     with pytest.raises(VersionConflict):
         await store.defer(defer("w1", 1, fired_timer_id=timer.id))
+
+
+async def test_a_scheduled_timer_keeps_who_scheduled_it_and_timers_page(store: Store) -> None:
+    await store.create_workflow(new(timers=(TimerSpec(T0 + 20, "own"),)))
+    state, entered = await _visit(store)
+    for i, due in enumerate((T0 + 10, T0 + 20, T0 + 20, T0 + 30)):
+        rec = await store.schedule_timer(
+            "w1",
+            TimerSpec(due, "ping", key=f"k{i}"),
+            state=state,
+            entered_at=entered,
+            at=T0,
+            scheduled_by="alice" if i else None,
+        )
+        assert rec is not None and rec.scheduled_by == ("alice" if i else None)
+    whole = await store.timers("w1")
+    assert [(t.key, t.scheduled_by) for t in whole] == [
+        ("k0", None),
+        (None, None),  # the state's own: the system's
+        ("k1", "alice"),
+        ("k2", "alice"),
+        ("k3", "alice"),
+    ]
+    assert whole[1].due_at == whole[2].due_at == T0 + 20  # ties: by id
+    first = await store.timers("w1", limit=2)
+    rest = await store.timers("w1", after=(first[-1].due_at, first[-1].id), limit=10)
+    assert first + rest == whole
+    middle = await store.timers("w1", after=(whole[2].due_at, whole[2].id), limit=1)
+    assert middle == [whole[3]]

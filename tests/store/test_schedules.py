@@ -5,6 +5,7 @@ the token bucket in the claim, lapsed leases freeing the budget."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 
 import pytest
@@ -89,13 +90,16 @@ async def test_a_tick_starts_one_workflow_however_often_it_is_fired(
 async def test_a_worker_killed_after_the_start_leaves_the_tick_to_the_next_round(
     engine: Engine, clock: ManualClock
 ) -> None:
-    s = await engine.schedule_start("nightly", "*/5 * * * *", schedule_id="every5")
+    s = await engine.schedule_start("nightly", "*/5 * * * *", schedule_id="every5", actor="al")
     clock.set(_at(8, 6))
     # The start landed, the advance did not (the worker died in between).
-    await engine.start("nightly", {}, workflow_id=tick_workflow_id(s, _at(8, 5)))
+    tick = tick_workflow_id(s, _at(8, 5))
+    await engine.start("nightly", {}, workflow_id=tick, actor="schedule:every5 for al")
     assert await engine.fire_schedules() == []  # the same tick: nothing new
     assert len(await _ids(engine)) == 1
-    assert (await engine.get_schedule("every5")).next_at == _at(8, 10)
+    after = await engine.get_schedule("every5")
+    assert after.next_at == _at(8, 10)
+    assert (after.last_workflow_id, after.last_error) == (tick, None)  # it is the tick's
 
 
 async def test_the_next_tick_moves_by_compare_and_swap(engine: Engine, store: Store) -> None:
@@ -319,3 +323,99 @@ def test_bad_limits_are_definition_errors(limits: dict[str, float]) -> None:
     with pytest.raises(DefinitionError) as raised:
         _limited("t", **limits)
     assert raised.value.to_dict()["code"] == "definition_invalid"
+
+
+# -- a tick starts its own workflow or fails loudly, on its declarer's behalf (issue 22) -------
+
+
+@pytest.mark.parametrize(
+    ("actor", "input", "why"),
+    [
+        ("agent-7", {"n": 1}, "made by 'agent-7'"),  # another caller, the same input
+        ("schedule:s for al", {"n": 666}, "another input"),  # the schedule's actor, not input
+        ("schedule:s for mallory", {"n": 1}, "made by 'schedule:s for mallory'"),
+    ],
+)
+async def test_a_tick_whose_id_holds_a_workflow_it_did_not_start_fails_loudly(
+    engine: Engine,
+    clock: ManualClock,
+    caplog: pytest.LogCaptureFixture,
+    actor: str,
+    input: dict[str, int],
+    why: str,
+) -> None:
+    s = await engine.schedule_start(
+        "nightly", "*/5 * * * *", {"n": 1}, schedule_id="s", actor="al"
+    )
+    tick = tick_workflow_id(s, _at(8, 5))
+    # Taken before the tick (the trusted Python API may; the surfaces refuse such ids).
+    await engine.start("nightly", input, workflow_id=tick, actor=actor)
+    clock.set(_at(8, 5))
+    with caplog.at_level(logging.ERROR, logger="statewright.engine.schedules"):
+        assert await engine.fire_schedules() == []
+    after = await engine.get_schedule("s")
+    assert after.next_at == _at(8, 10)  # moved on...
+    assert after.last_workflow_id is None  # ... not counting that workflow as its tick
+    assert after.last_error is not None and "did not start" in after.last_error
+    assert why in after.last_error
+    [record] = [r for r in caplog.records if getattr(r, "action", "") == "schedule_tick_taken"]
+    assert record.levelno == logging.ERROR and record.workflow_id == tick  # type: ignore[attr-defined]
+    assert (await engine.get(tick)).context == input  # untouched
+
+
+async def test_a_tick_started_before_schedules_kept_their_creator_still_counts(
+    engine: Engine, clock: ManualClock
+) -> None:
+    # A tick started by the previous release (its actor was "schedule:<id>"), whose worker
+    # died before it advanced the schedule: after the upgrade it is still that tick's.
+    s = await engine.schedule_start(
+        "nightly", "*/5 * * * *", {"n": 1}, schedule_id="s", actor="al"
+    )
+    tick = tick_workflow_id(s, _at(8, 5))
+    await engine.start("nightly", {"n": 1}, workflow_id=tick, actor="schedule:s")
+    clock.set(_at(8, 6))
+    assert await engine.fire_schedules() == []
+    after = await engine.get_schedule("s")
+    assert (after.last_workflow_id, after.last_error) == (tick, None)
+
+
+async def test_a_schedule_keeps_its_declarer_and_its_ticks_name_them(
+    engine: Engine, store: Store, clock: ManualClock
+) -> None:
+    first = await engine.schedule_start(
+        "nightly", "*/5 * * * *", {"a": 1}, schedule_id="s", actor="al"
+    )
+    assert first.created_by == "al"
+    # Declared again as it is (by a deploy, say): unchanged, its declarer too.
+    again = await engine.schedule_start(
+        "nightly", "*/5 * * * *", {"a": 1}, schedule_id="s", actor="ci"
+    )
+    assert again == first and (await store.get_schedule("s")) == first
+    # A new definition is its new declarer's.
+    changed = await engine.schedule_start(
+        "nightly", "*/5 * * * *", {"a": 2}, schedule_id="s", actor="bo"
+    )
+    assert changed.created_by == "bo" and (await store.get_schedule("s")) == changed
+    clock.set(_at(8, 5))
+    [wid] = await engine.fire_schedules()
+    [start] = (await engine.history(wid))[:1]
+    assert (start.event, start.actor, start.payload) == ("$start", "schedule:s for bo", {"a": 2})
+    # Declared without an actor (the Python API's default): the tick's actor is as it was.
+    await engine.schedule_start("nightly", "*/5 * * * *", schedule_id="anon")
+    clock.set(_at(8, 10))
+    ticks = await engine.fire_schedules()
+    [anon] = [w for w in ticks if w.startswith("anon.")]
+    assert (await engine.history(anon))[0].actor == "schedule:anon"
+
+
+async def test_schedules_are_listed_a_page_at_a_time(engine: Engine, store: Store) -> None:
+    for sid, tenant in (("a", "default"), ("acme:b", "acme"), ("c", "default"), ("d", "default")):
+        await engine.schedule_start("nightly", "@daily", schedule_id=sid, tenant=tenant)
+    assert [s.id for s in await store.list_schedules()] == ["a", "acme:b", "c", "d"]
+    assert [s.id for s in await store.list_schedules(limit=2)] == ["a", "acme:b"]
+    assert [s.id for s in await store.list_schedules(after="acme:b")] == ["c", "d"]
+    assert [s.id for s in await store.list_schedules("default", after="a", limit=2)] == [
+        "c",
+        "d",
+    ]
+    assert [s.id for s in await engine.schedules("default", after="c", limit=5)] == ["d"]

@@ -102,6 +102,7 @@ async def test_postgres_transition_waiting_on_a_schedules_lock_clears_its_timer(
             "key": "ping",
             "every": None,
             "keep": False,
+            "scheduled_by": None,
         }
         async with await psycopg.AsyncConnection.connect(pg_dsn) as other:
             async with other.transaction():

@@ -202,14 +202,15 @@ async def test_scheduled_timer_survives_a_restart(tmp_path: Path, clock: ManualC
     engine = await _engine(path, clock, WorkflowType(watch_machine(3600)))
     await engine.start("watch", workflow_id="w")
     rec = await engine.schedule("w", "remind", after=90, payload={"n": 1}, actor="op")
-    assert (rec.key, rec.event, rec.keep) == ("remind", "remind", False)
+    assert (rec.key, rec.event, rec.keep, rec.scheduled_by) == ("remind", "remind", False, "op")
     assert (await engine.get("w")).version == 1  # not a transition
     await engine.close()
     clock.advance(90)
     engine = await _engine(path, clock, WorkflowType(watch_machine(3600)))
     await Worker(engine).run_until_idle()
     [fired] = [t for t in await engine.history("w") if t.event == "remind"]
-    assert (fired.payload, fired.actor) == ({"n": 1}, "timer")
+    # The transition names who scheduled it (kept with the timer across the restart).
+    assert (fired.payload, fired.actor) == ({"n": 1}, "timer for op")
     assert [t.key for t in await engine.timers("w")] == [None]  # only the state's own
     await engine.close()
 

@@ -25,8 +25,14 @@ SELECT version, lease_owner, fence,
   FROM workflows WHERE id = %(id)s;
 
 -- name: transition_by_key
--- The log entry a client's idempotency key produced on a workflow.
-SELECT * FROM transitions WHERE workflow_id = %(id)s AND idempotency_key = %(key)s;
+-- The log entry a client's idempotency key produced on a workflow, or (a row of NULL log
+-- columns with input_name and input_id) the input it posted to it instead.
+SELECT t.*, NULL::text AS input_name, NULL::bigint AS input_id
+  FROM transitions t WHERE t.workflow_id = %(id)s AND t.idempotency_key = %(key)s
+UNION ALL
+SELECT t.*, i.name, i.id
+  FROM inbox i LEFT JOIN transitions t ON FALSE
+ WHERE i.workflow_id = %(id)s AND i.idempotency_key = %(key)s::text;
 
 -- name: create_workflow
 -- Create a workflow at version 1 with its first log entry and timers, in one statement; a
@@ -402,6 +408,14 @@ UPDATE definitions SET fingerprint = %(fingerprint)s, document = %(document)s::j
 -- A workflow's pending timers, earliest first.
 SELECT * FROM timers WHERE workflow_id = %(id)s ORDER BY due_at, id;
 
+-- name: timers_page
+-- A page of a workflow's pending timers, earliest first, after a (due_at, id) cursor.
+SELECT * FROM timers
+ WHERE workflow_id = %(id)s
+   AND (%(after_due)s::float8 IS NULL
+        OR (due_at, id) > (%(after_due)s::float8, %(after_id)s::bigint))
+ ORDER BY due_at, id LIMIT %(limit)s;
+
 -- name: timer_visit
 -- Lock the workflow row while scheduling or cancelling a timer on its own (transitions take
 -- the same lock first, so the two serialise), and read what the change checks and recomputes.
@@ -414,8 +428,9 @@ DELETE FROM timers WHERE workflow_id = %(id)s AND key = %(key)s RETURNING due_at
 
 -- name: insert_timer
 -- Arm one timer.
-INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep)
-VALUES (%(id)s, %(due_at)s, %(event)s, %(payload)s::jsonb, %(key)s, %(every)s, %(keep)s)
+INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep, scheduled_by)
+VALUES (%(id)s, %(due_at)s, %(event)s, %(payload)s::jsonb, %(key)s, %(every)s, %(keep)s,
+        %(scheduled_by)s)
 RETURNING *;
 
 -- name: set_next_due
@@ -526,16 +541,21 @@ SELECT * FROM (SELECT * FROM steps WHERE workflow_id = ANY(%(ids)s::text[])
 -- name: post_input
 -- Append an external input to a live workflow's inbox (or find the one posted under the same
 -- idempotency key), make an idle workflow in the given state due now, and wake the workers.
--- Reports what it found when it posted nothing (no workflow, a finished one, an earlier key).
+-- Reports what it found when it posted nothing (no workflow, a finished one, an earlier key,
+-- a key an event of the workflow's log used: used_event, used_version).
 WITH wf AS (
     SELECT id, state, terminal FROM workflows WHERE id = %(id)s
 ), earlier AS (
     SELECT * FROM inbox
      WHERE workflow_id = %(id)s AND idempotency_key = %(key)s::text
+), used AS (
+    SELECT event, version FROM transitions
+     WHERE workflow_id = %(id)s AND idempotency_key = %(key)s::text
 ), posted AS (
     INSERT INTO inbox (workflow_id, name, payload, posted_at, idempotency_key)
     SELECT id, %(name)s::text, %(payload)s::jsonb, %(at)s::float8, %(key)s::text
       FROM wf WHERE NOT terminal AND NOT EXISTS (SELECT 1 FROM earlier)
+       AND NOT EXISTS (SELECT 1 FROM used)
     ON CONFLICT (workflow_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING *
 ), woken AS (
@@ -546,12 +566,15 @@ WITH wf AS (
     RETURNING 1
 )
 SELECT to_jsonb(p) AS item, TRUE AS created, wf.state, wf.terminal,
-       pg_notify('statewright_work', '') AS notified
+       pg_notify('statewright_work', '') AS notified,
+       NULL::text AS used_event, NULL::bigint AS used_version
   FROM posted p, wf
 UNION ALL
-SELECT to_jsonb(e), FALSE, wf.state, wf.terminal, NULL FROM earlier e, wf
+SELECT to_jsonb(e), FALSE, wf.state, wf.terminal, NULL, NULL::text, NULL::bigint
+  FROM earlier e, wf
 UNION ALL
-SELECT NULL, FALSE, wf.state, wf.terminal, NULL FROM wf
+SELECT NULL, FALSE, wf.state, wf.terminal, NULL, u.event, u.version::bigint
+  FROM wf LEFT JOIN used u ON TRUE
  WHERE NOT EXISTS (SELECT 1 FROM posted) AND NOT EXISTS (SELECT 1 FROM earlier);
 
 -- name: input_by_key
@@ -631,13 +654,13 @@ SELECT * FROM alert_outbox WHERE id > %(after)s ORDER BY id LIMIT %(limit)s;
 -- name: schedule_put
 -- Declare a schedule: a new one, or a new definition of one (its next tick recomputed).
 INSERT INTO schedules (id, type, cron, timezone, catch_up, input, tenant, paused, next_at,
-                       created_at, updated_at)
+                       created_at, updated_at, created_by)
 VALUES (%(id)s, %(type)s, %(cron)s, %(timezone)s, %(catch_up)s, %(input)s, %(tenant)s,
-        %(paused)s, %(next_at)s, %(at)s, %(at)s)
+        %(paused)s, %(next_at)s, %(at)s, %(at)s, %(created_by)s)
 ON CONFLICT (id) DO UPDATE SET type = excluded.type, cron = excluded.cron,
        timezone = excluded.timezone, catch_up = excluded.catch_up, input = excluded.input,
        tenant = excluded.tenant, paused = excluded.paused, next_at = excluded.next_at,
-       updated_at = excluded.updated_at, last_error = NULL
+       updated_at = excluded.updated_at, last_error = NULL, created_by = excluded.created_by
 RETURNING *;
 
 -- name: schedule_get
@@ -648,6 +671,13 @@ SELECT * FROM schedules WHERE id = %(id)s;
 -- The schedules (of one tenant when given), by id.
 SELECT * FROM schedules WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
  ORDER BY id;
+
+-- name: schedule_page
+-- A page of the schedules (of one tenant when given), by id, after an id.
+SELECT * FROM schedules
+ WHERE (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
+   AND (%(after)s::text IS NULL OR id > %(after)s::text)
+ ORDER BY id LIMIT %(limit)s;
 
 -- name: schedule_delete
 -- Remove a schedule (the workflows it started stay).

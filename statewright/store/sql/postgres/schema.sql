@@ -115,7 +115,9 @@ CREATE TABLE timers (
     payload     JSONB            NOT NULL,
     key         TEXT,
     every       DOUBLE PRECISION,
-    keep        BOOLEAN          NOT NULL DEFAULT FALSE
+    keep        BOOLEAN          NOT NULL DEFAULT FALSE,
+    -- who scheduled it (Engine.schedule's actor); NULL: the system's own
+    scheduled_by TEXT
 );
 CREATE INDEX timers_workflow_due ON timers (workflow_id, due_at);
 -- a scheduled timer's key: one pending timer per key and workflow (scheduling replaces it)
@@ -264,7 +266,9 @@ CREATE TABLE schedules (
     updated_at DOUBLE PRECISION NOT NULL,
     last_tick DOUBLE PRECISION,
     last_workflow_id TEXT,
-    last_error TEXT
+    last_error TEXT,
+    -- who declared its definition; its ticks start workflows on their behalf
+    created_by TEXT
 );
 CREATE INDEX schedules_due ON schedules (next_at) WHERE NOT paused;
 

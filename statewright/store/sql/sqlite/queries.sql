@@ -182,10 +182,16 @@ UPDATE definitions SET fingerprint = :fingerprint, document = :document, registe
 -- A workflow's pending timers, earliest first.
 SELECT * FROM timers WHERE workflow_id = :id ORDER BY due_at, id;
 
+-- name: timers_page
+-- A page of a workflow's pending timers, earliest first, after a (due_at, id) cursor.
+SELECT * FROM timers
+ WHERE workflow_id = :id AND (:after_due IS NULL OR (due_at, id) > (:after_due, :after_id))
+ ORDER BY due_at, id LIMIT :limit;
+
 -- name: insert_timer
 -- Create a durable timer (a keyed one's earlier timer of the same key is deleted first).
-INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep)
-VALUES (:id, :due_at, :event, :payload, :key, :every, :keep);
+INSERT INTO timers (workflow_id, due_at, event, payload, key, every, keep, scheduled_by)
+VALUES (:id, :due_at, :event, :payload, :key, :every, :keep, :scheduled_by);
 
 -- name: delete_timers
 -- Cancel a workflow's timers as it leaves the state that set them: those not kept, or all of
@@ -400,12 +406,13 @@ SELECT * FROM alert_outbox WHERE id > :after ORDER BY id LIMIT :limit;
 -- name: schedule_put
 -- Declare a schedule: a new one, or a new definition of one (its next tick recomputed).
 INSERT INTO schedules (id, type, cron, timezone, catch_up, input, tenant, paused, next_at,
-                       created_at, updated_at)
-VALUES (:id, :type, :cron, :timezone, :catch_up, :input, :tenant, :paused, :next_at, :at, :at)
+                       created_at, updated_at, created_by)
+VALUES (:id, :type, :cron, :timezone, :catch_up, :input, :tenant, :paused, :next_at, :at, :at,
+        :created_by)
 ON CONFLICT (id) DO UPDATE SET type = excluded.type, cron = excluded.cron,
        timezone = excluded.timezone, catch_up = excluded.catch_up, input = excluded.input,
        tenant = excluded.tenant, paused = excluded.paused, next_at = excluded.next_at,
-       updated_at = excluded.updated_at, last_error = NULL
+       updated_at = excluded.updated_at, last_error = NULL, created_by = excluded.created_by
 RETURNING *;
 
 -- name: schedule_get
@@ -415,6 +422,12 @@ SELECT * FROM schedules WHERE id = :id;
 -- name: schedule_list
 -- The schedules (of one tenant when given), by id.
 SELECT * FROM schedules WHERE (:tenant IS NULL OR tenant = :tenant) ORDER BY id;
+
+-- name: schedule_page
+-- A page of the schedules (of one tenant when given), by id, after an id.
+SELECT * FROM schedules
+ WHERE (:tenant IS NULL OR tenant = :tenant) AND (:after IS NULL OR id > :after)
+ ORDER BY id LIMIT :limit;
 
 -- name: schedule_delete
 -- Remove a schedule (the workflows it started stay).

@@ -106,7 +106,9 @@ CREATE TABLE timers (
     payload     TEXT NOT NULL,
     key         TEXT,
     every       REAL,
-    keep        INTEGER NOT NULL DEFAULT 0
+    keep        INTEGER NOT NULL DEFAULT 0,
+    -- who scheduled it (Engine.schedule's actor); NULL: the system's own
+    scheduled_by TEXT
 );
 CREATE INDEX timers_workflow_due ON timers (workflow_id, due_at);
 -- a scheduled timer's key: one pending timer per key and workflow (scheduling replaces it)
@@ -229,7 +231,9 @@ CREATE TABLE schedules (
     updated_at REAL NOT NULL,
     last_tick REAL,
     last_workflow_id TEXT,
-    last_error TEXT
+    last_error TEXT,
+    -- who declared its definition; its ticks start workflows on their behalf
+    created_by TEXT
 );
 CREATE INDEX schedules_due ON schedules (next_at) WHERE paused = 0;
 
