@@ -104,7 +104,7 @@ def timer_cursor(due_at: float, timer_id: int) -> str:
 def timer_after(cursor: str) -> tuple[float, int]:
     at, timer_id = decode(cursor, "ff")
     if not float(timer_id).is_integer() or not 0 <= timer_id <= 2**53:
-        raise InvalidInput(
+        raise InvalidCursor(
             "invalid cursor: pass next_cursor exactly as a previous page returned it",
             field="cursor",
         )
