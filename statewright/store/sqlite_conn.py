@@ -6,6 +6,15 @@ operation queued while the previous commit was in flight runs in the *next* sing
 transaction, each inside its own SAVEPOINT (so one conflicting transition rolls back alone),
 and all of them are acknowledged after that one COMMIT: group commit. A future resolves only
 after its data is durable, so nothing is reported done that a crash could lose.
+
+Every answer is true when something fails. A write that raises is rolled back to its
+savepoint, the others go on. But SQLite may roll the *whole* transaction back by itself after
+a failed statement (SQLITE_FULL when a batch larger than the page cache spills on a full disk,
+SQLITE_IOERR, SQLITE_NOMEM): the write that failed is then answered its error, and the others,
+never run on in autocommit, run again in a fresh transaction, then each alone if that one is
+rolled back too. A COMMIT that fails is answered ``store_error`` (nothing changed) only when
+that is known: the transaction still open (rolled back then) or ended with SQLITE_FULL;
+otherwise (SQLITE_IOERR from the fsync, say) :class:`OutcomeUnknown`.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
-from statewright.errors import StatewrightError, StoreError
+from statewright.errors import OutcomeUnknown, StatewrightError, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +38,12 @@ Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 MAX_BATCH = 512
 LOCK_POLL = 0.0003
 """Seconds between tries for another process's write lock (see ``_begin``)."""
+
+
+def _primary(exc: sqlite3.Error) -> int | None:
+    """The primary SQLite result code of a driver error (None if the driver gave none)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else int(code) & 0xFF
 
 
 def _busy(exc: sqlite3.OperationalError) -> bool:
@@ -95,6 +110,8 @@ class GroupCommitConnection:
         self.commits = 0
         """Number of COMMITs issued (a group commit counts once)."""
         self.batched_writes = 0
+        self.rolled_back = 0
+        """Batch transactions SQLite rolled back by itself after a failed statement."""
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -117,7 +134,10 @@ class GroupCommitConnection:
         return await self._submit(fn, write=False)
 
     async def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` inside a transaction (a savepoint of a shared one) and commit."""
+        """Run ``fn`` inside a transaction (a savepoint of a shared one) and commit.
+
+        ``fn`` may run more than once (again in a fresh transaction when SQLite rolled back the
+        one it shared): it acts only through the connection it is given."""
         return await self._submit(fn, write=True)
 
     async def _submit(self, fn: Callable[[sqlite3.Connection], T], write: bool) -> T:
@@ -228,37 +248,87 @@ class GroupCommitConnection:
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_ms)}")
 
     def _run_writes(self, conn: sqlite3.Connection, ops: list[_Op[Any]]) -> list[_Outcome]:
+        answered, again = self._transaction(conn, ops)
+        if again:
+            # SQLite rolled the batch's transaction back (see _undo): the others once more in
+            # a fresh one, then, if that is rolled back too, each alone, so that each is
+            # answered for itself as a write alone is (all on failure only).
+            outcomes, again = self._transaction(conn, again)
+            answered += outcomes
+            for op in again:
+                answered += self._transaction(conn, [op])[0]
+        return answered
+
+    def _transaction(
+        self, conn: sqlite3.Connection, ops: list[_Op[Any]]
+    ) -> tuple[list[_Outcome], list[_Op[Any]]]:
+        """Run ``ops`` in one transaction: the answers, and the ops to run again (not
+        answered) because SQLite rolled the transaction back under them; none for one op."""
         try:
             self._begin(conn)
         except sqlite3.Error as exc:
             err = translate(exc)
-            return [(op, None, err) for op in ops]
+            return [(op, None, err) for op in ops], []
         if len(ops) == 1:  # alone in its transaction: no savepoint needed to isolate it
             op = ops[0]
             try:
                 result = op.fn(conn)
             except BaseException as exc:
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    log.exception("rollback failed", extra={"action": "rollback"})
-                return [(op, None, translate(exc))]
-            return self._commit(conn, [(op, result, None)])
+                self._rollback(conn)
+                return [(op, None, translate(exc))], []
+            return self._commit(conn, [(op, result, None)]), []
         done: list[_Outcome] = []
-        for op in ops:
+        for i, op in enumerate(ops):
             try:
                 conn.execute("SAVEPOINT op")
                 result = op.fn(conn)
                 conn.execute("RELEASE op")
                 done.append((op, result, None))
             except BaseException as exc:
-                try:
-                    conn.execute("ROLLBACK TO op")
-                    conn.execute("RELEASE op")
-                except sqlite3.Error:
-                    log.exception("rollback to savepoint failed", extra={"action": "rollback"})
-                done.append((op, None, translate(exc)))
-        return self._commit(conn, done)
+                error = translate(exc)
+                if not self._undo(conn):
+                    # Nothing of this transaction committed: this write is answered its
+                    # error, the others (rolled back with it, or not run yet) go again.
+                    self.rolled_back += 1
+                    log.error(
+                        "SQLite rolled back a group commit's transaction",
+                        extra={"action": "persistence_failure", "error": str(error)},
+                    )
+                    return [(op, None, error)], [o for o, _, _ in done] + ops[i + 1 :]
+                done.append((op, None, error))
+        return self._commit(conn, done), []
+
+    def _undo(self, conn: sqlite3.Connection) -> bool:
+        """After a write failed inside its savepoint: roll the savepoint back, and say whether
+        the batch's transaction still holds every earlier write of it.
+
+        Only paid on failure. SQLite may have rolled the *whole* transaction back by itself
+        (SQLITE_FULL from a cache spill, SQLITE_IOERR, SQLITE_NOMEM, ...: see "Response To
+        Errors Within A Transaction" in its documentation). Then the connection is in
+        autocommit mode, and the rest of the batch must not run there: each write's SAVEPOINT
+        would open a transaction of its own and its RELEASE commit it, unseen by the batch's
+        final COMMIT. When the savepoint cannot be rolled back alone, the whole transaction
+        is, so that nothing of the failed write can be committed with the others."""
+        if not conn.in_transaction:
+            return False
+        try:
+            conn.execute("ROLLBACK TO op")
+            conn.execute("RELEASE op")
+            return True
+        except sqlite3.Error:
+            log.exception("rollback to savepoint failed", extra={"action": "rollback"})
+        self._rollback(conn)
+        return False
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        """End the open transaction, if SQLite did not end it already."""
+        if not conn.in_transaction:
+            return
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            log.exception("rollback failed", extra={"action": "rollback"})
 
     def _commit(self, conn: sqlite3.Connection, done: list[_Outcome]) -> list[_Outcome]:
         try:
@@ -266,12 +336,29 @@ class GroupCommitConnection:
             self.commits += 1
             self.batched_writes += len(done)
         except sqlite3.Error as exc:
-            # Fail closed: nothing in this batch is durable, so every write in it fails.
-            log.error("commit failed", extra={"action": "persistence_failure", "error": str(exc)})
-            try:
-                conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-            err = translate(exc)
-            return [(op, None, err) for op, _, _ in done]
+            return self._commit_failed(conn, done, exc)
         return done
+
+    def _commit_failed(
+        self, conn: sqlite3.Connection, done: list[_Outcome], exc: sqlite3.Error
+    ) -> list[_Outcome]:
+        """Answer every write of a batch whose COMMIT failed, with what is known of it.
+
+        Still in the transaction (SQLITE_BUSY, a deferred constraint): nothing committed; it is
+        rolled back. Ended by SQLite with SQLITE_FULL: a write to the WAL (or journal) failed
+        before the commit record was whole, nothing committed. Ended with any other error
+        (SQLITE_IOERR from the fsync after the commit record was written, say): the commit
+        record may be in the file, and a restart would then find the transaction committed:
+        :class:`OutcomeUnknown` for the writes that ran (those that failed inside their
+        savepoint changed nothing either way)."""
+        log.error("commit failed", extra={"action": "persistence_failure", "error": str(exc)})
+        err = translate(exc)
+        if conn.in_transaction:
+            self._rollback(conn)
+        elif _primary(exc) != sqlite3.SQLITE_FULL:
+            unknown = OutcomeUnknown(
+                f"SQLite failed to commit ({exc}); the write may or may not have been applied"
+            )
+            unknown.__cause__ = exc
+            return [(op, None, unknown if error is None else err) for op, _, error in done]
+        return [(op, None, err) for op, _, _ in done]

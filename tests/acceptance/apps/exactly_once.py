@@ -24,6 +24,7 @@ import json
 import os
 import signal
 import sqlite3
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -121,7 +122,7 @@ def _service() -> Service:
 
 def mark(name: str, **fields: Any) -> None:
     """Write a marker file the test waits for (atomically: write, then rename)."""
-    tmp = MARKERS / f".{name}-{os.getpid()}.tmp"
+    tmp = MARKERS / f".{name}-{os.getpid()}-{threading.get_ident()}.tmp"  # threads mark at once
     tmp.write_text(json.dumps({"pid": os.getpid(), **fields}))
     tmp.rename(MARKERS / f"{name}-{os.getpid()}")
 
