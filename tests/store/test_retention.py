@@ -26,6 +26,7 @@ from statewright import (
     WorkflowNotFound,
     WorkflowType,
 )
+from statewright.engine import retention
 from statewright.engine.retention import parse_duration, read_archive
 from statewright.observability.delivery import fingerprint, idempotency_key
 from statewright.store import SQLiteStore, Store
@@ -118,9 +119,28 @@ async def test_even_the_sanctioned_path_refuses_the_log_of_a_live_workflow(store
     assert len(await engine.history("live")) == 1
 
 
-async def test_prune_deletes_old_finished_workflows_whole_and_keeps_the_rest(
-    store: Store,
+async def test_a_slow_batch_halves_the_next(
+    store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Every delete past the budget halves the next batch, down to one workflow: with a
+    budget no delete meets, 7 workflows in batches of 4 go as 4 + 2 + 1."""
+    monkeypatch.setattr(retention, "BATCH_SECONDS", 0.0)
+    engine = engine_on(store)
+    for i in range(7):
+        await finished(engine, f"old-{i}")
+    assert isinstance(engine.clock, ManualClock)
+    engine.clock.advance(40 * DAY)
+    report = await engine.prune(30 * DAY, batch=4)
+    assert (report.workflows, report.batches) == (7, 3)  # 4, then 2, then 1
+
+
+async def test_prune_deletes_old_finished_workflows_whole_and_keeps_the_rest(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Batches keep their size here: on a loaded machine a delete past the 10 ms budget would
+    # halve the next batch and make the count below depend on timing (tested on its own in
+    # test_a_slow_batch_halves_the_next).
+    monkeypatch.setattr(retention, "BATCH_SECONDS", 60.0)
     engine = engine_on(store)
     for i in range(5):
         await finished(engine, f"old-{i}")
