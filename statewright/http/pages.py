@@ -44,12 +44,17 @@ class Page(Generic[C]):
     size: int = 0
     more: bool = False
 
-    def want(self, limit: int, budget: int | None) -> int:
+    def want(self, limit: int, budget: int | None, first: int | None = None) -> int:
         """How many records to read next: one more than fit (are there more?), and once the
-        items' size is known, no more than the budget still takes at their average size."""
+        items' size is known, no more than the budget still takes at their average size.
+        ``first``: the first read's size, when the caller knows better (the stream: what
+        its previous batch held)."""
         n = min(CHUNK, limit - len(self.texts) + 1)
-        if budget is not None and not self.texts and limit > CHUNK - 1:
-            n = min(n, FIRST_CHUNK)
+        if budget is not None and not self.texts:
+            if first is not None:
+                n = min(n, max(first, 2))
+            elif limit > CHUNK - 1:
+                n = min(n, FIRST_CHUNK)
         if budget is not None and self.texts and self.size:
             n = min(n, max(1, (budget - self.size) * len(self.texts) // self.size + 2))
         return n
@@ -84,13 +89,15 @@ async def budgeted(
     view: Callable[[R], Any],
     limit: int,
     budget: int | None = PAGE_BYTES,
+    first: int | None = None,
 ) -> Page[C]:
     """Up to ``limit`` records after ``cursor``, each encoded (depth-proof), until the page
-    passes ``budget`` bytes (None: no budget, for records whose views are small)."""
+    passes ``budget`` bytes (None: no budget, for records whose views are small); ``first``:
+    how many to read first (see :meth:`Page.want`)."""
     page: Page[C] = Page(cursor)
     async with offload.large_read():
         while True:
-            want = page.want(limit, budget)
+            want = page.want(limit, budget, first)
             batch = await fetch(page.cursor, want)
             if batch:
                 full: bool = await offload.run(page.take, batch, key, view, limit, budget)

@@ -148,6 +148,7 @@ async def _events(
     access: Access, cursor: int, limit: int | None, poll: float, stop: anyio.Event
 ) -> AsyncIterator[ServerSentEvent]:
     sent = 0
+    first: int | None = None  # the first read of a batch: as many as the last batch held
     while not stop.is_set():
         want = BATCH if limit is None else min(BATCH, limit - sent)
         try:
@@ -160,6 +161,7 @@ async def _events(
                 access.transition_view,
                 want,
                 BATCH_BYTES,
+                first,
             )
         except StatewrightError as exc:
             log.warning("stream ended: the store failed", extra={"error": exc.message})
@@ -172,6 +174,7 @@ async def _events(
             sent += 1
         if limit is not None and sent >= limit:
             return
+        first = len(batch.texts) + 1 if batch.more else None
         if not batch.more:  # caught up: wait for more (or for shutdown)
             with anyio.move_on_after(poll):
                 await stop.wait()
