@@ -42,7 +42,7 @@ from statewright.store.alert_outbox import (
 from statewright.store.queries import load_queries, migrations
 from statewright.store.schedules import SQLiteSchedules
 from statewright.store.sqlite_conn import GroupCommitConnection, Synchronous
-from statewright.store.sqlite_probe import ProbeConnection
+from statewright.store.sqlite_probe import Probe
 from statewright.types import (
     CancelRequest,
     DeferWrite,
@@ -233,7 +233,7 @@ class SQLiteStore(SQLiteSchedules):
     ) -> None:
         self.path = str(path)
         self.conn = GroupCommitConnection(self.path, synchronous, int(busy_timeout * 1000))
-        self.probe = ProbeConnection(self.path, int(busy_timeout * 1000))
+        self.probe = Probe(self.path, int(busy_timeout * 1000))
         """Readiness probes' own connection and thread (:meth:`ping`)."""
         self._wakeups: set[asyncio.Event] = set()
         self._watcher: asyncio.Task[None] | None = None

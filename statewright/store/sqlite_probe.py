@@ -2,10 +2,12 @@
 
 Every read and write of the store runs on one connection's thread (:mod:`.sqlite_conn`), in
 the order they were asked for: a probe sent there waits behind every large page queued
-before it, and answers "slow" when the database is fine. This connection only ever runs one
-trivial query (the newest migration applied), in WAL mode alongside the store's own, so it
-waits for nothing but the database file itself: a missing or unreadable file, a lock held
-past the busy timeout, a hung disk all still fail it (or time it out).
+before it, and answers "slow" when the database is fine. A probe here opens a connection of
+its own on a thread of its own and runs one trivial query (the newest migration applied), in
+WAL mode alongside the store's connection, so it waits for nothing but the database file
+itself: a file deleted or replaced under the service, unreadable, locked past the busy timeout,
+or on a hung disk still fails it (or times it out). Opening anew each time (about a
+millisecond) is what makes it see the file as it is now, not as it was when opened.
 """
 
 from __future__ import annotations
@@ -37,12 +39,13 @@ def _answer(future: asyncio.Future[None], error: BaseException | None) -> None:
         future.set_exception(error)
 
 
-class ProbeConnection:
-    """Opened on the first :meth:`ping` (``mode=rw``: never creates the file), kept open,
-    opened again after a failure."""
+class Probe:
+    """Probes one after the other on a daemon thread, started by the first :meth:`ping`."""
 
     def __init__(self, path: str, busy_timeout_ms: int) -> None:
         self.path = path
+        self.uri = Path(path).absolute().as_uri() + "?mode=rw"
+        """``mode=rw``: a probe never creates the file."""
         self.busy_timeout_ms = busy_timeout_ms
         self._queue: queue.SimpleQueue[_Waiter | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -61,46 +64,34 @@ class ProbeConnection:
         await future
 
     def close(self) -> None:
-        """Close the connection once the pings queued have run (without waiting for them)."""
+        """Stop the thread once the pings queued have run (without waiting for them)."""
         if self._thread is not None:
             self._queue.put(None)
             self._queue = queue.SimpleQueue()  # a thread started later has its own
             self._thread = None
 
-    def _connect(self) -> sqlite3.Connection:
-        uri = Path(self.path).absolute().as_uri() + "?mode=rw"
+    def _ping(self) -> None:
         conn = sqlite3.connect(
-            uri,
-            uri=True,
-            isolation_level=None,
-            check_same_thread=False,
-            timeout=self.busy_timeout_ms / 1000,
+            self.uri, uri=True, isolation_level=None, timeout=self.busy_timeout_ms / 1000
         )
-        conn.execute("PRAGMA query_only=ON")
-        return conn
+        try:
+            conn.execute("PRAGMA query_only=ON")
+            conn.execute(PING).fetchone()
+        finally:
+            conn.close()
 
     def _run(self, waiters: queue.SimpleQueue[_Waiter | None]) -> None:
-        conn: sqlite3.Connection | None = None
-        try:
-            while (waiter := waiters.get()) is not None:
-                loop, future = waiter
-                error: BaseException | None = None
-                try:
-                    if conn is None:
-                        conn = self._connect()
-                    conn.execute(PING).fetchone()
-                except sqlite3.Error as exc:
-                    error = translate(exc)
-                    if conn is not None:
-                        conn.close()
-                    conn = None  # opened again for the next probe
-                except BaseException as exc:
-                    error = StoreError(f"the SQLite probe failed: {exc!r}")
-                    log.exception("sqlite probe failed", extra={"action": "probe_failed"})
-                try:
-                    loop.call_soon_threadsafe(_answer, future, error)
-                except RuntimeError:  # that loop is closed: nobody is waiting any more
-                    pass
-        finally:
-            if conn is not None:
-                conn.close()
+        while (waiter := waiters.get()) is not None:
+            loop, future = waiter
+            error: BaseException | None = None
+            try:
+                self._ping()
+            except sqlite3.Error as exc:
+                error = translate(exc)
+            except Exception as exc:
+                error = StoreError(f"the SQLite probe failed: {exc!r}")
+                log.exception("sqlite probe failed", extra={"action": "probe_failed"})
+            try:
+                loop.call_soon_threadsafe(_answer, future, error)
+            except RuntimeError:  # that loop is closed: nobody is waiting any more
+                pass
