@@ -30,7 +30,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from statewright.access import Access
 from statewright.errors import StatewrightError
 from statewright.http.deps import KnownQuery, StreamAccessDep
-from statewright.http.pages import budgeted
+from statewright.http.pages import FIRST_CHUNK, budgeted
 from statewright.http.schemas import ErrorOut, not_null
 
 log = logging.getLogger("statewright.http")
@@ -148,7 +148,7 @@ async def _events(
     access: Access, cursor: int, limit: int | None, poll: float, stop: anyio.Event
 ) -> AsyncIterator[ServerSentEvent]:
     sent = 0
-    first: int | None = None  # the first read of a batch: as many as the last batch held
+    first = FIRST_CHUNK  # a batch's first read: as many as the last batch held, if it was full
     while not stop.is_set():
         want = BATCH if limit is None else min(BATCH, limit - sent)
         try:
@@ -174,7 +174,7 @@ async def _events(
             sent += 1
         if limit is not None and sent >= limit:
             return
-        first = len(batch.texts) + 1 if batch.more else None
+        first = len(batch.texts) + 1 if batch.more else FIRST_CHUNK
         if not batch.more:  # caught up: wait for more (or for shutdown)
             with anyio.move_on_after(poll):
                 await stop.wait()
