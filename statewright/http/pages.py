@@ -6,7 +6,8 @@ What a page costs, at most: one chunk of records as read (:data:`CHUNK`, fewer o
 records' size is known) and its encoded items (the budget plus one item). A page waits for a
 slot before its first read, so that many clients reading large pages at once do not make the
 process grow with their number, and encoding happens on the JSON threads, so that the event
-loop keeps answering everyone else (probes first of all) meanwhile.
+loop keeps answering everyone else (probes first of all) meanwhile. (Only what a read's first
+:data:`~statewright.offload.OFFLOAD_CHARS` cost is encoded on the loop: a small page entire.)
 """
 
 from __future__ import annotations
@@ -62,24 +63,32 @@ class Page(Generic[C]):
     def take(
         self,
         batch: list[R],
+        start: int,
         key: Callable[[R], C],
         view: Callable[[R], Any],
         limit: int,
         budget: int | None,
-    ) -> bool:
-        """Encode records of ``batch`` until the page is full; whether it is (run on the
-        JSON threads: ``view`` must not touch the event loop's objects)."""
-        for rec in batch:
+        most: int | None = None,
+    ) -> tuple[bool, int]:
+        """Encode the records of ``batch`` from ``start`` until the page is full, or until
+        this call encoded more than ``most`` characters; whether the page is full, and where
+        it stopped. (Run on the JSON threads, ``view`` must not touch the event loop's
+        objects.)"""
+        encoded = 0
+        for i in range(start, len(batch)):
             if len(self.texts) == limit or (
                 budget is not None and self.texts and self.size > budget
             ):
-                return True
-            text = jsonvalue.dumps(view(rec), ensure_ascii=False)
+                return True, i
+            if most is not None and encoded > most:
+                return False, i
+            text = jsonvalue.dumps(view(batch[i]), ensure_ascii=False)
             self.texts.append(text)
             self.size += len(text)
-            self.cursor = key(rec)
+            encoded += len(text)
+            self.cursor = key(batch[i])
             self.keys.append(self.cursor)
-        return False
+        return False, len(batch)
 
 
 async def budgeted(
@@ -99,11 +108,15 @@ async def budgeted(
         while True:
             want = page.want(limit, budget, first)
             batch = await fetch(page.cursor, want)
-            if batch:
-                full: bool = await offload.run(page.take, batch, key, view, limit, budget)
-                if full:
-                    page.more = True
-                    return page
+            # A small batch is encoded in place (a trip to a thread would cost more than it);
+            # what follows its first OFFLOAD_CHARS goes to the JSON threads.
+            most = offload.OFFLOAD_CHARS
+            full, done = page.take(batch, 0, key, view, limit, budget, most)
+            if not full and done < len(batch):
+                full, done = await offload.run(page.take, batch, done, key, view, limit, budget)
+            if full:
+                page.more = True
+                return page
             if len(batch) < want:
                 return page
 
