@@ -10,14 +10,14 @@ key with another request is refused (409 ``idempotency_key_reused``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Body, Header, Path, Query, Response
 from fastapi.responses import PlainTextResponse
 
-from statewright import jsonvalue, paging
+from statewright import paging
 from statewright.access import Access
 from statewright.definition.machine import Machine
 from statewright.definition.render.mermaid import to_mermaid
@@ -26,6 +26,7 @@ from statewright.errors import UnknownState
 from statewright.http.deps import AccessDep, KnownQuery
 from statewright.http.errors import IDEMPOTENCY_KEY, REPLAYED
 from statewright.http.jsonbody import JSONBody
+from statewright.http.pages import budgeted, response
 from statewright.http.schemas import (
     IDEMPOTENCY_KEY_PATTERN,
     TIMER_KEY_PATTERN,
@@ -63,6 +64,7 @@ from statewright.http.schemas import (
 from statewright.ids import ID_PATTERN, REF_PATTERN
 from statewright.types import (
     StepRecord,
+    StuckKey,
     TimerRecord,
     TransitionRecord,
     WorkflowFilter,
@@ -71,8 +73,6 @@ from statewright.types import (
 from statewright.views import step_view
 
 log = logging.getLogger("statewright.http")
-C = TypeVar("C")
-R = TypeVar("R")
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorOut, "description": text}
@@ -303,27 +303,31 @@ async def list_workflows(
     cursor: Cursor = None,
 ) -> Response:
     before = None if older_than is None else access.engine.clock.now() - older_than
-    rows = await access.list_workflows(
-        WorkflowFilter(
-            type=type,
-            state=state,
-            terminal=terminal,
-            tenant=tenant,
-            entered_before=before,
-            limit=limit + 1,  # one more: is there a next page?
-            offset=offset,
-            after=None if cursor is None else paging.workflow_after(cursor),
-        )
+    where = WorkflowFilter(
+        type=type,
+        state=state,
+        terminal=terminal,
+        tenant=tenant,
+        entered_before=before,
+        offset=offset,
+        after=None if cursor is None else paging.workflow_after(cursor),
     )
-    page = rows[:limit]
-    return _body(
-        {
-            "items": [_view(access, r) for r in page],
-            "limit": limit,
-            "offset": offset,
-            "next_cursor": paging.workflow_cursor(page[-1]) if len(rows) > limit else None,
-        }
-    )
+
+    skip = offset
+
+    async def fetch(
+        after: tuple[float, str] | None, n: int
+    ) -> list[tuple[tuple[float, str], dict[str, Any]]]:
+        # A chunk at a time (each row read holds its whole context); the offset skips once.
+        nonlocal skip
+        chunk = dataclasses.replace(where, after=after, offset=skip, limit=n)
+        rows = await access.list_workflows(chunk)
+        skip = 0
+        return [((r.state_entered_at, r.id), _view(access, r)) for r in rows]
+
+    page = await budgeted(fetch, where.after, _first, _second, limit, None)
+    following = paging.encode(*page.cursor) if page.more and page.cursor else None
+    return await response(page, {"limit": limit, "offset": offset, "next_cursor": following})
 
 
 @router.get(
@@ -453,10 +457,8 @@ async def history(
     async def fetch(version: int, n: int) -> list[TransitionRecord]:
         return await access.history(workflow_id, version, n, row=row)
 
-    items, last, more = await _budgeted(
-        fetch, after, lambda r: r.version, access.transition_view, limit
-    )
-    return _page(items, {"next_cursor": str(last) if more else None})
+    page = await budgeted(fetch, after, lambda r: r.version, access.transition_view, limit)
+    return await response(page, {"next_cursor": str(page.cursor) if page.more else None})
 
 
 @router.get(
@@ -475,11 +477,12 @@ async def steps(
     async def fetch(after: tuple[float, str] | None, n: int) -> list[StepRecord]:
         return await access.steps(workflow_id, after, n, row=row)
 
-    items, last, more = await _budgeted(
+    page = await budgeted(
         fetch, start, lambda s: (s.started_at, s.key), lambda s: _step(access, s), limit
     )
-    following = paging.step_cursor(*last) if more and last is not None else None
-    return _page(items, {"next_cursor": following})
+    last = page.cursor
+    following = paging.step_cursor(*last) if page.more and last is not None else None
+    return await response(page, {"next_cursor": following})
 
 
 @router.post(
@@ -719,12 +722,14 @@ async def move(
     "`step`, `hint`). `/health/workflows` has the counts.",
 )
 async def stuck(access: AccessDep, cursor: Cursor = None, limit: PageLimit = 100) -> Response:
-    after = None if cursor is None else paging.stuck_after(cursor)
-    found = await access.stuck(after=after, limit=limit + 1)
-    page = found[:limit]
-    return _body(
-        {
-            "items": [
+    start = None if cursor is None else paging.stuck_after(cursor)
+
+    async def fetch(after: StuckKey | None, n: int) -> list[tuple[StuckKey, dict[str, Any]]]:
+        # A chunk at a time: each row read holds its whole context.
+        found = await access.stuck(after=after, limit=n)
+        return [
+            (
+                s.key,
                 {
                     "workflow": _view(access, s.workflow),
                     "age": s.age,
@@ -733,12 +738,15 @@ async def stuck(access: AccessDep, cursor: Cursor = None, limit: PageLimit = 100
                     "action": s.action,
                     "step": s.step,
                     "hint": s.hint,
-                }
-                for s in page
-            ],
-            "next_cursor": paging.stuck_cursor(page[-1].key) if len(found) > limit else None,
-        }
-    )
+                },
+            )
+            for s in found
+        ]
+
+    page = await budgeted(fetch, start, _first, _second, limit, None)
+    last = page.cursor
+    following = paging.stuck_cursor(last) if page.more and last is not None else None
+    return await response(page, {"next_cursor": following})
 
 
 @router.get(
@@ -751,47 +759,19 @@ async def transitions(
     after: Annotated[int, Query(ge=0, le=2**62)] = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
-    items, cursor, _ = await _budgeted(
+    page = await budgeted(
         access.transitions_since, after, lambda r: r.seq, access.transition_view, limit
     )
-    return _page(items, {"cursor": cursor})
+    return await response(page, {"cursor": page.cursor})
 
 
-PAGE_BYTES = 4 * 1024 * 1024
-"""A page of the log or the steps stops once its items pass this many bytes (and it holds at
-least one): with values of up to 256 KiB each, 1,000 of them must not make one response."""
-_CHUNK = 101
-"""Records read from the store at a time while filling a page (bounds the memory held); a
-page of the default 100 is one read."""
+K = TypeVar("K")
+V = TypeVar("V")
 
 
-async def _budgeted(
-    fetch: Callable[[C, int], Awaitable[list[R]]],
-    cursor: C,
-    key: Callable[[R], C],
-    view: Callable[[R], dict[str, Any]],
-    limit: int,
-) -> tuple[list[str], C, bool]:
-    """Up to ``limit`` records after ``cursor``, each encoded (depth-proof), until the page
-    passes :data:`PAGE_BYTES`; the cursor after the last one; whether more follow."""
-    items: list[str] = []
-    size = 0
-    while True:
-        want = min(_CHUNK, limit - len(items) + 1)  # one more than fits: are there more?
-        batch = await fetch(cursor, want)
-        for rec in batch:
-            if len(items) == limit or (items and size > PAGE_BYTES):
-                return items, cursor, True
-            text = jsonvalue.dumps(view(rec), ensure_ascii=False)
-            items.append(text)
-            size += len(text)
-            cursor = key(rec)
-        if len(batch) < want:
-            return items, cursor, False
+def _first(pair: tuple[K, V]) -> K:
+    return pair[0]
 
 
-def _page(items: list[str], rest: dict[str, Any]) -> Response:
-    """``{"items": [...], **rest}`` from items already encoded."""
-    tail = jsonvalue.dumps(rest, ensure_ascii=False)[1:]
-    body = '{"items":[' + ",".join(items) + "]" + ("," + tail if tail != "}" else "}")
-    return Response(body.encode("utf-8"), media_type="application/json")
+def _second(pair: tuple[K, V]) -> V:
+    return pair[1]

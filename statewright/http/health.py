@@ -2,6 +2,11 @@
 plus the in-process worker), ``/health/workflows`` (503 while any workflow is stuck: past
 its state's threshold, or parked for an operator, from the moment it parks).
 
+``/ready`` asks the store's :meth:`~statewright.store.protocol.Store.ping`: a trivial query on
+a connection of its own (SQLite: and a thread of its own), so it answers as fast as the
+database does however many large reads the service is busy with; the pages those reads
+build are encoded off the event loop (:mod:`statewright.http.pages`), which keeps answering.
+
 They need no token: orchestrators and load balancers call them. ``/health/workflows`` shows
 counts by type and state only, never ids or contexts: true counts, from aggregates over index
 ranges (cheap however many workflows there are), plus the parked workflows (waiting for an
@@ -36,10 +41,10 @@ _UNAVAILABLE: dict[int | str, dict[str, Any]] = {
 
 
 async def _store_ok(request: Request) -> str | None:
-    """None when the store answered a primary-key read in time, else why not."""
+    """None when the store answered its probe in time, else why not."""
     engine = request.app.state.engine
     try:
-        await asyncio.wait_for(engine.store.get_workflow("-ready-probe-"), READY_TIMEOUT)
+        await asyncio.wait_for(engine.store.ping(), READY_TIMEOUT)
     except TimeoutError:
         return f"the store did not answer within {READY_TIMEOUT:g}s"
     except StatewrightError as exc:

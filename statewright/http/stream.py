@@ -27,10 +27,10 @@ import anyio
 from fastapi import APIRouter, Header, Query, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from statewright import jsonvalue
 from statewright.access import Access
 from statewright.errors import StatewrightError
 from statewright.http.deps import KnownQuery, StreamAccessDep
+from statewright.http.pages import FIRST_CHUNK, budgeted
 from statewright.http.schemas import ErrorOut, not_null
 
 log = logging.getLogger("statewright.http")
@@ -39,6 +39,8 @@ POLL_INTERVAL = 0.5
 PING_INTERVAL = 15.0
 SHUTDOWN_GRACE = 1.0
 BATCH = 200
+BATCH_BYTES = 1024 * 1024
+"""A batch of events stops once their data passes this many bytes: what one stream holds."""
 MAX_SEQ = 2**62
 
 _EXAMPLE = (
@@ -146,23 +148,33 @@ async def _events(
     access: Access, cursor: int, limit: int | None, poll: float, stop: anyio.Event
 ) -> AsyncIterator[ServerSentEvent]:
     sent = 0
+    first = FIRST_CHUNK  # a batch's first read: as many as the last batch held, if it was full
     while not stop.is_set():
         want = BATCH if limit is None else min(BATCH, limit - sent)
         try:
-            batch = await access.transitions_since(cursor, want)
+            # Read and encoded as a page is (off the event loop, a bounded number at once);
+            # serialised without pydantic: a stored payload of any depth streams (jsonbody).
+            batch = await budgeted(
+                access.transitions_since,
+                cursor,
+                lambda r: r.seq,
+                access.transition_view,
+                want,
+                BATCH_BYTES,
+                first,
+            )
         except StatewrightError as exc:
             log.warning("stream ended: the store failed", extra={"error": exc.message})
             body = json.dumps({"error": exc.to_dict()}, default=str)
             yield ServerSentEvent(body, event="stream_error")
             return
-        for rec in batch:
-            # Serialised without pydantic: a stored payload of any depth streams (jsonbody).
-            data = jsonvalue.dumps(access.transition_view(rec), ensure_ascii=False)
-            yield ServerSentEvent(data, event="transition", id=str(rec.seq))
-            cursor = rec.seq
+        for seq, data in zip(batch.keys, batch.texts, strict=True):
+            yield ServerSentEvent(data, event="transition", id=str(seq))
+            cursor = seq
             sent += 1
         if limit is not None and sent >= limit:
             return
-        if len(batch) < want:  # caught up: wait for more (or for shutdown)
+        first = len(batch.texts) + 1 if batch.more else FIRST_CHUNK
+        if not batch.more:  # caught up: wait for more (or for shutdown)
             with anyio.move_on_after(poll):
                 await stop.wait()

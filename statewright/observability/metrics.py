@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from statewright import offload
 from statewright.definition.machine import Machine
 from statewright.engine.core import Engine, ParkedTotal, StuckTotal
 from statewright.engine.hooks import Rejection, RetryEvent, TransitionEvent
@@ -205,6 +206,7 @@ class EngineMetrics:
         self.recovery_from = frozenset(recovery_from)
         self.recovery_to = frozenset(recovery_to)
         self.scrape_timeout = scrape_timeout
+        self._scrape = asyncio.Lock()
         r = self.registry
         self.transitions = Counter(
             "statewright_transitions",
@@ -347,9 +349,11 @@ class EngineMetrics:
 
     async def render(self) -> bytes:
         """The text exposition of every collector, with fresh workflow counts."""
-        await self.refresh()
-        # No await between the refresh and the rendering: concurrent scrapes cannot mix.
-        return generate_latest(self.registry)
+        # One scrape at a time, so that concurrent ones cannot mix their counts; the text is
+        # rendered off the event loop (with many machines and states it is long).
+        async with self._scrape:
+            await self.refresh()
+            return await offload.run(generate_latest, self.registry)
 
 
 _attached: weakref.WeakKeyDictionary[Engine, EngineMetrics] = weakref.WeakKeyDictionary()

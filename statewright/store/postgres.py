@@ -14,9 +14,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import AsyncConnection
@@ -54,6 +54,7 @@ from statewright.store.alert_outbox import (
 )
 from statewright.store.postgres_batch import GroupCommit
 from statewright.store.postgres_listen import Listener
+from statewright.store.postgres_read import Probe, decode_rows, defer_json
 from statewright.store.postgres_rows import (
     cancel_request,
     dumps,
@@ -94,6 +95,7 @@ from statewright.types import (
 log = logging.getLogger(__name__)
 
 Q = load_queries("postgres")
+T = TypeVar("T")
 
 
 _SNAPSHOT_ROUNDS = 4
@@ -173,6 +175,8 @@ class PostgresStore(PostgresSchedules):
         self._pool_check: asyncio.Task[None] | None = None
         self.batcher = GroupCommit(self, enabled=group_commit)
         """Group commit of ``apply_transition`` (see :mod:`.postgres_batch`)."""
+        self.probe = Probe(dsn, self.connect_kwargs, self.where)
+        """Readiness probes' own connection, outside the pool (:meth:`ping`)."""
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.where!r})"
@@ -218,6 +222,7 @@ class PostgresStore(PostgresSchedules):
         self._pool = pool
 
     async def close(self) -> None:
+        await self.probe.close()
         await self.listener.close()
         if self._pool_check is not None:
             self._pool_check.cancel()
@@ -315,6 +320,13 @@ class PostgresStore(PostgresSchedules):
 
     async def wait_for_work(self, timeout: float) -> None:
         await self.listener.wait(timeout)
+
+    async def ping(self) -> None:
+        """Answer once the server answers a trivial query on the probe's own connection:
+        never waiting for a pooled connection that reads hold (:mod:`.postgres_read`)."""
+        if self._pool is None:
+            raise StoreError("the PostgreSQL store is not open")
+        await self.probe.ping()
 
     # -- workflows and transitions -----------------------------------------------------------
 
@@ -483,7 +495,7 @@ class PostgresStore(PostgresSchedules):
         self, workflow_id: str, after_version: int = 0, limit: int | None = None
     ) -> list[TransitionRecord]:
         params = {"id": workflow_id, "after": after_version, "limit": limit}
-        return [transition_record(r) for r in await self._fetchall(Q["history"], params)]
+        return await self._read_many(Q["history"], params, transition_record)
 
     async def transitions_since(
         self, seq: int, limit: int = 500, tenant: str | None = None
@@ -501,16 +513,16 @@ class PostgresStore(PostgresSchedules):
                     await conn.execute(Q["log_horizon"])
                     await conn.execute("COMMIT")
                     since = sqlbuild.transitions_since(seq, limit, tenant, "postgres")
-                    cur = await conn.execute(*since)
+                    cur = await defer_json(conn.cursor()).execute(*since)
                 rows = await cur.fetchall()
             except BaseException:
                 await _rollback(conn)
                 raise
-        return [transition_record(r) for r in rows]
+        return await decode_rows(rows, transition_record)
 
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
         sql, params = sqlbuild.list_workflows(where, "postgres")
-        return [workflow_row(r) for r in await self._fetchall(sql, params)]
+        return await self._read_many(sql, params, workflow_row)
 
     async def count_stuck(
         self, cutoffs: Sequence[StuckCutoff], tenant: str | None = None, *, parked: bool = False
@@ -558,10 +570,10 @@ class PostgresStore(PostgresSchedules):
                 rows: list[DictRow] = []
                 for page in pages:
                     if page is not None:
-                        rows += await (await conn.execute(*page)).fetchall()
+                        rows += await (await defer_json(conn.cursor()).execute(*page)).fetchall()
                 rows.sort(key=lambda r: (r["state_entered_at"], r["id"]))
                 found += rows[:want]
-        return [workflow_row(r) for r in found]
+        return await decode_rows(found, workflow_row)
 
     async def count_parked(
         self, tenant: str | None = None
@@ -656,6 +668,15 @@ class PostgresStore(PostgresSchedules):
     async def _fetchall(self, query: str, params: dict[str, Any]) -> list[DictRow]:
         async with self._connection() as conn:
             return await (await conn.execute(query, params)).fetchall()
+
+    async def _read_many(
+        self, query: str, params: dict[str, Any], convert: Callable[[DictRow], T]
+    ) -> list[T]:
+        """Rows fetched with their JSON as text, then converted (decoded) off the event loop
+        when they are large (:mod:`.postgres_read`)."""
+        async with self._connection() as conn:
+            rows = await (await defer_json(conn.cursor()).execute(query, params)).fetchall()
+        return await decode_rows(rows, convert)
 
     async def _fetchone(
         self, query: str, params: dict[str, Any], *, write: bool = False
@@ -1110,7 +1131,7 @@ class PostgresStore(PostgresSchedules):
         limit: int | None = None,
     ) -> list[StepRecord]:
         sql, params = sqlbuild.steps(workflow_id, "postgres", after, limit)
-        return [step_record(r) for r in await self._fetchall(sql, params)]
+        return await self._read_many(sql, params, step_record)
 
     # -- inbox -------------------------------------------------------------------------------
 

@@ -55,6 +55,10 @@ class Store(Protocol):
     async def close(self) -> None:
         """Release connections; pending writes are committed or failed first."""
 
+    async def ping(self) -> None:
+        """Return once the database answers a trivial query, on a path of its own that the
+        store's reads and writes cannot hold up (readiness probes); StoreError if it fails."""
+
     # -- workflows and transitions ---------------------------------------------------------
 
     async def create_workflow(self, new: NewWorkflow) -> tuple[WorkflowRow, bool]:

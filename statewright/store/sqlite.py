@@ -11,11 +11,11 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from statewright import jsonvalue
+from statewright import jsonvalue, offload
 from statewright.errors import (
     IdempotencyKeyReused,
     InvalidInput,
@@ -44,6 +44,7 @@ from statewright.store.protocol import fork_source_busy
 from statewright.store.queries import load_queries, migrations
 from statewright.store.schedules import SQLiteSchedules
 from statewright.store.sqlite_conn import GroupCommitConnection, Synchronous
+from statewright.store.sqlite_probe import Probe
 from statewright.types import (
     CancelRequest,
     DeferWrite,
@@ -67,6 +68,7 @@ from statewright.types import (
 )
 
 Q = load_queries("sqlite")
+T = TypeVar("T")
 
 WATCH_INTERVAL = 0.05
 """Seconds between two checks for other processes' commits while anyone waits for work."""
@@ -246,6 +248,8 @@ class SQLiteStore(SQLiteSchedules):
     ) -> None:
         self.path = str(path)
         self.conn = GroupCommitConnection(self.path, synchronous, int(busy_timeout * 1000))
+        self.probe = Probe(self.path, int(busy_timeout * 1000))
+        """Readiness probes' own connection and thread (:meth:`ping`)."""
         self._wakeups: set[asyncio.Event] = set()
         self._watcher: asyncio.Task[None] | None = None
 
@@ -308,7 +312,34 @@ class SQLiteStore(SQLiteSchedules):
             with contextlib.suppress(asyncio.CancelledError, RuntimeError):
                 await self._watcher
             self._watcher = None
+        self.probe.close()
         self.conn.stop()
+
+    async def ping(self) -> None:
+        """Answer once the database answers a trivial query, on a connection and thread of its
+        own: never queued behind the store's reads and writes (:mod:`.sqlite_probe`). An
+        in-memory database has no second connection: there the store's own answers."""
+        if not self.conn.alive:
+            raise StoreError("the SQLite store is not open")
+        if self.path == ":memory:":
+            await self.conn.read(lambda c: c.execute("SELECT 1").fetchone())
+        else:
+            await self.probe.ping()
+
+    async def _read_many(
+        self,
+        read: Callable[[sqlite3.Connection], list[sqlite3.Row]],
+        convert: Callable[[sqlite3.Row], T],
+    ) -> list[T]:
+        """Rows read on the connection's thread, then converted (their JSON decoded) off the
+        event loop when they are large (:mod:`statewright.offload`)."""
+
+        def fn(conn: sqlite3.Connection) -> tuple[list[sqlite3.Row], int]:
+            rows = read(conn)
+            return rows, offload.text_size(rows)
+
+        rows, size = await self.conn.read(fn)
+        return await offload.convert(rows, convert, size)
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> list[int]:
@@ -657,20 +688,19 @@ class SQLiteStore(SQLiteSchedules):
             "after": after_version,
             "limit": -1 if limit is None else limit,
         }
-        rows = await self.conn.read(lambda c: c.execute(Q["history"], params).fetchall())
-        return [_transition(r) for r in rows]
+        return await self._read_many(
+            lambda c: c.execute(Q["history"], params).fetchall(), _transition
+        )
 
     async def transitions_since(
         self, seq: int, limit: int = 500, tenant: str | None = None
     ) -> list[TransitionRecord]:
         sql, params = sqlbuild.transitions_since(seq, limit, tenant, "sqlite")
-        rows = await self.conn.read(lambda c: c.execute(sql, params).fetchall())
-        return [_transition(r) for r in rows]
+        return await self._read_many(lambda c: c.execute(sql, params).fetchall(), _transition)
 
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
         sql, params = sqlbuild.list_workflows(where, "sqlite")
-        rows = await self.conn.read(lambda c: c.execute(sql, params).fetchall())
-        return [_workflow(r) for r in rows]
+        return await self._read_many(lambda c: c.execute(sql, params).fetchall(), _workflow)
 
     async def count_stuck(
         self, cutoffs: Sequence[StuckCutoff], tenant: str | None = None, *, parked: bool = False
@@ -712,7 +742,7 @@ class SQLiteStore(SQLiteSchedules):
                 found += rows[:want]
             return found
 
-        return [_workflow(r) for r in await self.conn.read(fn)]
+        return await self._read_many(fn, _workflow)
 
     async def count_parked(
         self, tenant: str | None = None
@@ -1315,8 +1345,7 @@ class SQLiteStore(SQLiteSchedules):
         limit: int | None = None,
     ) -> list[StepRecord]:
         sql, params = sqlbuild.steps(workflow_id, "sqlite", after, limit)
-        rows = await self.conn.read(lambda c: c.execute(sql, params).fetchall())
-        return [_step(r) for r in rows]
+        return await self._read_many(lambda c: c.execute(sql, params).fetchall(), _step)
 
     # -- inbox -------------------------------------------------------------------------------
 

@@ -128,6 +128,11 @@ class GroupCommitConnection:
             self._thread.join()
             self._thread = None
 
+    @property
+    def alive(self) -> bool:
+        """The connection's thread runs (started, not stopped, not dead)."""
+        return self._thread is not None and self._thread.is_alive()
+
     # -- submitting work ---------------------------------------------------------------------
 
     async def read(self, fn: Callable[[sqlite3.Connection], T]) -> T:

@@ -1,12 +1,18 @@
-"""Probes on both stores: /livez, /ready, /health answer without a token; /health/workflows
-turns 503 (counts by type and state, never ids) while a workflow sits in a state longer than
-its threshold, and back to 200 once it moves on."""
+"""Probes on both stores: /livez, /ready, /health answer without a token, and at once while
+the store's reads hold it up; /health/workflows turns 503 (counts by type and state, never
+ids) while a workflow sits in a state longer than its threshold, and back to 200 once it moves
+on."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+
 import httpx
 
-from statewright import Engine, ManualClock
+from statewright import Engine, ManualClock, SQLiteStore
+from statewright.store.postgres import PostgresStore
 from tests.http.test_api import in_state, start
 
 
@@ -83,3 +89,26 @@ async def test_ready_is_503_when_the_store_is_gone(
         assert (await client.get("/livez")).status_code == 200
     finally:
         await engine.store.open()
+
+
+async def test_ready_answers_at_once_while_the_stores_reads_hold_it_up(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    # The store busy with reads for 3 s (SQLite: its connection's thread; PostgreSQL: every
+    # pooled connection). /ready used to queue behind them (and answer 503 after 5 s on
+    # PostgreSQL): now it asks the store's ping, on a path of its own.
+    store = engine.store
+    async with contextlib.AsyncExitStack() as held:
+        if isinstance(store, SQLiteStore):
+            busy = asyncio.create_task(store.conn.read(lambda c: time.sleep(3.0)))
+            held.push_async_callback(lambda: busy)
+        else:
+            assert isinstance(store, PostgresStore)
+            for _ in range(store.max_size):
+                await held.enter_async_context(store._connection())
+        await asyncio.sleep(0.1)
+        for path in ("/ready", "/health"):
+            start = time.monotonic()
+            r = await client.get(path)
+            assert r.status_code == 200, r.text
+            assert time.monotonic() - start < 1.0, path
