@@ -215,6 +215,19 @@ class WorkflowType:
     def version(self) -> int:
         return self.machine.version
 
+    def has_work(self, state: str) -> bool:
+        """Whether a workflow entering ``state`` (not a terminal one) is due for a worker.
+
+        Decided alike whichever process writes the row: with the type's handlers, due when
+        the state has one. A type registered with no handler at all (a bare Machine, a
+        definition file: a client, ``statewright --app machine.yaml serve``) is one this
+        process does not run, so it cannot tell which states have work: every state it
+        enters is due, and the worker that claims the row decides (it runs the state's
+        handler, or finds none and lets the row go until its next timer, input or event).
+        See :func:`~statewright.engine.transitions.run_at_for`.
+        """
+        return state in self.handlers or not self.handlers
+
     def recovery_for(self, state: str) -> RecoveryAction:
         return self.recovery.get(state, "rerun")
 
