@@ -274,7 +274,7 @@ class Transitions:
             if run_at is not None:
                 run_at = now + fire.retry_delay  # the handler itself is retried later
             if (
-                (run_at is None or not wtype.handlers)  # no handler here, or none known
+                (run_at is None or not wtype.knows_handlers)  # no handler here, or none known
                 and not target.terminal
                 and machine.can(t.target, wtype.retry_event)
             ):

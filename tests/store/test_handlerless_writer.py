@@ -26,6 +26,7 @@ from statewright import (
     Worker,
     WorkflowType,
 )
+from statewright.errors import DefinitionError
 from statewright.store import Store
 from statewright.store.postgres import PostgresStore
 
@@ -220,3 +221,21 @@ async def test_the_worker_engine_still_decides_from_its_handlers(
     await Worker(served).run_until_idle()
     held = await served.send("p7", "hold")
     assert held.state == "on_hold" and held.next_due_at == held.updated_at + 3600
+
+
+async def test_a_type_with_no_handler_anywhere_may_say_so(reopen: Callable[[], Store]) -> None:
+    """``runs_here=True``: the handlers bound (none) are all the type has, so this process
+    decides: a state without a handler is not due, and no worker claims it for nothing."""
+    clock = ManualClock(T0)
+    async with Engine(reopen(), [WorkflowType(parcel(), runs_here=True)], clock=clock) as e:
+        row = await e.start("parcel", {}, workflow_id="p8")
+        assert row.next_due_at is None
+        assert await Worker(e).run_once() == 0
+        row = await e.move_to("p8", "on_hold", actor="root", reason="no stock")
+        assert row.next_due_at == T0 + 3600  # its timer alone
+
+
+def test_runs_here_is_a_boolean() -> None:
+    with pytest.raises(DefinitionError) as info:
+        WorkflowType(parcel(), runs_here="yes")  # type: ignore[arg-type]
+    assert [p.code for p in info.value.problems] == ["invalid_runs_here"]
