@@ -239,3 +239,34 @@ def test_runs_here_is_a_boolean() -> None:
     with pytest.raises(DefinitionError) as info:
         WorkflowType(parcel(), runs_here="yes")  # type: ignore[arg-type]
     assert [p.code for p in info.value.problems] == ["invalid_runs_here"]
+
+
+async def test_a_backoff_planned_without_the_handlers_still_arms_its_retry_timer(
+    reopen: Callable[[], Store],
+) -> None:
+    """A transient failure's backoff into a waiting state, planned by a process that does not
+    know the handlers (recovery in a worker that registers the type bare): the state is due
+    after the backoff for the worker to decide, and the retry timer that moves it on is armed
+    as a process with the handlers would arm it."""
+    from statewright.engine.transitions import Fire
+
+    machine = (
+        MachineBuilder("job")
+        .state("working", initial=True)
+        .state("waiting")
+        .state("done", terminal=True)
+        .event("error_transient")
+        .event("retry")
+        .event("finish")
+        .transition("error_transient", "working", "waiting")
+        .transition("retry", "waiting", "working")
+        .transition("finish", "working", "done")
+        .build()
+    )
+    clock = ManualClock(T0)
+    async with Engine(reopen(), [machine], clock=clock) as bare:
+        row = await bare.start("job", {}, workflow_id="j1")
+        fire = Fire("error_transient", {}, "engine", retry_delay=5.0)
+        write = bare.transitions.plan(row, fire)
+        assert write.run_at == T0 + 5.0
+        assert [(t.due_at, t.event) for t in write.add_timers] == [(T0 + 5.0, "retry")]
