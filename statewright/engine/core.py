@@ -665,13 +665,15 @@ class Engine:
         check_idempotency_key(idempotency_key)
         if row is None:
             row = await self.get(workflow_id)
+        # Woken where the state may have a handler: decided like a transition's due time
+        # (WorkflowType.has_work), so a process without the handlers wakes it too.
         wake: str | None = None
-        try:
-            wtype = self.type_of(row.type, row.machine_version)
-            if row.state in wtype.handlers and not row.terminal:
-                wake = row.state
-        except UnknownWorkflowType:
-            pass  # another deployment's type: its workers decide
+        if not row.terminal:
+            try:
+                known = self.type_of(row.type, row.machine_version).has_work(row.state)
+            except UnknownWorkflowType:
+                known = True  # another deployment's type: its workers decide
+            wake = row.state if known else None
         item, created = await self.store.post_input(
             workflow_id,
             name,

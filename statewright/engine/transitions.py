@@ -273,7 +273,11 @@ class Transitions:
         if fire.retry_delay is not None:
             if run_at is not None:
                 run_at = now + fire.retry_delay  # the handler itself is retried later
-            elif not target.terminal and machine.can(t.target, wtype.retry_event):
+            if (
+                (run_at is None or not wtype.knows_handlers)  # no handler here, or none known
+                and not target.terminal
+                and machine.can(t.target, wtype.retry_event)
+            ):
                 timers += (TimerSpec(now + fire.retry_delay, wtype.retry_event),)
         patch = fire.context_patch
         # The edge's actions run on the context as it was (the guards' view); their patch is
@@ -566,8 +570,23 @@ async def _given(row: WorkflowRow) -> WorkflowRow:
 
 
 def run_at_for(wtype: WorkflowType, state: State, now: float) -> float | None:
-    """When a worker should run ``state``'s handler: now, or never (no handler)."""
-    return now if state.name in wtype.handlers and not state.terminal else None
+    """When a worker should claim a workflow entering ``state``: now, or never (a terminal
+    state, or one without a handler, by a process that has the type's handlers).
+
+    Every write that enters a state decides it here (start, events from any surface,
+    handlers' results, timers, fork, move, migrate, resume, schedule ticks), and a process
+    that does not run the type (registered without handlers: :meth:`WorkflowType.has_work`)
+    makes every non-terminal state due: the worker that claims the row and has no handler
+    for its state lets it go with its next due time from its timers (processing.py), so the
+    row costs one claim and then waits for its timer, input or event, never a spin.
+
+    Chosen over keeping each machine version's handled states in the store for such writers
+    to read: a worker registering or changing them would have to find and make due the rows
+    written before (not due), and lock out a writer that read them just before; here a
+    writer that has the handlers (a worker's own transitions, chained handlers, group
+    commit) decides exactly as before, at no cost.
+    """
+    return now if not state.terminal and wtype.has_work(state.name) else None
 
 
 def state_timers(state: State, now: float) -> tuple[TimerSpec, ...]:

@@ -127,6 +127,12 @@ class WorkflowType:
             every worker (a token bucket in the store); None: no limit.
         burst: how many claims ``max_per_second`` allows at once after a quiet spell
             (default: one second's worth, at least 1).
+        runs_here: whether ``handlers`` are all the handlers the type has, so that this
+            process can tell which states have work (:meth:`has_work`). Default: yes when
+            at least one handler is bound; a type registered with none (a bare Machine, a
+            definition file) is one whose handlers live in the workers, and every state it
+            enters is due for them to decide. True for a type that has no handler anywhere
+            (events and timers alone move it): its writes skip that claim.
     """
 
     machine: Machine
@@ -148,10 +154,15 @@ class WorkflowType:
     max_concurrent: int | None = None
     max_per_second: float | None = None
     burst: float | None = None
+    runs_here: bool | None = None
+    _decides: bool = field(init=False, repr=False, compare=False)
+    """``runs_here`` resolved (read by every write that enters a state)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.redact, list):
             object.__setattr__(self, "redact", tuple(self.redact))
+        decides = bool(self.handlers) if self.runs_here is None else self.runs_here
+        object.__setattr__(self, "_decides", decides)
         problems = [
             Problem("unknown_handler_state", f"handler bound to unknown state {s!r}", state=s)
             for s in self.handlers
@@ -192,6 +203,8 @@ class WorkflowType:
                 Problem("invalid_summary", "summary must be a function of the context")
             )
         problems += limit_problems(self.max_concurrent, self.max_per_second, self.burst)
+        if self.runs_here is not None and not isinstance(self.runs_here, bool):
+            problems.append(Problem("invalid_runs_here", "runs_here must be True, False or None"))
         event = self.step_outcome_unknown
         if event is not None and event not in self.machine.events:
             problems.append(
@@ -214,6 +227,24 @@ class WorkflowType:
     @property
     def version(self) -> int:
         return self.machine.version
+
+    @property
+    def knows_handlers(self) -> bool:
+        """Whether this process can tell which states have work (see ``runs_here``)."""
+        return self._decides
+
+    def has_work(self, state: str) -> bool:
+        """Whether a workflow entering ``state`` (not a terminal one) is due for a worker.
+
+        Decided alike whichever process writes the row: with the type's handlers, due when
+        the state has one. A type registered with no handler at all (a bare Machine, a
+        definition file: a client, ``statewright --app machine.yaml serve``) is one this
+        process does not run (unless ``runs_here``), so it cannot tell which states have
+        work: every state it enters is due, and the worker that claims the row decides (it
+        runs the state's handler, or finds none and lets the row go until its next timer,
+        input or event). See :func:`~statewright.engine.transitions.run_at_for`.
+        """
+        return state in self.handlers or not self._decides
 
     def recovery_for(self, state: str) -> RecoveryAction:
         return self.recovery.get(state, "rerun")
