@@ -308,7 +308,7 @@ def _start(w: Worker, slot: Slot, run: Run, handler: Handler) -> asyncio.Future[
     loop = asyncio.get_running_loop()
     ctx = contextvars.copy_context()  # the trace and other context variables go along
     sync_run = SyncRun(run, loop)
-    threaded = loop.run_in_executor(w.executor, lambda: ctx.run(handler, sync_run))  # type: ignore[arg-type]
+    threaded = loop.run_in_executor(w.executor, lambda: ctx.run(handler, sync_run))
     return asyncio.ensure_future(_settle(threaded, label))
 
 
