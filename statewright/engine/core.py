@@ -241,6 +241,7 @@ class Engine:
     history = part(reads.history)
     allowed_events = part(reads.allowed_events)
     list_workflows = part(reads.list_workflows)
+    stuck_threshold = part(reads.stuck_threshold)
     is_stuck = part(reads.is_stuck)
     stuck_cutoffs = part(reads.stuck_cutoffs)
     stuck = part(reads.stuck)

@@ -244,7 +244,7 @@ async def put(
     rt: Runtime,
     workflow_type: str,
     cron: str,
-    input: Mapping[str, Any] | None,
+    input: Mapping[str, Any] | None = None,
     *,
     schedule_id: str,
     catch_up: str = "latest",
