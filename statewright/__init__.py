@@ -6,6 +6,8 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
+from statewright._version import __version__
+
 if TYPE_CHECKING:
     from statewright.clock import Clock, ManualClock, SystemClock
     from statewright.definition.machine import (
@@ -151,8 +153,6 @@ if not TYPE_CHECKING:  # type checkers see the imports above, and flag unknown n
 def __dir__() -> list[str]:
     return sorted({*globals(), *_LAZY})
 
-
-__version__ = "0.1.0"
 
 # A library does not configure logging; this keeps Python's last-resort handler from printing
 # our WARNINGs to stderr in scripts that never set logging up.
