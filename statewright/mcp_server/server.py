@@ -40,6 +40,7 @@ from statewright.errors import (
     InvalidInput,
     OutcomeUnknown,
     StatewrightError,
+    UnknownTool,
     UnknownWorkflowType,
     VersionConflict,
     WorkflowNotFound,
@@ -522,12 +523,6 @@ async def _error_body(
     else:
         body.setdefault("hint", "Nothing was changed.")
     return body
-
-
-class UnknownTool(StatewrightError):
-    """No tool has this name."""
-
-    code = "unknown_tool"
 
 
 def _unknown_tool(access: Access, name: str) -> StatewrightError:

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from statewright import (
-    Cancelled,
     Engine,
     IllegalTransition,
     InvalidInput,
@@ -22,6 +21,7 @@ from statewright import (
     WorkflowType,
 )
 from statewright.engine.workflow_type import Handler
+from statewright.errors import Cancelled
 from statewright.testing import memory_engine
 from statewright.types import CancelRequest
 
