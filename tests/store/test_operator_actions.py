@@ -3,6 +3,8 @@ reason, and replay understands it (issue 14, item 3)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from statewright import (
@@ -253,6 +255,7 @@ async def test_fork_refuses_a_step_left_executing(store: Store) -> None:
     engine = Engine(store, [payment_type(Gateway())], clock=ManualClock())
     await engine.start("pay", {}, workflow_id="p3")
     [claimed] = await store.claim_due("w-1", engine.clock.now(), 30, 1)
+    assert claimed.lease is not None
     await store.step_begin("p3:charge", "p3", "charge", engine.clock.now(), claimed.lease)
     await store.release_lease("p3", claimed.lease)  # the worker died mid-call; lease gone
     from statewright.errors import StepUnresolved
@@ -270,6 +273,7 @@ async def test_fork_refuses_while_a_worker_holds_the_source(store: Store) -> Non
     engine = Engine(store, [payment_type(Gateway())], clock=ManualClock())
     await engine.start("pay", {}, workflow_id="p4")
     [claimed] = await store.claim_due("w-1", engine.clock.now(), 30, 1)
+    assert claimed.lease is not None
     with pytest.raises(WorkflowBusy, match="worker"):
         await engine.fork("p4", actor="alice", reason="r")
     await store.release_lease("p4", claimed.lease)
@@ -281,7 +285,7 @@ async def test_fork_refuses_while_a_worker_holds_the_source(store: Store) -> Non
         await store.claim_due("w-2", engine.clock.now() + 1, 30, 1)  # a worker claims it now
         return list(found)
 
-    store.steps = claimed_meanwhile  # type: ignore[method-assign]
+    store.steps = claimed_meanwhile  # type: ignore[method-assign, assignment]
     try:
         with pytest.raises(WorkflowBusy, match="worker"):
             await engine.fork("p4", actor="alice", reason="r")
@@ -324,7 +328,7 @@ async def test_fork_from_an_earlier_version_reruns_later_steps_only_when_told(
 
     gateway, clock = Gateway(), ManualClock()
     engine = Engine(store, [shipping_type(gateway, clock)], clock=clock)
-    why = {"actor": "alice", "reason": "again"}
+    why: dict[str, Any] = {"actor": "alice", "reason": "again"}
     await engine.start("ship", {}, workflow_id="s1")
     await Worker(engine).run_until_idle()
     assert (await engine.get("s1")).state == "shipped" and gateway.charges == ["s1:charge"]

@@ -142,7 +142,7 @@ async def test_stop_lets_the_handler_persist_and_hands_back_unstarted_claims(
                 await b_gate.wait()
             return await real_timers(workflow_id)
 
-        store.timers = timers  # type: ignore[method-assign]
+        store.timers = timers  # type: ignore[method-assign, assignment]
         await engine.start("job", workflow_id="a")
         clock.advance(1)
         await engine.start("job", workflow_id="b")
