@@ -24,8 +24,8 @@ from statewright.store.postgres import PostgresStore
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
-from order_fulfilment import order_type  # noqa: E402
-from refund_approval import refund_type  # noqa: E402
+from order_fulfilment import order_type as order_type  # noqa: E402  (re-exported)
+from refund_approval import refund_type as refund_type  # noqa: E402  (re-exported)
 
 TOKENS = {
     "agent": ("agent-token-1", "agent-7", ["agent"], "default"),

@@ -6,15 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from statewright import (
-    ActionFailed,
-    Engine,
-    IdempotencyKeyReused,
-    InvalidInput,
-    MachineBuilder,
-    ManualClock,
-    WorkflowFinished,
-)
+from statewright import Engine, InvalidInput, MachineBuilder, ManualClock
+from statewright.errors import ActionFailed, IdempotencyKeyReused, WorkflowFinished
 from statewright.store import Store
 from tests.unit.test_assign import payment_machine
 

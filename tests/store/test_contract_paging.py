@@ -140,7 +140,7 @@ def _cutoffs(now: float) -> list[StuckCutoff]:
 
 
 def _stuck_by_hand(rows: list[WorkflowRow], now: float) -> list[WorkflowRow]:
-    rules = {
+    rules: dict[tuple[str, str], dict[int | None, float | None]] = {
         ("t", "a"): {None: 3.0},
         ("t", "b"): {None: 10.0, 2: 1.0},
         ("u", "a"): {None: None, 7: 2.0},

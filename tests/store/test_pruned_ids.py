@@ -14,8 +14,9 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from statewright import Engine, ManualClock, Next, Worker, WorkflowPruned, WorkflowType
+from statewright import Engine, ManualClock, Next, Worker, WorkflowType
 from statewright.engine.core import id_for_key
+from statewright.errors import WorkflowPruned
 from statewright.store import Store
 from statewright.store.postgres import PostgresStore
 from tests.store.test_retention import DAY, machine
