@@ -23,7 +23,7 @@ class SyncEngine:
         >>> from statewright.definition.builtin import agent_task_machine
         >>> with SyncEngine(Engine(SQLiteStore(":memory:"), [agent_task_machine()])) as eng:
         ...     wf = eng.start("agent_task", {"goal": "triage"}, workflow_id="t1")
-        ...     eng.send("t1", "start").state
+        ...     eng.send("t1", "start").row.state
         'running'
     """
 
