@@ -52,7 +52,7 @@ class Access(Reads):
     send = command(commands.send, fires("event"), errors=REFUSALS, withheld=("context",))
     decide = command(commands.decide, fires(approval_event), errors=REFUSALS)
     cancel = command(commands.cancel, fires(cancel_event), errors=REFUSALS)
-    put_input = command(commands.put_input, writer("post inputs"))
+    post_input = command(commands.post_input, writer("post inputs"))
 
     # -- operator actions (statewright.engine.operator, fork, timers) ---------------------
 

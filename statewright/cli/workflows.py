@@ -220,9 +220,8 @@ def input_(
     Refused (exit code 2) once the workflow has finished.
     """
     data = parse_json_object(payload, "--payload")
-    item, created = with_engine(
-        s, lambda e: e.put_input(workflow_id, name, data, idempotency_key=key)
-    )
+    done = with_engine(s, lambda e: e.post_input(workflow_id, name, data, idempotency_key=key))
+    item, created = done.item, done.created
     if s.json:
         posted = {"workflow_id": workflow_id, "name": name, "input_id": item.id}
         emit_json(posted if key is None else {**posted, "replayed": not created})

@@ -52,6 +52,15 @@ class Started:
     created: bool
 
 
+@dataclass(frozen=True)
+class Posted:
+    """What posting an input did: the input (``item``) and whether this call posted it
+    (``created``; False for a retry with the same idempotency key)."""
+
+    item: InboxItem
+    created: bool
+
+
 _EVENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,99}$")
 
 
@@ -311,31 +320,21 @@ async def post_input(
     payload: Mapping[str, Any],
     *,
     idempotency_key: str | None = None,
-) -> int:
-    """Post an external input into a workflow's inbox; returns its id.
+    row: WorkflowRow | None = None,
+) -> Posted:
+    """Post an external input into a workflow's inbox. Returns :class:`Posted`: the input
+    (``.item``, its id ``.item.id``) and whether this call posted it (``.created``; False
+    for a retry with an idempotency key already used for the same name and payload).
 
     A handler takes it with ``run.wait_input`` / ``run.next_input``; it is consumed by
     the transition that ends that handler run (a crash before it delivers it again). A
     workflow idle in a state with a handler is made due, so its handler runs now.
 
+    ``row``: a fresh read of the workflow the caller already made (saves a read).
+
     Raises WorkflowNotFound, WorkflowFinished (a terminal workflow takes no inputs),
     InvalidInput, IdempotencyKeyReused.
     """
-    item, _ = await put_input(rt, workflow_id, name, payload, idempotency_key=idempotency_key)
-    return item.id
-
-
-async def put_input(
-    rt: Runtime,
-    workflow_id: str,
-    name: str,
-    payload: Mapping[str, Any],
-    *,
-    idempotency_key: str | None = None,
-    row: WorkflowRow | None = None,
-) -> tuple[InboxItem, bool]:
-    """:meth:`post_input`, returning ``(item, created)``: ``created`` is False for a retry
-    with an idempotency key already used for the same name and payload."""
     if not isinstance(name, str) or not _EVENT.fullmatch(name):
         raise InvalidInput(f"invalid input name {name!r}")
     if not isinstance(payload, Mapping):
@@ -365,7 +364,7 @@ async def put_input(
         raise IdempotencyKeyReused(
             workflow_id, idempotency_key or "", f"input {item.name!r} #{item.id}"
         )
-    return item, created
+    return Posted(item, created)
 
 
 def id_for_key(tenant: str, key: str) -> str:

@@ -34,6 +34,7 @@ from statewright.engine import replay as replaying
 from statewright.engine import schedules as schedule_ops
 from statewright.engine import timers as timer_ops
 from statewright.engine.commands import (
+    Posted,
     Started,
     check_idempotency_key,
     decision_payload,
@@ -212,7 +213,6 @@ class Engine:
     decide = part(commands.decide)
     cancel = part(commands.cancel)
     post_input = part(commands.post_input)
-    put_input = part(commands.put_input)
 
     # -- operator actions (statewright.engine.operator, statewright.engine.fork) --------------
 
@@ -268,6 +268,7 @@ __all__ = [
     "Engine",
     "Migration",
     "ParkedTotal",
+    "Posted",
     "Replayed",
     "Started",
     "StatewrightError",

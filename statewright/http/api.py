@@ -521,10 +521,8 @@ async def post_input(
     access: AccessDep,
     key: IdempotencyKey = None,
 ) -> Response:
-    item, created = await access.put_input(
-        workflow_id, body.name, body.payload, idempotency_key=key
-    )
-    return _body({"id": item.id}, 201, replayed=not created)
+    posted = await access.post_input(workflow_id, body.name, body.payload, idempotency_key=key)
+    return _body({"id": posted.item.id}, 201, replayed=not posted.created)
 
 
 @router.post(

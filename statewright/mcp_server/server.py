@@ -234,9 +234,8 @@ class _Handlers:
         payload = args.get("payload")
         if not isinstance(payload, Mapping):
             raise InvalidInput("'payload' must be a JSON object")
-        item, created = await access.put_input(
-            workflow_id, name, payload, idempotency_key=_key(args)
-        )
+        posted = await access.post_input(workflow_id, name, payload, idempotency_key=_key(args))
+        item, created = posted.item, posted.created
         if created:
             done = f"input {name!r} #{item.id} posted"
         else:

@@ -240,7 +240,7 @@ async def test_an_input_taken_by_a_killed_worker_is_delivered_again(tmp_path: Pa
     engine = Engine(store_from_url(db), TYPES)
     async with engine:
         wid = (await engine.start("inbox_pay", workflow_id="inbox")).row.id
-        posted = await engine.post_input(wid, "answer", {"approved": True})
+        posted = (await engine.post_input(wid, "answer", {"approved": True})).item.id
         with processes() as procs:
             procs.append(spawn_worker(db, tmp_path, "a", EO_KILL_AFTER_TAKE="1"))
             assert procs[0].wait(timeout=30) == -signal.SIGKILL

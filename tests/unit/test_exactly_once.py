@@ -505,8 +505,9 @@ async def test_starts_approvals_cancels_and_inputs_take_keys(clock: ManualClock)
         assert a.id == b.id and a.id.startswith("idem-")
         with pytest.raises(IdempotencyKeyReused):
             await engine.start("pay", {"n": 2}, idempotency_key="start-1")
-        first = await engine.post_input(a.id, "doc", {"page": 1}, idempotency_key="in-1")
-        assert await engine.post_input(a.id, "doc", {"page": 1}, idempotency_key="in-1") == first
+        first = (await engine.post_input(a.id, "doc", {"page": 1}, idempotency_key="in-1")).item
+        again = await engine.post_input(a.id, "doc", {"page": 1}, idempotency_key="in-1")
+        assert (again.item.id, again.created) == (first.id, False)
         with pytest.raises(IdempotencyKeyReused):
             await engine.post_input(a.id, "doc", {"page": 2}, idempotency_key="in-1")
         await engine.send(a.id, "fatal_error")
@@ -595,7 +596,7 @@ async def test_an_input_is_consumed_only_with_the_transition_of_the_run_that_too
         worker = Worker(engine)
         await worker.run_until_idle()
         assert (await engine.get("p")).next_due_at is None  # idle
-        posted = await engine.post_input("p", "answer", {"ok": True})
+        posted = (await engine.post_input("p", "answer", {"ok": True})).item.id
         assert (await engine.get("p")).next_due_at == clock.now()  # the input woke it
         await worker.run_until_idle()
         clock.advance(10)
