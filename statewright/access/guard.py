@@ -191,7 +191,8 @@ class command(Generic[R]):
         taken = self.withheld & kwargs.keys()
         if taken:
             raise TypeError(f"Access.{self.name}() takes no {', '.join(sorted(taken))}")
-        bound = self.signature.bind(access.runtime, workflow_id, *args, **kwargs)
+        supplied = dict.fromkeys(self.supplied)  # (given below: the caller, the row read)
+        bound = self.signature.bind(access.runtime, workflow_id, *args, **kwargs, **supplied)
         row = await access.get(workflow_id)
         named = bound.arguments
         for rule in self.rules:
