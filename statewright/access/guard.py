@@ -5,7 +5,7 @@ An engine command is a function of the runtime whose next argument is the workfl
 (:mod:`statewright.engine.commands`, :mod:`~statewright.engine.operator`...). Access names it
 once with what it needs, e.g.::
 
-    send = command(commands.send, fires(EVENT_ARG), errors=REFUSALS, withheld=("context",))
+    send = command(commands.send, fires("event"), errors=REFUSALS, withheld=("context",))
     resume = command(operator.resume, role("resume workflows", OPERATOR, ADMIN))
 
 and ``access.send(workflow_id, ...)`` then takes the command's own arguments, and
