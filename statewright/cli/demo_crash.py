@@ -90,9 +90,7 @@ async def run_and_kill(
         crash.states[wid] = row.state
         if row.lease_owner:
             crash.leases[wid] = row.lease_owner
-        crash.executing += [
-            s.key for s in await engine.steps(wid) if s.status == "executing"
-        ]
+        crash.executing += [s.key for s in await engine.steps(wid) if s.status == "executing"]
     return crash
 
 
