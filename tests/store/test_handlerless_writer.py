@@ -137,7 +137,7 @@ async def test_a_state_without_a_handler_is_claimed_once_then_waits_for_its_time
     worker = Worker(served, concurrency=4)
     await client.start("parcel", {}, workflow_id="p2")
     await worker.run_until_idle()
-    held = await client.send("p2", "hold", actor="maria")
+    held = (await client.send("p2", "hold", actor="maria")).row
     assert held.state == "on_hold" and held.next_due_at == clock.now()
     assert await worker.run_once() == 1  # claimed once: no handler here, let go
     row = await client.get("p2")
