@@ -96,7 +96,7 @@ async def settle(claim: Claim, happened: Happened | Outcome) -> WorkflowRow | No
         raise
     if isinstance(outcome, Advance):
         if claim.run is not None:
-            claim.run.carried()
+            claim.run.ledger.carried()
         if outcome.chain and after is not None and after.lease == claim.lease:
             return after  # the next state's handler runs under this claim
     if isinstance(outcome, CancelRun) or (
@@ -158,7 +158,7 @@ async def _write_pending(claim: Claim) -> None:
     """Write the run's pending *done* record (a finished step) on its own, fenced by the
     lease: before anything but the transition that was to carry it."""
     if claim.run is not None:
-        await claim.run.flush()
+        await claim.run.ledger.flush()
 
 
 async def deliver_pending(
