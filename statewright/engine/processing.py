@@ -279,10 +279,10 @@ def _start(w: Host, slot: Slot, run: Run, handler: Handler) -> asyncio.Future[Ha
     ctx = contextvars.copy_context()  # the trace and other context variables go along
     sync_run = SyncRun(run, loop)
     threaded = loop.run_in_executor(w.executor, lambda: ctx.run(handler, sync_run))
-    return asyncio.ensure_future(_settle(threaded, label))
+    return asyncio.ensure_future(_threaded_result(threaded, label))
 
 
-async def _settle(threaded: asyncio.Future[Any], label: str) -> HandlerResult:
+async def _threaded_result(threaded: asyncio.Future[Any], label: str) -> HandlerResult:
     result = await threaded
     if asyncio.iscoroutine(result):  # a plain function that returned a coroutine
         result = await user_code(label, result)

@@ -81,18 +81,18 @@ async def settle(claim: Claim, happened: Happened | Outcome) -> WorkflowRow | No
                 continue
             break
     except Exception:
-        if isinstance(outcome, Advance) or outcome is None:
-            # The transition failed (a store error; or its outcome is unknown): record the
-            # step's outcome on its own if that can still be done. If not, the step stays
-            # *executing* and is reconciled before the handler runs again, as after a crash.
-            try:
-                await _write_pending(claim)
-            except Exception:
-                log.warning(
-                    "step outcome not recorded",
-                    exc_info=True,
-                    extra={"action": "step_finish_failed", "workflow_id": row.id},
-                )
+        # The transition failed (a store error; or its outcome is unknown): record the step's
+        # outcome on its own if that can still be done (nothing is pending any more after any
+        # other write, or a failed attempt to record it). If not, the step stays *executing*
+        # and is reconciled before the handler runs again, as after a crash.
+        try:
+            await _write_pending(claim)
+        except Exception:
+            log.warning(
+                "step outcome not recorded",
+                exc_info=True,
+                extra={"action": "step_finish_failed", "workflow_id": row.id},
+            )
         raise
     if isinstance(outcome, Advance):
         if claim.run is not None:
