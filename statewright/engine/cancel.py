@@ -6,7 +6,9 @@ reason, requester, time, the workflow's version then, and the requester's idempo
 columns) that the worker delivers: its handler sees it at ``run.check_cancel()``, before each
 ``run.step`` and in ``run.wait_input``, or has its task cancelled after the worker's
 ``cancel_grace``; either way the worker then fires the cancel event with the handler's partial
-results as a context patch, in one transition that carries the request's idempotency key.
+results as a context patch, in one transition that carries the request's idempotency key (see
+:mod:`statewright.engine.outcome`, which also delivers a request to a workflow no worker will
+claim soon).
 
 The request stays until the workflow ends; the version it was made at tells a request already
 delivered (a cancel edge into a non-terminal state) from a new one.
@@ -18,25 +20,24 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from statewright.engine.reads import get
-from statewright.engine.transitions import Defer, Dispatched, Fire, same_json
+from statewright.engine.transitions import Dispatched, Fire, same_json
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import (
     IdempotencyKeyReused,
     IllegalTransition,
     InvalidInput,
     InvalidPayload,
-    LeaseLost,
     StatewrightError,
     VersionConflict,
 )
-from statewright.types import CancelRequest, Lease, WorkflowRow
+from statewright.types import CancelRequest, WorkflowRow
 
 if TYPE_CHECKING:
     from statewright.engine.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CancelRequest", "cancel", "cancellable", "deliver_pending", "fire_cancel", "pending"]
+__all__ = ["CancelRequest", "cancel", "cancellable", "pending"]
 
 
 def cancel_reason(exc: BaseException) -> str | None:
@@ -178,94 +179,3 @@ async def _replayed(
             raise IdempotencyKeyReused(row.id, key, "a cancel with another reason")
         return Dispatched(row, True, row.version)  # still pending with the worker
     return None
-
-
-async def fire_cancel(
-    rt: Runtime,
-    row: WorkflowRow,
-    wtype: WorkflowType,
-    request: CancelRequest,
-    actor: str,
-    partial: dict[str, Any] | None = None,
-    *,
-    park: bool = True,
-    lease: Lease | None = None,
-    consume_inputs: tuple[int, ...] = (),
-) -> WorkflowRow | None:
-    """Fire the cancel event on ``row`` as read, with ``partial`` as the context patch.
-
-    ``lease``: the worker's claim (the write is fenced by it and releases it); without one,
-    it applies only while no worker holds the workflow. Without an edge for it, or when a
-    guard or the payload schema refuses it, the workflow is parked with the error (``park``)
-    or the refusal is raised. Returns the new row, or None if the workflow moved on or the
-    lease is gone (a held lease is then released).
-    """
-    event = wtype.cancel_event
-    reason = request.reason
-    try:
-        if event is None or not wtype.machine.can(row.state, event):
-            allowed = wtype.machine.allowed_events(row.state, row.context)
-            raise IllegalTransition(row.state, event or "cancel", allowed, None, row.id)
-        return await rt.transitions.fire(
-            row,
-            Fire(
-                event,
-                {"reason": reason},
-                actor,
-                context_patch=partial or None,
-                attempts=0,
-                lease=lease,
-                require_unleased=lease is None,
-                idempotency_key=request.idempotency_key,
-                consume_inputs=consume_inputs,
-            ),
-        )
-    except (VersionConflict, IdempotencyKeyReused):
-        if lease is not None:
-            await rt.store.release_lease(row.id, lease)
-        return None
-    except LeaseLost:
-        return None
-    except (IllegalTransition, InvalidPayload, InvalidInput) as exc:
-        if not park:
-            raise
-        error = f"cancelled ({reason}) but the cancel event was refused: {exc.message}"
-    log.error(error, extra={"action": "workflow_parked", "workflow_id": row.id})
-    try:
-        return await rt.transitions.defer(
-            row,
-            Defer(
-                attempts=row.attempts,
-                last_error=error[:1000],
-                parked="cancel_refused",
-                lease=lease,
-                consume_inputs=consume_inputs,
-            ),
-        )
-    except (VersionConflict, LeaseLost):
-        return None
-
-
-async def deliver_pending(
-    rt: Runtime, wtype: WorkflowType, row: WorkflowRow | None, actor: str
-) -> None:
-    """Deliver a request that arrived while a worker (or recovery) held the workflow.
-
-    Called with the row a worker's write returned (its lease released). Needed only when no
-    worker will claim the workflow soon (a state without a handler, a retry backoff): a claim
-    delivers pending requests itself. The requester is the event's actor; ``actor`` if
-    unknown.
-    """
-    if row is None or row.cancel is None or row.terminal:
-        return
-    if row.next_due_at is not None and row.next_due_at <= rt.clock.now():
-        return
-    try:
-        request = await pending(rt, wtype, row.id, row.state, row.cancel)
-        if request is not None:
-            await fire_cancel(rt, row, wtype, request, request.actor or actor, park=False)
-    except StatewrightError as exc:
-        log.warning(
-            "cancel request not delivered",
-            extra={"action": "cancel_refused", "workflow_id": row.id, "error": exc.message},
-        )

@@ -1,5 +1,6 @@
-"""One claimed workflow in a worker: fire its due timer, or run its handler and persist the
-outcome (the next event, a retry, a cancel, parking).
+"""One claimed workflow in a worker: fire its due timer, or run its handler; what follows
+(the next event, a retry, a cancel, parking...) is decided by
+:mod:`statewright.engine.outcome` and written by :mod:`statewright.engine.settle`.
 
 Every write here carries the claim's lease (:attr:`Slot.lease`): once another worker has
 taken the workflow over, the store refuses it (:class:`~statewright.errors.LeaseLost`) and
@@ -17,24 +18,30 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from statewright.engine import tracecontext
-from statewright.engine.cancel import cancel_reason, deliver_pending, fire_cancel, pending
-from statewright.engine.failures import describe, handle_failure
+from statewright.engine.cancel import pending
 from statewright.engine.looplag import user_code
+from statewright.engine.outcome import (
+    Claim,
+    Ended,
+    FireTimer,
+    LetGo,
+    Release,
+    cancel_outcome,
+)
+from statewright.engine.settle import settle
 from statewright.engine.steps import Run, SyncRun, is_async
 from statewright.engine.timers import rearmed as rearmed_timer
 from statewright.engine.timers import timer_actor
-from statewright.engine.transitions import Defer, Fire
-from statewright.engine.workflow_type import Handler, HandlerResult, Next, WorkflowType
+from statewright.engine.transitions import Fire
+from statewright.engine.workflow_type import Handler, HandlerResult
 from statewright.errors import (
     Cancelled,
     DeadlineExceeded,
-    FatalError,
     IllegalTransition,
     InvalidPayload,
     LeaseLost,
-    VersionConflict,
 )
-from statewright.types import CancelRequest, Lease, TimerRecord, WorkflowRow
+from statewright.types import Lease, TimerRecord, WorkflowRow
 
 if TYPE_CHECKING:
     from statewright.engine.runtime import Runtime
@@ -192,21 +199,18 @@ async def _process_row(w: Host, slot: Slot) -> WorkflowRow | None:
     """Process ``slot.row``; the row to run the next handler on, if its transition kept
     the lease for it."""
     rt, store, row = w.rt, w.rt.store, slot.row
-    lease = slot.lease
     # An unknown version keeps its lease: released, this worker would claim it again at once;
     # held, it expires and a worker that knows the version recovers it.
     wtype = rt.registry.type_of(row.type, row.machine_version)
+    claim = Claim(rt, wtype, row, slot.lease, w.actor)
     if w.stopping:  # claimed but not started: hand it back so another worker takes it now
-        await store.release_lease(row.id, lease)
-        return None
+        return await settle(claim, Release())
     if row.cancel is not None:
         request = await pending(rt, wtype, row.id, row.state, row.cancel)
         if request is not None:
             try:
-                await fire_cancel(
-                    rt, row, wtype, request, request.actor or w.actor, park=False, lease=lease
-                )
-                return None
+                actor = request.actor or w.actor
+                return await settle(claim, cancel_outcome(claim, request, actor, park=False))
             except (IllegalTransition, InvalidPayload):
                 pass  # a guard refuses it here: run as usual (the handler sees it too)
     now = rt.clock.now()
@@ -217,26 +221,16 @@ async def _process_row(w: Host, slot: Slot) -> WorkflowRow | None:
         # timer recurring faster than the handler is claimed can never starve it.
         due = [t for t in due if t.every is None or t.due_at <= row.next_due_at]
     if due:
-        await _fire_timer(w, wtype, row, due[0], lease, handler is not None)
-        return None
+        return await settle(claim, _fire_timer(rt, due[0], slot.lease, handler is not None))
     if handler is None or row.next_due_at is None or row.next_due_at > now:
         # Nothing to run (a timer was consumed meanwhile): re-arm from the pending timers.
-        try:
-            rearmed = await rt.transitions.let_go(row, lease)
-        except VersionConflict:
-            await store.release_lease(row.id, lease)
-            return None
-        except LeaseLost:
-            return None
-        await after_write(w, wtype, rearmed)
-        return None
+        return await settle(claim, LetGo())
     if w.stopping:
-        await store.release_lease(row.id, lease)
-        return None
+        return await settle(claim, Release())
     # Its span joins the trace stored with the workflow; the outcome's transition is made
     # inside it, so the next handler's span is this one's child.
     with tracecontext.handler_span(row):
-        return await _run_handler(w, slot, wtype, handler)
+        return await _run_handler(w, slot, claim, handler)
 
 
 async def _due_timers(store: Store, slot: Slot, now: float) -> list[TimerRecord]:
@@ -256,69 +250,23 @@ async def _due_timers(store: Store, slot: Slot, now: float) -> list[TimerRecord]
     return [t for t in await store.timers(row.id) if t.due_at <= now]
 
 
-async def _fire_timer(
-    w: Host,
-    wtype: WorkflowType,
-    row: WorkflowRow,
-    timer: TimerRecord,
-    lease: Lease,
-    has_handler: bool,
-) -> None:
+def _fire_timer(rt: Runtime, timer: TimerRecord, lease: Lease, has_handler: bool) -> FireTimer:
     """Fire a due timer: its event as a transition that consumes it (a recurring one is
     re-armed for its next interval in the same transaction when the workflow stays).
 
     A refused event fails the workflow for a one-shot timer; a recurring timer's refusal is
     logged as a rejection and the timer is consumed and re-armed without a transition (a
-    guard that does not pass yet is the usual case: "check again later")."""
-    rt = w.rt
-    store = rt.store
-    rearm = rearmed_timer(timer, rt.clock.now())
-    try:
-        after = await rt.transitions.fire(
-            row,
-            Fire(
-                timer.event,
-                timer.payload,
-                timer_actor(timer),  # "timer", or "timer for <who scheduled it>"
-                fired_timer=timer.id,
-                rearm=rearm,
-                lease=lease,
-            ),
-        )
-    except VersionConflict:
-        await store.release_lease(row.id, lease)
-        return
-    except LeaseLost:
-        return
-    except (IllegalTransition, InvalidPayload) as exc:
-        if rearm is None:
-            failed = FatalError(f"timer {timer.event!r}: {exc}")
-            await after_write(w, wtype, await handle_failure(rt, row, failed, lease=lease))
-            return
-        # A handler's retry owed (a failure's backoff) may hide behind this timer's due time
-        # (next_due_at keeps only the earlier): run it now rather than lose it.
-        owed = has_handler and row.attempts > 0 and row.parked is None
-        try:
-            kept = await rt.transitions.defer(
-                row,
-                Defer(
-                    attempts=row.attempts,
-                    next_due_at=rt.clock.now() if owed else None,
-                    last_error=row.last_error,
-                    parked=row.parked,
-                    lease=lease,
-                    fired_timer=timer.id,
-                    add_timers=(rearm,),
-                ),
-            )
-        except VersionConflict:
-            await store.release_lease(row.id, lease)
-            return
-        except LeaseLost:
-            return
-        await after_write(w, wtype, kept)
-        return
-    await after_write(w, wtype, after)
+    guard that does not pass yet is the usual case: "check again later"): see
+    :func:`~statewright.engine.outcome.decide`."""
+    fire = Fire(
+        timer.event,
+        timer.payload,
+        timer_actor(timer),  # "timer", or "timer for <who scheduled it>"
+        fired_timer=timer.id,
+        rearm=rearmed_timer(timer, rt.clock.now()),
+        lease=lease,
+    )
+    return FireTimer(fire, has_handler)
 
 
 def _start(w: Host, slot: Slot, run: Run, handler: Handler) -> asyncio.Future[HandlerResult]:
@@ -331,23 +279,21 @@ def _start(w: Host, slot: Slot, run: Run, handler: Handler) -> asyncio.Future[Ha
     ctx = contextvars.copy_context()  # the trace and other context variables go along
     sync_run = SyncRun(run, loop)
     threaded = loop.run_in_executor(w.executor, lambda: ctx.run(handler, sync_run))
-    return asyncio.ensure_future(_settle(threaded, label))
+    return asyncio.ensure_future(_threaded_result(threaded, label))
 
 
-async def _settle(threaded: asyncio.Future[Any], label: str) -> HandlerResult:
+async def _threaded_result(threaded: asyncio.Future[Any], label: str) -> HandlerResult:
     result = await threaded
     if asyncio.iscoroutine(result):  # a plain function that returned a coroutine
         result = await user_code(label, result)
     return result  # type: ignore[no-any-return]
 
 
-async def _run_handler(
-    w: Host, slot: Slot, wtype: WorkflowType, handler: Handler
-) -> WorkflowRow | None:
-    """Run the handler and write its outcome; the row to chain on (see :func:`process`)."""
-    rt, store, row = w.rt, w.rt.store, slot.row
-    lease = slot.lease
-    run = slot.run = Run(rt, wtype, row, executor=w.executor)
+async def _run_handler(w: Host, slot: Slot, claim: Claim, handler: Handler) -> WorkflowRow | None:
+    """Run the handler and write its outcome (:func:`~statewright.engine.settle.settle`);
+    the row to chain on (see :func:`process`)."""
+    rt, wtype, row = w.rt, claim.wtype, slot.row
+    run = slot.run = claim.run = Run(rt, wtype, row, executor=w.executor)
     # The last step's done record rides with the transition the handler returns; anything
     # else the handler does, and every other way this run ends, writes it first.
     run.carry_done = True
@@ -356,208 +302,42 @@ async def _run_handler(
     slot.deadline = time.monotonic() + deadline
     slot.handler = _start(w, slot, run, handler)
     slot.timer = asyncio.get_running_loop().call_later(deadline, slot.time_out)
+    result: HandlerResult = None
+    raised: BaseException | None = None
+    stopped = False
     try:
         result = await slot.handler
     except Cancelled as exc:
         tracecontext.note(outcome="cancelled")
-        await run.flush()
-        if slot.abandoned and not slot.killed_for_cancel and run.cancel_request is None:
-            # The handler turned the worker's shutdown into Cancelled: that stops the worker,
-            # not the workflow.
-            await store.release_lease(row.id, lease)
-            return None
-        await _cancelled(w, slot, wtype, cancel_reason(exc))
-        return None
+        raised = exc
     except asyncio.CancelledError:
         me = asyncio.current_task()
         if me is not None and me.cancelling():
             raise  # this task itself is being cancelled, not just the handler
         tracecontext.note(outcome="stopped")
-        await _stopped(w, slot, wtype)
-        return None
-    except LeaseLost:
+        stopped = True
+    except LeaseLost as exc:
         tracecontext.note(outcome="lease_lost")
-        _log_lost(slot)
-        return None
+        raised = exc
     except Exception as exc:
         tracecontext.failed(exc)
-        if slot.lost:
-            _log_lost(slot)
-            return None
-        log.warning(
-            "handler failed",
-            extra={
-                "action": "handler_failed",
-                "workflow_id": row.id,
-                "state": row.state,
-                "error": describe(exc),
-            },
-        )
-        await run.flush()
-        await after_write(w, wtype, await handle_failure(rt, row, exc, lease=lease))
-        return None
+        raised = exc
     finally:
         slot.end()
-    if slot.lost:
-        _log_lost(slot)
-        return None
-    taken = tuple(run.taken)
-    if result is None:
-        tracecontext.note(outcome="idle")
-        try:
-            await run.flush()
-            idle = await rt.transitions.defer(
-                row,
-                Defer(
-                    attempts=0,
-                    lease=lease,
-                    consume_inputs=taken,
-                    add_timers=run.scheduled,
-                    cancel_timer_keys=run.cancelled_timers,
-                ),
-            )
-        except VersionConflict:
-            await store.release_lease(row.id, lease)
-            return None
-        except LeaseLost:
-            _log_lost(slot)
-            return None
-        await after_write(w, wtype, idle)
-        return None
-    chain = w.may_chain(slot)
-    try:
-        nxt = Next(result) if isinstance(result, str) else result
-        tracecontext.note(outcome="next", event=nxt.event)
-        after = await rt.transitions.fire(
-            row,
-            Fire(
-                nxt.event,
-                nxt.payload,
-                w.actor,
-                context_patch=nxt.context,
-                attempts=0,
-                lease=lease,
-                consume_inputs=taken,
-                add_timers=run.scheduled,
-                cancel_timer_keys=run.cancelled_timers,
-                step_finish=run.pending_finish,
-                keep_lease_if_due=chain,
-            ),
-        )
-    except VersionConflict:
-        # Someone moved the workflow meanwhile (an external event): this result is dropped,
-        # and the inputs the run took stay for the next run. The finished step stays done.
-        await run.flush()
-        await store.release_lease(row.id, lease)
-        return None
-    except LeaseLost:
-        _log_lost(slot)
-        return None
-    except (IllegalTransition, InvalidPayload) as exc:
-        await run.flush()
-        failed = FatalError(f"handler returned {exc.message}")
-        tracecontext.failed(failed)
-        await after_write(w, wtype, await handle_failure(rt, row, failed, lease=lease))
-        return None
-    except Exception:
-        # The transition failed (a store error; or its outcome is unknown): record the step's
-        # outcome on its own if that can still be done. If not, the step stays *executing*
-        # and is reconciled before the handler runs again, as after a crash.
-        try:
-            await run.flush()
-        except Exception:
-            log.warning(
-                "step outcome not recorded",
-                exc_info=True,
-                extra={"action": "step_finish_failed", "workflow_id": row.id},
-            )
-        raise
-    run.carried()
-    if chain and after.lease == lease:
-        return after  # the next state's handler runs under this claim
-    await after_write(w, wtype, after)
-    return None
-
-
-async def _stopped(w: Host, slot: Slot, wtype: WorkflowType) -> None:
-    """The handler's task was cancelled by the worker: say why, and write what follows."""
-    rt, row = w.rt, slot.row
-    if slot.lost:
-        _log_lost(slot)
-    elif slot.timed_out:
-        # A deadline hit: the outcome of what it was doing is unknown; its unfinished steps
-        # are left executing and get reconciled before anything runs again.
-        exc = DeadlineExceeded(
-            f"the handler of {row.state!r} ran past its deadline of "
-            f"{wtype.deadline_for(row.state):g}s"
-        )
-        log.warning(
-            "handler deadline exceeded",
-            extra={"action": "handler_deadline", "workflow_id": row.id, "state": row.state},
-        )
-        await _flush(slot)
-        after = await handle_failure(rt, row, exc, lease=slot.lease)
-        await after_write(w, wtype, after)
-    elif slot.killed_for_cancel:
-        await _flush(slot)
-        await _cancelled(w, slot, wtype, None)
-    else:
-        # Shutdown grace expired: leave the workflow as it is for another worker; steps the
-        # handler left *executing* are reconciled when it runs again.
-        log.warning(
-            "handler cancelled at shutdown",
-            extra={"action": "handler_abandoned", "workflow_id": row.id, "state": row.state},
-        )
-        await _flush(slot)
-        await rt.store.release_lease(row.id, slot.lease)
-
-
-async def _flush(slot: Slot) -> None:
-    """Write the run's pending done record (a finished step) before what follows."""
-    if slot.run is not None:
-        await slot.run.flush()
-
-
-def _log_lost(slot: Slot) -> None:
-    log.warning(
-        "lease lost: the run's outcome is left to the worker that took the workflow over",
-        extra={"action": "run_dropped", "workflow_id": slot.row.id, "state": slot.row.state},
+    if raised is None and not stopped and not slot.lost:
+        if result is None:
+            tracecontext.note(outcome="idle")
+        else:
+            event = result if isinstance(result, str) else getattr(result, "event", None)
+            tracecontext.note(outcome="next", event=event)
+    ended = Ended(
+        result,
+        raised,
+        stopped,
+        lost=slot.lost,
+        timed_out=slot.timed_out,
+        killed_for_cancel=slot.killed_for_cancel,
+        abandoned=slot.abandoned,
+        chain=raised is None and not stopped and result is not None and w.may_chain(slot),
     )
-
-
-async def _cancelled(w: Host, slot: Slot, wtype: WorkflowType, reason: str | None) -> None:
-    assert slot.run is not None
-    request = slot.run.cancel_request
-    reason = reason or (request.reason if request else None) or "cancelled by its handler"
-    actor = request.actor if request and request.actor else w.actor
-    log.info(
-        "handler cancelled",
-        extra={
-            "action": "handler_cancelled",
-            "workflow_id": slot.row.id,
-            "state": slot.row.state,
-            "reason": reason,
-            "forced": slot.killed_for_cancel,
-        },
-    )
-    delivered = CancelRequest(
-        reason,
-        actor,
-        request.at if request else None,
-        request.version if request else None,
-        request.idempotency_key if request else None,
-    )
-    await fire_cancel(
-        w.rt,
-        slot.row,
-        wtype,
-        delivered,
-        actor,
-        slot.run.partial,
-        lease=slot.lease,
-        consume_inputs=tuple(slot.run.taken),
-    )
-
-
-async def after_write(w: Host, wtype: WorkflowType, row: WorkflowRow | None) -> None:
-    await deliver_pending(w.rt, wtype, row, w.actor)
+    return await settle(claim, ended)

@@ -9,8 +9,8 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from statewright.engine.cancel import deliver_pending
-from statewright.engine.failures import handle_failure
+from statewright.engine.outcome import Claim, Failed
+from statewright.engine.settle import deliver_pending, settle
 from statewright.errors import (
     FatalError,
     LeaseLost,
@@ -141,18 +141,19 @@ async def recover_stale(
                 continue  # renewed, released or recovered by someone else meanwhile
             lease = taken.lease
             after: WorkflowRow | None
-            if action == "retry":
-                lost = TransientError(f"worker {owner} was lost")
-                after = await handle_failure(rt, taken, lost, lease=lease)
-            elif action == "fail":
-                lost_for_good = FatalError(f"worker {owner} was lost")
-                after = await handle_failure(rt, taken, lost_for_good, lease=lease)
+            if action == "retry" or action == "fail":
+                lost = (TransientError if action == "retry" else FatalError)(
+                    f"worker {owner} was lost"
+                )
+                # The retry policy applies, as to a handler's failure; a pending cancel request
+                # is delivered after it.
+                await settle(Claim(rt, wtype, taken, lease, "engine"), Failed(lost))
             else:  # leave: release and wait for an external event (or a pending timer)
                 try:
                     after = await rt.transitions.let_go(taken, lease)
                 except (VersionConflict, LeaseLost):
                     after = None
-            await deliver_pending(rt, wtype, after, "engine")
+                await deliver_pending(rt, wtype, after, "engine")
         log.warning(
             "recovered workflow",
             extra={

@@ -90,6 +90,7 @@ __all__ = [
     "Classification",
     "Outcome",
     "RetryPolicy",
+    "backoff",
     "classify",
     "outcome_of",
     "retry_after_of",
@@ -459,6 +460,31 @@ def retry_after_of(exc: BaseException, now: float | None = None) -> float | None
     return None
 
 
+def backoff(
+    attempt: int,
+    *,
+    initial: float,
+    factor: float,
+    maximum: float,
+    jitter: float,
+    rng: random.Random | None = None,
+    around: bool = False,
+) -> float:
+    """Seconds before retry number ``attempt`` (1-based): ``initial * factor**(attempt-1)``,
+    at most ``maximum``, less a random share of up to ``jitter`` of it ("equal jitter", never
+    past the cap); or, ``around``, times a random factor in ``[1 - jitter, 1 + jitter]``.
+
+    The one backoff of the package: a workflow's retries (:meth:`RetryPolicy.delay`) and
+    alert delivery's (``statewright.observability.delivery.Backoff``) both call it.
+    """
+    raw = min(maximum, initial * factor ** max(0, attempt - 1))
+    if around:
+        uniform = rng.uniform if rng is not None else random.uniform
+        return raw * (1 + uniform(-jitter, jitter))
+    spread = raw * jitter
+    return raw - spread + (rng or random).random() * spread
+
+
 def _check_error_types(name: str, value: object) -> None:
     if not isinstance(value, tuple) or not all(
         isinstance(t, type) and issubclass(t, BaseException) for t in value
@@ -526,9 +552,14 @@ class RetryPolicy:
         """Seconds to wait before retry number ``attempt`` (1-based)."""
         if retry_after is not None:
             return min(retry_after, self.max_retry_after)
-        raw = min(self.max_delay, self.base_delay * self.multiplier ** max(0, attempt - 1))
-        spread = raw * self.jitter
-        return raw - spread + (rng or random).random() * spread
+        return backoff(
+            attempt,
+            initial=self.base_delay,
+            factor=self.multiplier,
+            maximum=self.max_delay,
+            jitter=self.jitter,
+            rng=rng,
+        )
 
     def classify(self, exc: BaseException) -> Classification:
         """Transient or fatal, with this policy's overrides applied.

@@ -18,20 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
-import inspect
 import logging
-import queue
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from statewright.engine import tracecontext
 from statewright.engine.cancel import pending
+from statewright.engine.ledger import Begun, Ledger, StepKey, describe
 from statewright.engine.looplag import user_code
 from statewright.engine.timers import timer_spec
+from statewright.engine.usercalls import Trampoline, UserCall, bounded, is_async
 from statewright.engine.wakeup import listen
 from statewright.engine.workflow_type import (
     Applied,
@@ -42,8 +40,6 @@ from statewright.engine.workflow_type import (
 )
 from statewright.errors import (
     Cancelled,
-    DeadlineExceeded,
-    FatalError,
     InvalidInput,
     LeaseLost,
     StatewrightError,
@@ -64,49 +60,6 @@ if TYPE_CHECKING:
     from statewright.engine.runtime import Runtime
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-UserCall = Callable[[Callable[..., Any], tuple[Any, ...], "float | None", str], Awaitable[Any]]
-"""How a run calls user code: ``(fn, args, timeout, label) -> result``."""
-
-
-def is_async(fn: Callable[..., Any]) -> bool:
-    """Whether calling ``fn`` gives a coroutine (``async def``, also behind a partial or as
-    an object's ``async def __call__``)."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - an object's async __call__
-    )
-
-
-class StepKey(str):
-    """A step's idempotency key (``workflow_id:step``), as handed to its action.
-
-    It is a ``str`` (send it as the external system's idempotency key) that also carries the
-    **fencing token** of the claim running the step: a number that grows with every claim of
-    the workflow. A service that records the highest token it has seen per key (or per
-    workflow) and refuses lower ones rejects a call from a worker that was frozen past its
-    lease while another worker took over, which nothing else can recall once in flight.
-
-    Attributes:
-        workflow_id, step: what the key names.
-        fencing_token: the claim's token (``Run.fencing_token``).
-        attempt: this run of the step (1 for the first; the ledger's ``attempts``).
-    """
-
-    workflow_id: str
-    step: str
-    fencing_token: int
-    attempt: int
-
-    def __new__(cls, workflow_id: str, step: str, fencing_token: int, attempt: int) -> StepKey:
-        key = super().__new__(cls, f"{workflow_id}:{step}")
-        key.workflow_id = workflow_id
-        key.step = step
-        key.fencing_token = fencing_token
-        key.attempt = attempt
-        return key
 
 
 class Input(dict[str, Any]):
@@ -121,28 +74,6 @@ class Input(dict[str, Any]):
     @property
     def payload(self) -> JSON:
         return dict(self)
-
-
-@dataclass
-class _Begun:
-    """A step that may run now: its ledger entry (this attempt)."""
-
-    key: StepKey
-    record: StepRecord
-    started: float
-
-
-@dataclass
-class _Pending:
-    """A finished step's *done* record not written yet (see :attr:`Run.carry_done`)."""
-
-    finish: StepFinish
-    name: str
-    elapsed: float
-
-
-def describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:1000]
 
 
 class Run:
@@ -179,11 +110,9 @@ class Run:
         self._cancel_raw: CancelRequest | None = None
         self._cancel_seen = False
         self._call_user: UserCall = self._invoke
-        self.carry_done = False
-        """Keep the last finished step's *done* record pending, for the worker to commit it
-        with the transition the handler returns (one commit fewer). Whatever else the handler
-        does next through this run writes it first (:meth:`flush`)."""
-        self._pending: _Pending | None = None
+        self.ledger = Ledger(rt, wtype, workflow, self.lease)
+        """This run's step ledger writes, and the *done* record it keeps pending for the
+        worker (``ledger.carry_done``)."""
 
     @property
     def id(self) -> str:
@@ -213,28 +142,27 @@ class Run:
         if self.stopped is not None:
             raise self.stopped
 
-    # -- the pending done record ---------------------------------------------------------------
+    @property
+    def carry_done(self) -> bool:
+        """Keep the last finished step's *done* record pending, for the worker to commit with
+        the handler's transition (see ``Ledger.carry_done``)."""
+        return self.ledger.carry_done
+
+    @carry_done.setter
+    def carry_done(self, value: bool) -> None:
+        self.ledger.carry_done = value
 
     @property
     def pending_finish(self) -> StepFinish | None:
         """The finished step's outcome not written yet (None: nothing pending)."""
-        return None if self._pending is None else self._pending.finish
+        return self.ledger.pending_finish
 
-    async def flush(self) -> None:
-        """Write the pending *done* record now, on its own, fenced by the lease (worker use:
-        before anything that needs it durable, and when the transition that was to carry it
-        is refused). Raises LeaseLost when the lease (or that attempt) is gone."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        await self.rt.store.step_finish(pending.finish, self.lease)
-        self.rt.observers.step_finished(self.workflow, pending.name, pending.elapsed)
-
-    def carried(self) -> None:
-        """The pending record was committed with the handler's transition (worker use)."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            self.rt.observers.step_finished(self.workflow, pending.name, pending.elapsed)
+    async def _ready(self) -> None:
+        """Before a store call of the handler's: the run is still live, and the *done* record
+        the ledger keeps pending is written first (the worker writes it for every other
+        outcome than the transition that carries it)."""
+        self._check_live()
+        await self.ledger.flush()
 
     # -- cancel --------------------------------------------------------------------------------
 
@@ -254,8 +182,7 @@ class Run:
         Let it propagate (after :meth:`save_partial`, if there is something worth keeping):
         the worker then fires the cancel event with the partial results.
         """
-        self._check_live()
-        await self.flush()
+        await self._ready()
         found = await self.rt.store.cancel_requests([self.workflow.id])
         await self.note_cancel(found.get(self.workflow.id))
         if self._cancel is not None:
@@ -341,8 +268,7 @@ class Run:
         """Report progress (e.g. ``done=3, of=10, message="..."``); kept until the state
         changes and shown by ``statewright show``. A report the store cannot take is logged
         and dropped; only a lost lease (the workflow was taken over) raises LeaseLost."""
-        self._check_live()
-        await self.flush()
+        await self._ready()
         try:
             self.rt.limits.check(fields, "progress report")
             await self.rt.store.record_progress(
@@ -409,20 +335,19 @@ class Run:
         # ledger entry the step is recorded executing at once; otherwise what was found is
         # decided here (a cancel, a done result, a reconcile) before step_begin. A pending
         # done record is written first.
-        self._check_live()
-        await self.flush()
+        await self._ready()
         key = self.key(name)
         opened = await self.rt.store.step_open(key, self.workflow.id, name, self.now(), self.lease)
         await self.note_cancel(opened.cancel)
         if self._cancel is not None:
             raise Cancelled(self._cancel.reason)
-        begun: _Begun | StepRecord
+        begun: Begun | StepRecord
         if opened.begun:
             assert opened.record is not None
-            begun = self._begun(name, opened.record)
+            begun = self.ledger.begun(name, opened.record)
         else:
             begun = await self._prepare(name, reconcile, safe_to_repeat, opened.record)
-        if not isinstance(begun, _Begun):
+        if not isinstance(begun, Begun):
             tracecontext.note(outcome="recorded", attempt=begun.attempts)
             return begun.result
         tracecontext.note(attempt=begun.record.attempts)
@@ -430,10 +355,10 @@ class Run:
         try:
             result = await self._call_user(action, (begun.key,), timeout, label)
         except Exception as exc:
-            await self._failed(begun, exc)
+            await self.ledger.failed(begun, exc)
             raise
         tracecontext.note(outcome="done")
-        return await self._done(begun, name, result)
+        return await self.ledger.done(begun, name, result)
 
     async def _prepare(
         self,
@@ -441,7 +366,7 @@ class Run:
         reconcile: Reconciler | None,
         safe_to_repeat: bool,
         record: StepRecord | None,
-    ) -> _Begun | StepRecord:
+    ) -> Begun | StepRecord:
         """The done record to return, or the ledger entry of the attempt that may run now
         (``record``: the step's ledger entry as just read)."""
         store = self.rt.store
@@ -475,84 +400,11 @@ class Run:
         rec = await store.step_begin(key, self.workflow.id, name, self.now(), self.lease)
         if rec.status == "done":
             return rec  # finished meanwhile (its result stands)
-        begun = self._begun(name, rec)
+        begun = self.ledger.begun(name, rec)
         if isinstance(verdict, Applied):
-            await self._keepable(begun, name, verdict.result)
-            return await self._finish(begun, "done", verdict.result, None, None)
+            await self.ledger.keepable(begun, name, verdict.result)
+            return await self.ledger.finish(begun, "done", verdict.result, None, None)
         return begun
-
-    def _begun(self, name: str, record: StepRecord) -> _Begun:
-        """The attempt ``record`` (just recorded executing) as it runs now."""
-        return _Begun(
-            StepKey(self.workflow.id, name, self.fencing_token, record.attempts),
-            record,
-            time.perf_counter(),
-        )
-
-    async def _finish(
-        self,
-        begun: _Begun,
-        status: str,
-        result: Any,
-        error: str | None,
-        outcome: Any,
-    ) -> StepRecord:
-        finish = self._outcome(begun, status, result, error, outcome)
-        return await self.rt.store.step_finish(finish, self.lease)
-
-    def _outcome(
-        self, begun: _Begun, status: str, result: Any, error: str | None, outcome: Any
-    ) -> StepFinish:
-        return StepFinish(
-            key=str(begun.key),
-            attempt=begun.record.attempts,
-            status="done" if status == "done" else "failed",
-            result=result,
-            error=error,
-            outcome=outcome,
-            at=self.now(),
-        )
-
-    async def _failed(self, begun: _Begun, exc: BaseException) -> None:
-        outcome = self.type.retry.outcome(exc)
-        try:
-            await self._finish(begun, "failed", None, describe(exc), outcome)
-        except LeaseLost as lost:
-            raise lost from exc
-        log.warning(
-            "step failed",
-            extra={
-                "action": "step_failed",
-                "key": str(begun.key),
-                "attempt": begun.record.attempts,
-                "outcome": outcome,
-                "error": describe(exc),
-            },
-        )
-
-    async def _keepable(self, begun: _Begun, name: str, result: Any) -> None:
-        try:
-            self.rt.limits.check(result, f"result of step {name!r}")
-        except InvalidInput as exc:
-            # The call went through, but its result cannot be kept (not JSON, too deep or
-            # too large): the outcome stays unknown to the ledger (reconcile can tell, or an
-            # operator resolves it), and the workflow fails this state.
-            error = FatalError(f"{exc.message}: it cannot be kept")
-            await self._finish(begun, "failed", None, describe(error), "unknown")
-            raise error from exc
-
-    async def _done(self, begun: _Begun, name: str, result: Any) -> Any:
-        await self._keepable(begun, name, result)
-        elapsed = time.perf_counter() - begun.started
-        if self.carry_done and self._pending is None:
-            # Kept for the handler's transition: the step stays *executing* in the ledger
-            # until then (a crash meanwhile is reconciled like one during the call).
-            finish = self._outcome(begun, "done", result, None, None)
-            self._pending = _Pending(finish, name, elapsed)
-            return result
-        await self._finish(begun, "done", result, None, None)
-        self.rt.observers.step_finished(self.workflow, name, elapsed)
-        return result
 
     async def _invoke(
         self,
@@ -570,7 +422,7 @@ class Run:
         else:
             ctx = contextvars.copy_context()
             aw = asyncio.get_running_loop().run_in_executor(self.executor, ctx.run, fn, *args)
-        return await _bounded(asyncio.ensure_future(aw), timeout, label)
+        return await bounded(asyncio.ensure_future(aw), timeout, label)
 
     # -- inbox ---------------------------------------------------------------------------------
 
@@ -580,8 +432,7 @@ class Run:
         It is consumed by the write that ends this handler run (its transition, or going
         idle): if the run fails or the worker dies first, it is delivered again.
         """
-        self._check_live()
-        await self.flush()
+        await self._ready()
         item = await self.rt.store.next_input(self.workflow.id, name, self.taken)
         if item is None:
             return None
@@ -616,87 +467,6 @@ class Run:
                 waiter.cancel()
 
 
-class _Trampoline:
-    """Runs a synchronous handler's calls into its :class:`Run` (coroutines) on the loop,
-    and the user code they call back (actions, reconcile hooks) in the handler's own thread.
-
-    Why: a sync handler holds one pool thread while it waits; running its actions on another
-    pool thread could starve the pool (every thread a handler waiting for an action). Here the
-    handler's thread serves its own actions while it waits for the loop.
-    """
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self._queue: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """In the handler's thread: run ``coro`` on the loop, serving its callbacks here."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            coro.close()
-            raise RuntimeError("a SyncRun method was called on an event loop's thread")
-        future = asyncio.run_coroutine_threadsafe(self._wrap(coro), self.loop)
-        while True:
-            try:
-                kind, item = self._queue.get(timeout=0.5)
-            except queue.Empty:
-                if future.done() and self._queue.empty():
-                    return future.result()  # raises what the coroutine raised
-                continue
-            if kind == "done":
-                return future.result()
-            fn, args, reply = item
-            try:
-                value = fn(*args)
-            except BaseException as exc:
-                self.loop.call_soon_threadsafe(_settle, reply, None, exc)
-            else:
-                self.loop.call_soon_threadsafe(_settle, reply, value, None)
-
-    async def _wrap(self, coro: Coroutine[Any, Any, T]) -> T:
-        try:
-            return await coro
-        finally:
-            self._queue.put(("done", None))
-
-    async def call(
-        self, fn: Callable[..., Any], args: tuple[Any, ...], timeout: float | None, label: str
-    ) -> Any:
-        """On the loop: run ``fn(*args)`` in the handler's thread."""
-        reply: asyncio.Future[Any] = self.loop.create_future()
-        self._queue.put(("call", (fn, args, reply)))
-        return await _bounded(reply, timeout, label)
-
-
-async def _bounded(future: asyncio.Future[Any], timeout: float | None, label: str) -> Any:
-    """The result of user code's ``future``, waited for up to ``timeout`` seconds; past it,
-    :class:`DeadlineExceeded` (a thread cannot be stopped: its late result is dropped). A
-    plain function that returned a coroutine has it awaited, watched like async user code."""
-    try:
-        done, _ = await asyncio.wait({future}, timeout=timeout)
-    finally:
-        if not future.done():
-            future.cancel()
-    if future not in done:
-        raise DeadlineExceeded(f"{label} ran past its timeout of {timeout:g}s")
-    result = future.result()
-    if inspect.isawaitable(result):
-        result = await user_code(label, result)
-    return result
-
-
-def _settle(reply: asyncio.Future[Any], value: Any, exc: BaseException | None) -> None:
-    if reply.done():  # timed out meanwhile: the late result is dropped
-        return
-    if exc is not None:
-        reply.set_exception(exc)
-    else:
-        reply.set_result(value)
-
-
 class SyncRun:
     """The :class:`Run` of a synchronous handler, with blocking methods.
 
@@ -707,7 +477,7 @@ class SyncRun:
 
     def __init__(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         self._run = run
-        self._trampoline = _Trampoline(loop)
+        self._trampoline = Trampoline(loop)
         run._call_user = self._trampoline.call
 
     @property

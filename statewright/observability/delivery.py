@@ -43,6 +43,7 @@ import httpx
 
 from statewright._version import __version__
 from statewright.engine.core import Engine
+from statewright.engine.retry import backoff
 from statewright.errors import InvalidInput
 from statewright.observability.alerts import RULES, Alert, AlertThresholds, evaluate_alerts
 from statewright.store.alert_outbox import AlertChange, AlertStateRecord, OutboxRecord
@@ -60,7 +61,7 @@ RETRY_STATUSES = frozenset({408, 425, 429})
 class Backoff:
     """Seconds before the n-th retry: ``initial * factor**(n-1)``, at most ``maximum``, times
     a random factor in ``[1 - jitter, 1 + jitter]`` (so receivers that fail together are not
-    retried together). Hand-written: three lines, not worth a dependency."""
+    retried together): :func:`statewright.engine.retry.backoff`, the workflows' backoff."""
 
     initial: float = 1.0
     factor: float = 2.0
@@ -74,9 +75,15 @@ class Backoff:
             raise InvalidInput("backoff: jitter is a share below 1")
 
     def delay(self, failures: int, rng: random.Random | None = None) -> float:
-        base = min(self.maximum, self.initial * self.factor ** max(0, failures - 1))
-        uniform = rng.uniform if rng is not None else random.uniform
-        return base * (1 + uniform(-self.jitter, self.jitter))
+        return backoff(
+            failures,
+            initial=self.initial,
+            factor=self.factor,
+            maximum=self.maximum,
+            jitter=self.jitter,
+            rng=rng,
+            around=True,
+        )
 
 
 def _rfc3339(at: float) -> str:

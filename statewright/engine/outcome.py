@@ -1,0 +1,571 @@
+"""What happens after a handler runs: the outcome decided in one function, applied in one place.
+
+A claimed workflow's processing ends in one of a few writes, each fenced by the claim's lease:
+the handler's next event (:class:`Advance`), going idle (:class:`Idle`), a retry after a
+backoff or the retry event (:class:`Retry`), the error event (:class:`Fail`), parking for an
+operator (:class:`Park`), the cancel event (:class:`CancelRun`), a due timer's event
+(:class:`FireTimer`, :class:`KeepTimer`), re-arming from the pending timers (:class:`LetGo`);
+or in no write: the claim handed back as it is (:class:`Release`), or nothing at all because
+the lease is gone (:class:`Drop`).
+
+:func:`decide` is the one function that chooses, from how the handler ended (:class:`Ended`),
+a failure the retry policy applies to (:class:`Failed`: recovery, a refused timer), or a write
+the store or the machine refused (:class:`Refused`). It reads the clock, draws the backoff's
+jitter and logs why, and writes nothing: :func:`statewright.engine.settle.settle` writes its
+choice (and asks it again when a write is refused).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from statewright.engine import tracecontext
+from statewright.engine.cancel import cancel_reason
+from statewright.engine.failures import PARKED_FATAL, PARKED_REFUSED, PARKED_UNKNOWN, describe
+from statewright.engine.retry import retry_after_of
+from statewright.engine.transitions import Defer, Fire
+from statewright.engine.workflow_type import HandlerResult, Next, WorkflowType
+from statewright.errors import (
+    Cancelled,
+    DeadlineExceeded,
+    FatalError,
+    IdempotencyKeyReused,
+    IllegalTransition,
+    InvalidInput,
+    InvalidPayload,
+    LeaseLost,
+    StatewrightError,
+    StepOutcomeUnknown,
+    VersionConflict,
+)
+from statewright.types import CancelRequest, Lease, WorkflowRow
+
+if TYPE_CHECKING:
+    from statewright.engine.runtime import Runtime
+    from statewright.engine.steps import Run
+
+log = logging.getLogger(__name__)
+
+PARKED_CANCEL_REFUSED = "cancel_refused"
+
+# -- what is written ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Advance:
+    """The handler's next event; it carries the run's last step *done* record."""
+
+    fire: Fire
+    chain: bool
+    """The next state's handler may run under this claim (see ``Worker.may_chain``)."""
+
+
+@dataclass(frozen=True)
+class Idle:
+    """The handler returned None: stay, consume the inputs it took, arm its timers."""
+
+    defer: Defer
+
+
+@dataclass(frozen=True)
+class FireTimer:
+    """A due timer's event, consuming the timer (a recurring one re-armed)."""
+
+    fire: Fire
+    has_handler: bool
+    """The state has a handler (a retry it owes must not hide behind a refused timer)."""
+
+
+@dataclass(frozen=True)
+class KeepTimer:
+    """A recurring timer whose event was refused: consumed and re-armed, state kept."""
+
+    defer: Defer
+
+
+@dataclass(frozen=True)
+class LetGo:
+    """Nothing to run (a timer was consumed meanwhile): release, re-armed from the pending
+    timers, keeping the counters, error and parked reason."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A transient failure: the ``on_transient`` event (a Fire) or the handler again after
+    the backoff (a Defer)."""
+
+    change: Fire | Defer
+    delay: float
+    fallback: Defer
+    """The park written if the machine refuses the event."""
+
+
+@dataclass(frozen=True)
+class Fail:
+    """A fatal failure (or spent budget): the ``on_fatal`` event; or the
+    ``step_outcome_unknown`` event."""
+
+    fire: Fire
+    fallback: Defer
+
+
+@dataclass(frozen=True)
+class Park:
+    """Stay for an operator (the workflow shows up as stuck), logged as an error."""
+
+    defer: Defer
+    message: str
+    extra: dict[str, Any] = field(default_factory=dict)
+    fallback: Defer | None = None
+    """The park written instead if this one is refused by the machine (None: raise)."""
+    cause: BaseException | None = None
+    """The refusal that led here (logged with its traceback)."""
+
+
+@dataclass(frozen=True)
+class CancelRun:
+    """The type's cancel event, with the handler's partial results."""
+
+    fire: Fire
+    park: bool
+    """Park when the machine refuses it (otherwise the refusal is raised to the caller)."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """Hand the claim back as it is, for this or another worker to claim again."""
+
+
+@dataclass(frozen=True)
+class Drop:
+    """The lease is gone (another worker took the workflow over): write nothing."""
+
+    logged: bool = False
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """Raise ``error`` to the caller (a cancel it asked for without parking was refused)."""
+
+    error: Exception
+
+
+Outcome = (
+    Advance
+    | Idle
+    | FireTimer
+    | KeepTimer
+    | LetGo
+    | Retry
+    | Fail
+    | Park
+    | CancelRun
+    | Release
+    | Drop
+    | Refuse
+)
+
+# -- what happened ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a handler run ended, as the worker saw it."""
+
+    result: HandlerResult = None
+    raised: BaseException | None = None
+    """What the handler raised: Cancelled, LeaseLost or another Exception."""
+    stopped: bool = False
+    """The worker cancelled its task: for a deadline, a forced cancel, a lost lease or an
+    expired shutdown grace (the flags below say which)."""
+    lost: bool = False
+    timed_out: bool = False
+    killed_for_cancel: bool = False
+    abandoned: bool = False
+    chain: bool = False
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A failure of the row's current state that the type's retry policy applies to."""
+
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class Refused:
+    """``outcome``'s write was refused with ``error``."""
+
+    outcome: Outcome
+    error: Exception
+
+
+Happened = Ended | Failed | Refused
+
+REFUSALS = (
+    VersionConflict,
+    LeaseLost,
+    IllegalTransition,
+    InvalidPayload,
+    InvalidInput,
+    IdempotencyKeyReused,
+)
+
+
+@dataclass
+class Claim:
+    """The workflow a write is for, as read, and who writes it."""
+
+    rt: Runtime
+    wtype: WorkflowType
+    row: WorkflowRow
+    lease: Lease | None
+    actor: str
+    """The actor of the handler's events, and the requester of a cancel that names none."""
+    run: Run | None = None
+    """The handler's run, whose pending step record and inputs go with the outcome."""
+
+
+# -- the decision -------------------------------------------------------------------------------
+
+
+def decide(claim: Claim, happened: Happened) -> Outcome:
+    """The outcome of what happened to ``claim``: the one place that chooses it."""
+    row, lease, run = claim.row, claim.lease, claim.run
+    if isinstance(happened, Failed):
+        return _failure(claim, happened.error)
+    if isinstance(happened, Refused):
+        return _refused(claim, happened.outcome, happened.error)
+    exc = happened.raised
+    if isinstance(exc, Cancelled):
+        if (
+            happened.abandoned
+            and not happened.killed_for_cancel
+            and (run is None or run.cancel_request is None)
+        ):
+            # The handler turned the worker's shutdown into Cancelled: that stops the worker,
+            # not the workflow.
+            return Release()
+        return _cancel(claim, cancel_reason(exc), happened.killed_for_cancel)
+    if happened.stopped:
+        if happened.lost:
+            return Drop(logged=True)
+        if happened.timed_out:
+            # A deadline hit: the outcome of what it was doing is unknown; its unfinished steps
+            # are left executing and get reconciled before anything runs again.
+            log.warning(
+                "handler deadline exceeded",
+                extra={"action": "handler_deadline", "workflow_id": row.id, "state": row.state},
+            )
+            deadline = claim.wtype.deadline_for(row.state)
+            return _failure(
+                claim,
+                DeadlineExceeded(
+                    f"the handler of {row.state!r} ran past its deadline of {deadline:g}s"
+                ),
+            )
+        if happened.killed_for_cancel:
+            return _cancel(claim, None, True)
+        # Shutdown grace expired: leave the workflow as it is for another worker; steps the
+        # handler left *executing* are reconciled when it runs again.
+        log.warning(
+            "handler cancelled at shutdown",
+            extra={"action": "handler_abandoned", "workflow_id": row.id, "state": row.state},
+        )
+        return Release()
+    if isinstance(exc, LeaseLost) or happened.lost:
+        return Drop(logged=True)
+    if exc is not None:
+        log.warning(
+            "handler failed",
+            extra={
+                "action": "handler_failed",
+                "workflow_id": row.id,
+                "state": row.state,
+                "error": describe(exc),
+            },
+        )
+        return _failure(claim, exc)
+    assert run is not None, "a handler's result comes with its run"
+    taken = tuple(run.taken)
+    result = happened.result
+    if result is None:
+        return Idle(
+            Defer(
+                attempts=0,
+                lease=lease,
+                consume_inputs=taken,
+                add_timers=run.scheduled,
+                cancel_timer_keys=run.cancelled_timers,
+            )
+        )
+    nxt = Next(result) if isinstance(result, str) else result
+    return Advance(
+        Fire(
+            nxt.event,
+            nxt.payload,
+            claim.actor,
+            context_patch=nxt.context,
+            attempts=0,
+            lease=lease,
+            consume_inputs=taken,
+            add_timers=run.scheduled,
+            cancel_timer_keys=run.cancelled_timers,
+            step_finish=run.pending_finish,
+            keep_lease_if_due=happened.chain,
+        ),
+        happened.chain,
+    )
+
+
+def _refused(claim: Claim, outcome: Outcome, exc: Exception) -> Outcome:
+    """What follows when ``outcome``'s write was refused with ``exc``."""
+    rt, row = claim.rt, claim.row
+    if isinstance(outcome, Advance | Idle):
+        if isinstance(exc, VersionConflict):
+            # Someone moved the workflow meanwhile (an external event): this result is
+            # dropped, and the inputs the run took stay for the next run. A finished step
+            # stays done.
+            return Release()
+        if isinstance(exc, LeaseLost):
+            return Drop(logged=True)
+        if isinstance(outcome, Advance) and isinstance(exc, IllegalTransition | InvalidPayload):
+            return _failure(claim, FatalError(f"handler returned {exc.message}"), traced=True)
+    elif isinstance(outcome, FireTimer | KeepTimer | LetGo):
+        if isinstance(exc, VersionConflict):
+            return Release()
+        if isinstance(exc, LeaseLost):
+            return Drop()
+        if isinstance(outcome, FireTimer) and isinstance(exc, IllegalTransition | InvalidPayload):
+            fire = outcome.fire
+            if fire.rearm is None:
+                return _failure(claim, FatalError(f"timer {fire.event!r}: {exc}"))
+            # A handler's retry owed (a failure's backoff) may hide behind this timer's due
+            # time (next_due_at keeps only the earlier): run it now rather than lose it.
+            owed = outcome.has_handler and row.attempts > 0 and row.parked is None
+            return KeepTimer(
+                Defer(
+                    attempts=row.attempts,
+                    next_due_at=rt.clock.now() if owed else None,
+                    last_error=row.last_error,
+                    parked=row.parked,
+                    lease=claim.lease,
+                    fired_timer=fire.fired_timer,
+                    add_timers=(fire.rearm,),
+                )
+            )
+    elif isinstance(outcome, Retry | Fail | Park):
+        if isinstance(exc, VersionConflict | LeaseLost):
+            return Drop()
+        fallback = outcome.fallback
+        if fallback is not None and isinstance(exc, IllegalTransition | InvalidPayload):
+            # The machine refused the error event (a guard); park rather than loop.
+            return Park(
+                fallback,
+                "error event refused; parking",
+                {"action": "workflow_parked", "workflow_id": row.id},
+                cause=exc,
+            )
+    elif isinstance(outcome, CancelRun):
+        if isinstance(exc, VersionConflict | IdempotencyKeyReused):
+            return Release() if claim.lease is not None else Drop()
+        if isinstance(exc, LeaseLost):
+            return Drop()
+        if isinstance(exc, IllegalTransition | InvalidPayload | InvalidInput):
+            if not outcome.park:
+                return Refuse(exc)
+            return _cancel_refused(claim, outcome.fire, exc)
+    return Refuse(exc)
+
+
+def _cancel(claim: Claim, reason: str | None, forced: bool) -> Outcome:
+    """The handler ended for a cancel (it raised Cancelled, or was stopped after the grace):
+    the cancel event, with its partial results."""
+    row, run = claim.row, claim.run
+    assert run is not None
+    request = run.cancel_request
+    reason = reason or (request.reason if request else None) or "cancelled by its handler"
+    actor = request.actor if request and request.actor else claim.actor
+    log.info(
+        "handler cancelled",
+        extra={
+            "action": "handler_cancelled",
+            "workflow_id": row.id,
+            "state": row.state,
+            "reason": reason,
+            "forced": forced,
+        },
+    )
+    delivered = CancelRequest(
+        reason,
+        actor,
+        request.at if request else None,
+        request.version if request else None,
+        request.idempotency_key if request else None,
+    )
+    return cancel_outcome(claim, delivered, actor, run.partial, tuple(run.taken))
+
+
+def cancel_outcome(
+    claim: Claim,
+    request: CancelRequest,
+    actor: str,
+    partial: dict[str, Any] | None = None,
+    consume_inputs: tuple[int, ...] = (),
+    *,
+    park: bool = True,
+) -> Outcome:
+    """Fire the cancel event on the row as read, with ``partial`` as the context patch.
+
+    With the claim's lease the write is fenced by it and releases it; without one, it applies
+    only while no worker holds the workflow. Without an edge for it, or when a guard or the
+    payload schema refuses it, the workflow is parked with the error (``park``) or the
+    refusal is raised.
+    """
+    wtype, row, lease = claim.wtype, claim.row, claim.lease
+    event = wtype.cancel_event
+    fire = Fire(
+        event or "cancel",
+        {"reason": request.reason},
+        actor,
+        context_patch=partial or None,
+        attempts=0,
+        lease=lease,
+        require_unleased=lease is None,
+        idempotency_key=request.idempotency_key,
+        consume_inputs=consume_inputs,
+    )
+    if event is None or not wtype.machine.can(row.state, event):
+        allowed = wtype.machine.allowed_events(row.state, row.context)
+        refusal = IllegalTransition(row.state, event or "cancel", allowed, None, row.id)
+        return _cancel_refused(claim, fire, refusal) if park else Refuse(refusal)
+    return CancelRun(fire, park)
+
+
+def _cancel_refused(claim: Claim, fire: Fire, exc: StatewrightError) -> Park:
+    reason = fire.payload["reason"]
+    error = f"cancelled ({reason}) but the cancel event was refused: {exc.message}"
+    return Park(
+        Defer(
+            attempts=claim.row.attempts,
+            last_error=error[:1000],
+            parked=PARKED_CANCEL_REFUSED,
+            lease=claim.lease,
+            consume_inputs=fire.consume_inputs,
+        ),
+        error,
+        {"action": "workflow_parked", "workflow_id": claim.row.id},
+    )
+
+
+def _failure(claim: Claim, exc: BaseException, *, traced: bool = False) -> Outcome:
+    """The type's retry policy on a failure of the row's current state.
+
+    Transient: count the attempt (in both budgets: consecutive failures in this state and
+    failures over the workflow's life), then fire ``on_transient`` (e.g. running -> retrying,
+    with a backoff timer for ``retry_event``) or, without such an edge, run the handler again
+    after the backoff. Fatal, or a budget is spent: fire ``on_fatal`` or, without such an
+    edge, park the workflow with its error. A step whose outcome is unknown
+    (:class:`StepOutcomeUnknown`) takes the type's ``step_outcome_unknown`` edge or parks the
+    workflow for an operator. Inputs the failed run took are not consumed: the retry gets them
+    again.
+    """
+    if traced:
+        tracecontext.failed(exc)
+    rt, wtype, row, lease = claim.rt, claim.wtype, claim.row, claim.lease
+    machine, policy = wtype.machine, wtype.retry
+    now = rt.clock.now()
+    error = describe(exc)
+    total = row.total_attempts + 1
+
+    def refused_park(error: str) -> Defer:
+        return Defer(
+            attempts=row.attempts,
+            total_attempts=total,
+            last_error=error,
+            parked=PARKED_REFUSED,
+            lease=lease,
+        )
+
+    if isinstance(exc, StepOutcomeUnknown):
+        event = wtype.step_outcome_unknown
+        if event is not None and machine.can(row.state, event):
+            fire = Fire(
+                event, {"key": exc.key, "error": error}, "engine", last_error=error, lease=lease
+            )
+            return Fail(fire, refused_park(error))
+        return Park(
+            Defer(attempts=row.attempts, last_error=error, parked=PARKED_UNKNOWN, lease=lease),
+            "workflow parked: a step's outcome is unknown; an operator must resolve it",
+            {
+                "action": "workflow_parked",
+                "workflow_id": row.id,
+                "parked": PARKED_UNKNOWN,
+                "key": exc.key,
+            },
+            fallback=refused_park(error),
+        )
+    row_attempts = row.attempts
+    if policy.classify(exc) == "transient":
+        attempt = row.attempts + 1
+        row_attempts = attempt
+        retry_after = retry_after_of(exc, now)
+        delay = policy.delay(attempt, retry_after, rt.rng)
+        lifetime = policy.max_total_attempts
+        if lifetime is not None and total > lifetime:
+            error = f"lifetime retry budget of {lifetime} failures spent; last: {error}"
+        elif wtype.on_transient and machine.can(row.state, wtype.on_transient):
+            payload: dict[str, object] = {
+                "attempt": attempt,
+                "max_attempts": policy.max_attempts,
+                "error": error,
+            }
+            if retry_after is not None:
+                payload["retry_after"] = retry_after
+            fire = Fire(
+                wtype.on_transient,
+                payload,
+                "engine",
+                attempts=attempt,
+                total_attempts=total,
+                retry_delay=delay,
+                last_error=error,
+                lease=lease,
+            )
+            return Retry(fire, delay, refused_park(error))
+        elif attempt <= policy.max_attempts:
+            defer = Defer(
+                attempts=attempt,
+                total_attempts=total,
+                next_due_at=now + delay,
+                last_error=error,
+                lease=lease,
+            )
+            return Retry(defer, delay, refused_park(error))
+        else:
+            error = f"retry budget of {policy.max_attempts} attempts spent; last: {error}"
+    if wtype.on_fatal and machine.can(row.state, wtype.on_fatal):
+        fire = Fire(
+            wtype.on_fatal,
+            {"error": error},
+            "engine",
+            attempts=row_attempts,
+            total_attempts=total,
+            last_error=error,
+            lease=lease,
+        )
+        return Fail(fire, refused_park(error))
+    return Park(
+        Defer(
+            attempts=row_attempts,
+            total_attempts=total,
+            last_error=error,
+            parked=PARKED_FATAL,
+            lease=lease,
+        ),
+        "workflow parked after a fatal error",
+        {"action": "workflow_parked", "workflow_id": row.id, "error": error},
+        fallback=refused_park(error),
+    )
