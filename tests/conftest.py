@@ -23,6 +23,7 @@ import asyncio
 import atexit
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import tempfile
@@ -203,59 +204,147 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 # -- Parallel runs (pytest-xdist) -----------------------------------------------------------
 #
-# A test marked ``alone`` measures time or memory against a bound: other tests running at the
-# same time on this 2-core machine would make it fail for nothing. Under xdist it runs while no
-# other test does: every test holds a lock file shared by the run's workers, shared by ordinary
-# tests and exclusive by an ``alone`` one. A test waiting for it exclusively first takes a
-# turnstile that ordinary tests pass on their way in, so that it is not starved by them.
-# ``scripts/test`` also puts the ``alone`` tests on one worker (``--dist loadgroup``), one after
-# the other. Without xdist every test runs alone anyway.
+# ``scripts/test`` runs the suite on several worker processes (``-n``, ``--dist loadgroup``).
+#
+# A test marked ``alone`` measures time against a bound: other tests running at the same time
+# on a 2-core machine would make it fail for nothing. It runs while no other test does: every
+# test holds a lock file shared by the run's workers (setup, call and teardown), shared by
+# ordinary tests and exclusive by an ``alone`` one. A test waiting for it exclusively first
+# takes a turnstile that ordinary tests pass on their way in, so that it is not starved by
+# them. A test that measures in one part only (after a long setup) runs that part alone with
+# the ``run_alone`` fixture instead. These tests are handed out last, when the other workers
+# only have short tests left to finish. Without xdist every test runs alone anyway.
+#
+# A module marked ``one_worker`` sets up something costly once for all its tests (a server, a
+# filled store, in a module-scoped fixture): its tests run on one worker, which sets it up
+# once instead of once per worker. ``xdist_group`` marks group tests as pytest-xdist documents.
+#
+# pytest-xdist's own ``loadgroup`` cannot group under pytest 9.2 (it renames the items'
+# ``_nodeid``, which pytest no longer reads), so the run's controller schedules by the groups
+# its workers wrote down while collecting (``GroupScheduling``).
 
 ALONE = "alone"
+ONE_WORKER = "one_worker"
+RUN_DIR = "statewright_run_dir"
+"""Key, in ``workerinput``, of the folder the controller and the workers of one run share."""
+run_dir_key = pytest.StashKey[Path]()
 
 
+def _distributing(config: pytest.Config) -> bool:
+    """This process is the controller of a pytest-xdist run."""
+    return (
+        config.pluginmanager.hasplugin("xdist")
+        and not hasattr(config, "workerinput")
+        and config.getoption("dist", "no") != "no"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _distributing(config):
+        folder = Path(tempfile.mkdtemp(prefix="statewright-xdist-"))
+        config.stash[run_dir_key] = folder
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput[RUN_DIR] = str(node.config.stash[run_dir_key])
+
+
+def _group(item: pytest.Item) -> str | None:
+    names = {
+        str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+        for m in item.iter_markers("xdist_group")
+    }
+    if names:
+        return "_".join(sorted(names))
+    if item.get_closest_marker(ONE_WORKER) is not None:
+        return item.nodeid.split("::")[0]
+    return None
+
+
+def _alone_last(item: pytest.Item) -> int:
+    if item.get_closest_marker(ALONE) is not None:
+        return 2
+    return 1 if "run_alone" in getattr(item, "fixturenames", ()) else 0
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is None or RUN_DIR not in workerinput:
         return
-    for item in items:
-        if item.get_closest_marker(ALONE) is not None:
-            item.add_marker(pytest.mark.xdist_group(ALONE))
+    # Every worker collects, and orders, the same way: the tests that run alone in part
+    # (``run_alone``) near the end, where they only wait for short tests to finish; the
+    # ``alone`` ones last.
+    items.sort(key=_alone_last)
+    groups = {item.nodeid: group for item in items if (group := _group(item)) is not None}
+    folder = Path(workerinput[RUN_DIR])
+    done = folder / f"groups-{workerinput['workerid']}.json"
+    writing = done.with_suffix(".tmp")
+    writing.write_text(json.dumps(groups))
+    writing.replace(done)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadgroup" or run_dir_key not in config.stash:
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """``--dist loadgroup``: a group's tests are one unit of work, handed to one worker;
+        every other test is a unit of its own. The units go out in the order of the
+        collection, the largest groups first."""
+
+        def __init__(self, config: pytest.Config, log: Any, folder: Path) -> None:
+            super().__init__(config, log)
+            self.folder = folder
+            self.groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # every worker has collected (and written) by now
+                self.groups = {}
+                for written in sorted(self.folder.glob("groups-*.json")):
+                    self.groups.update(json.loads(written.read_text()))
+            return self.groups.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log, config.stash[run_dir_key])
 
 
 class RunLock:
-    """The lock of one xdist run (its workers share the run's base temp dir)."""
+    """The lock of one xdist run, in the folder its workers share."""
 
     def __init__(self, folder: Path) -> None:
         self.gate = os.open(folder / "alone.gate", os.O_RDWR | os.O_CREAT, 0o600)
         self.lock = os.open(folder / "alone.lock", os.O_RDWR | os.O_CREAT, 0o600)
 
-    @contextlib.contextmanager
-    def held(self, alone: bool) -> Iterator[None]:
+    def acquire(self, alone: bool) -> None:
         fcntl.flock(self.gate, fcntl.LOCK_EX)
         try:
             fcntl.flock(self.lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            if not alone:
-                fcntl.flock(self.gate, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(self.lock, fcntl.LOCK_UN)
-            if alone:
-                fcntl.flock(self.gate, fcntl.LOCK_UN)
+        except BaseException:
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
+            raise
+        if not alone:
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
+
+    def release(self, alone: bool) -> None:
+        fcntl.flock(self.lock, fcntl.LOCK_UN)
+        if alone:
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
 
 
 run_lock_key = pytest.StashKey[RunLock]()
 
 
 def _run_lock(config: pytest.Config) -> RunLock | None:
-    if not hasattr(config, "workerinput"):  # not an xdist worker
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is None or RUN_DIR not in workerinput:  # not a worker of a run
         return None
     lock = config.stash.get(run_lock_key, None)
     if lock is None:
-        # Each worker's base temp dir is <the run's base temp dir>/popen-gwN.
-        run_folder = config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
-        lock = config.stash[run_lock_key] = RunLock(run_folder)
+        lock = config.stash[run_lock_key] = RunLock(Path(workerinput[RUN_DIR]))
     return lock
 
 
@@ -266,5 +355,37 @@ def pytest_runtest_protocol(
     lock = _run_lock(item.config)
     if lock is None:
         return (yield)
-    with lock.held(item.get_closest_marker(ALONE) is not None):
+    alone = item.get_closest_marker(ALONE) is not None
+    lock.acquire(alone)
+    try:
         return (yield)
+    finally:
+        lock.release(alone)
+
+
+@pytest.fixture
+def run_alone(
+    request: pytest.FixtureRequest,
+) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """For a test that measures time in one part of it only (after a long setup, say):
+    ``with run_alone():`` runs that part while no other test runs; the rest of the test runs
+    alongside the others."""
+    lock = _run_lock(request.config)
+    alone = request.node.get_closest_marker(ALONE) is not None
+
+    @contextlib.contextmanager
+    def section() -> Iterator[None]:
+        if lock is None or alone:  # alone already
+            yield
+            return
+        lock.release(False)  # holding nothing while it waits: no deadlock with another
+        try:
+            lock.acquire(True)
+            try:
+                yield
+            finally:
+                lock.release(True)
+        finally:
+            lock.acquire(False)
+
+    return section

@@ -30,6 +30,8 @@ from statewright.types import StuckCutoff, WorkflowFilter
 from tests.conftest import _admin, _drop, pg_url, run_async
 from tests.store import bulk
 
+pytestmark = pytest.mark.one_worker  # the big store is filled once, by one worker
+
 N = 100_000
 HISTORY = 100_000
 T0 = 1_800_000_000.0

@@ -57,6 +57,8 @@ from statewright.errors import (
     TransientError,
 )
 
+pytestmark = pytest.mark.one_worker  # its servers and timeouts are made once per module
+
 Verdict = tuple[Classification, Outcome]
 NOT_SENT: Verdict = ("transient", "not_applied")
 MAYBE_SENT: Verdict = ("transient", "unknown")
