@@ -295,9 +295,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
         """``--dist loadgroup``: a group's tests are one unit of work, handed to one worker;
         every other test is a unit of its own. The units go out in the order of the
-        collection, the largest groups first."""
+        collection (the long acceptance tests first, the ``alone`` ones last)."""
 
         def __init__(self, config: pytest.Config, log: Any, folder: Path) -> None:
+            config.option.loadscopereorder = False  # not the largest groups first
             super().__init__(config, log)
             self.folder = folder
             self.groups: dict[str, str] | None = None
@@ -363,6 +364,25 @@ def pytest_runtest_protocol(
         lock.release(alone)
 
 
+@contextlib.contextmanager
+def alone_section(config: pytest.Config, alone: bool = False) -> Iterator[None]:
+    """Run the block while no other test of the run does (``alone``: the test holds the run
+    to itself already); for what measures time in a module-scoped fixture."""
+    lock = _run_lock(config)
+    if lock is None or alone:  # not under xdist, or alone already
+        yield
+        return
+    lock.release(False)  # holding nothing while it waits: no deadlock with another
+    try:
+        lock.acquire(True)
+        try:
+            yield
+        finally:
+            lock.release(True)
+    finally:
+        lock.acquire(False)
+
+
 @pytest.fixture
 def run_alone(
     request: pytest.FixtureRequest,
@@ -370,22 +390,5 @@ def run_alone(
     """For a test that measures time in one part of it only (after a long setup, say):
     ``with run_alone():`` runs that part while no other test runs; the rest of the test runs
     alongside the others."""
-    lock = _run_lock(request.config)
     alone = request.node.get_closest_marker(ALONE) is not None
-
-    @contextlib.contextmanager
-    def section() -> Iterator[None]:
-        if lock is None or alone:  # alone already
-            yield
-            return
-        lock.release(False)  # holding nothing while it waits: no deadlock with another
-        try:
-            lock.acquire(True)
-            try:
-                yield
-            finally:
-                lock.release(True)
-        finally:
-            lock.acquire(False)
-
-    return section
+    return lambda: alone_section(request.config, alone)
