@@ -301,7 +301,9 @@ async def transitions_per_second(path: Path, old_indexes: bool, count: int) -> f
         conn = sqlite3.connect(path)
         conn.executescript(BEFORE_0006)
         conn.close()
-    engine = Engine(SQLiteStore(path, synchronous="NORMAL"), [WorkflowType(PINGPONG)])
+    # runs_here: no handler anywhere, so the states it enters are not due (as before).
+    pingpong = WorkflowType(PINGPONG, runs_here=True)
+    engine = Engine(SQLiteStore(path, synchronous="NORMAL"), [pingpong])
     async with engine:
         for i in range(8):
             await engine.start("pingpong", workflow_id=f"pp-{i}", actor="bench")

@@ -6,7 +6,8 @@
 - ``file.py:attr`` or ``module:attr``: that attribute, a :class:`WorkflowType`, a
   :class:`Machine`, or a list of them;
 - ``machine.json`` / ``machine.yaml``: a definition file, registered without handlers (its
-  timers fire, nothing else runs by itself). Next to the machine it may list the context keys
+  timers fire; what this process writes is due for the workers that have the handlers:
+  :meth:`WorkflowType.has_work`). Next to the machine it may list the context keys
   its workflows keep from agents and non-operators (:attr:`WorkflowType.redact`), a top-level
   ``redact: [stripe_secret_ref, customer.card.number]``: the one type option a file can hold.
 

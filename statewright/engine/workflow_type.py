@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from statewright.definition.machine import Machine
 from statewright.engine.limits import limit_problems
@@ -12,9 +12,6 @@ from statewright.engine.retry import RetryPolicy
 from statewright.errors import DefinitionError, Problem
 from statewright.redaction import path_problem
 from statewright.types import TypeLimit
-
-if TYPE_CHECKING:
-    from statewright.engine.steps import Run
 
 
 @dataclass(frozen=True)
@@ -28,12 +25,14 @@ class Next:
 
 
 HandlerResult = Next | str | None
-Handler = Callable[["Run"], Awaitable[HandlerResult] | HandlerResult]
-"""A state handler: gets a :class:`Run`, returns the next event (or None to stay idle).
+Handler = Callable[[Any], Awaitable[HandlerResult] | HandlerResult]
+"""A state handler: gets a :class:`~statewright.engine.steps.Run`, returns the next event (or
+None to stay idle).
 
 An ``async def`` handler runs on the worker's event loop; any other callable runs in the
 worker's thread pool and gets a :class:`~statewright.engine.steps.SyncRun` (same methods,
-blocking)."""
+blocking). Its argument is typed ``Any`` here because it is one of those two: and so that this
+record of a type does not depend on the runtime that runs it (``steps`` reads the type)."""
 
 DEFAULT_DEADLINE = 900.0
 """Seconds a handler may run by default before it is stopped (15 minutes)."""
@@ -127,6 +126,12 @@ class WorkflowType:
             every worker (a token bucket in the store); None: no limit.
         burst: how many claims ``max_per_second`` allows at once after a quiet spell
             (default: one second's worth, at least 1).
+        runs_here: whether ``handlers`` are all the handlers the type has, so that this
+            process can tell which states have work (:meth:`has_work`). Default: yes when
+            at least one handler is bound; a type registered with none (a bare Machine, a
+            definition file) is one whose handlers live in the workers, and every state it
+            enters is due for them to decide. True for a type that has no handler anywhere
+            (events and timers alone move it): its writes skip that claim.
     """
 
     machine: Machine
@@ -148,10 +153,15 @@ class WorkflowType:
     max_concurrent: int | None = None
     max_per_second: float | None = None
     burst: float | None = None
+    runs_here: bool | None = None
+    _decides: bool = field(init=False, repr=False, compare=False)
+    """``runs_here`` resolved (read by every write that enters a state)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.redact, list):
             object.__setattr__(self, "redact", tuple(self.redact))
+        decides = bool(self.handlers) if self.runs_here is None else self.runs_here
+        object.__setattr__(self, "_decides", decides)
         problems = [
             Problem("unknown_handler_state", f"handler bound to unknown state {s!r}", state=s)
             for s in self.handlers
@@ -192,6 +202,8 @@ class WorkflowType:
                 Problem("invalid_summary", "summary must be a function of the context")
             )
         problems += limit_problems(self.max_concurrent, self.max_per_second, self.burst)
+        if self.runs_here is not None and not isinstance(self.runs_here, bool):
+            problems.append(Problem("invalid_runs_here", "runs_here must be True, False or None"))
         event = self.step_outcome_unknown
         if event is not None and event not in self.machine.events:
             problems.append(
@@ -214,6 +226,24 @@ class WorkflowType:
     @property
     def version(self) -> int:
         return self.machine.version
+
+    @property
+    def knows_handlers(self) -> bool:
+        """Whether this process can tell which states have work (see ``runs_here``)."""
+        return self._decides
+
+    def has_work(self, state: str) -> bool:
+        """Whether a workflow entering ``state`` (not a terminal one) is due for a worker.
+
+        Decided alike whichever process writes the row: with the type's handlers, due when
+        the state has one. A type registered with no handler at all (a bare Machine, a
+        definition file: a client, ``statewright --app machine.yaml serve``) is one this
+        process does not run (unless ``runs_here``), so it cannot tell which states have
+        work: every state it enters is due, and the worker that claims the row decides (it
+        runs the state's handler, or finds none and lets the row go until its next timer,
+        input or event). See :func:`~statewright.engine.transitions.run_at_for`.
+        """
+        return state in self.handlers or not self._decides
 
     def recovery_for(self, state: str) -> RecoveryAction:
         return self.recovery.get(state, "rerun")

@@ -10,13 +10,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from statewright.engine.core import MAX_REASON
+from statewright.engine.timers import TIMER_KEY_PATTERN as NEW_TIMER_KEY_PATTERN
 from statewright.ids import ID_PATTERN, REF_PATTERN  # one validator for every surface
 
 EVENT_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,99}$"
 IDEMPOTENCY_KEY_PATTERN = r"^[!-~]{1,255}$"
-TIMER_KEY_PATTERN = r"^[!-~]{1,200}$"
-"""A timer's key: 1-200 printable ASCII characters (as the engine checks it)."""
 """An idempotency key: 1-255 printable ASCII characters, no spaces (the engine's rule)."""
+TIMER_KEY_PATTERN = r"^[!-~]{1,200}$"
+"""A timer's key as it may be named (1-200 printable ASCII characters); a new one also has
+no ``.`` or ``..`` between slashes (:data:`NEW_TIMER_KEY_PATTERN`)."""
 NONBLANK = r"[^\s\x1c-\x1f]"
 """Text with something besides whitespace in it: the engine refuses a reason or an approver's
 name that ``str.strip()`` leaves empty (U+001C to U+001F are whitespace to Python, not to the
@@ -556,7 +558,7 @@ class TimerIn(_In):
         default=None,
         min_length=1,
         max_length=200,
-        pattern=TIMER_KEY_PATTERN,
+        pattern=NEW_TIMER_KEY_PATTERN,
         description="Its name (default: the event): scheduling the same key replaces it.",
     )
     keep: bool = Field(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from statewright import Engine, Machine, MachineBuilder, ManualClock
+from statewright import Engine, Machine, MachineBuilder, ManualClock, Run, WorkflowType
 from statewright.store import Store
 
 
@@ -27,8 +27,19 @@ def machine() -> Machine:
     )
 
 
+async def _idle(run: Run) -> None:
+    return None
+
+
+def runs_here() -> WorkflowType:
+    """The machine with a handler in "a": a process that runs the type writes "b" (no handler
+    there) not due, so ``next_due_at`` shows its timers alone (a process without any handler
+    would make it due for a worker to decide)."""
+    return WorkflowType(machine(), {"a": _idle})
+
+
 async def test_a_row_read_before_a_schedule_still_clears_its_timer(store: Store) -> None:
-    engine = Engine(store, [machine()], clock=ManualClock())
+    engine = Engine(store, [runs_here()], clock=ManualClock())
     await engine.start("race", {}, workflow_id="w1")
     await engine.get("w1")  # this process has now seen the row without timers
     await engine.schedule("w1", "ping", after=100)
@@ -91,7 +102,7 @@ async def test_postgres_transition_waiting_on_a_schedules_lock_clears_its_timer(
     from statewright.store.postgres import PostgresStore, Q
 
     store = PostgresStore(pg_dsn)
-    engine = Engine(store, [machine()], clock=ManualClock())
+    engine = Engine(store, [runs_here()], clock=ManualClock())
     async with engine:
         row = await engine.start("race", {}, workflow_id="p1")
         params = {
