@@ -5,17 +5,30 @@ databases); otherwise the session starts a throwaway one with ``pgserver`` (Post
 wheel, nothing to install). If neither works the PostgreSQL tests fail, never skip. Migrations
 run once into a template database, and each test gets a fresh copy of it
 (``CREATE DATABASE ... TEMPLATE``: fast and isolated), dropped afterwards.
+
+The throwaway server trades durability against a crash of the machine for speed (``fsync``
+off: PostgreSQL itself is never killed by a test, it stops cleanly); a server given by
+``STATEWRIGHT_TEST_PG_DSN`` is used as it is.
+
+Under pytest-xdist (``scripts/test`` runs the suite on several workers) every fixture here is
+per worker: each worker process starts its own throwaway server (or uses the shared one of
+``STATEWRIGHT_TEST_PG_DSN``, with a template database of its own), and has its own temp dirs
+and environment; ports are always free ones. A test marked ``alone`` (it measures time or
+memory) runs while no other test does: see ``pytest_runtest_protocol`` below.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
+import fcntl
+import json
 import os
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Generator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +43,12 @@ from statewright.store.postgres import PostgresStore
 
 PG_DSN_ENV = "STATEWRIGHT_TEST_PG_DSN"
 T = TypeVar("T")
+THROWAWAY_SETTINGS = {"fsync": "off", "full_page_writes": "off", "synchronous_commit": "off"}
+"""Set on the suite's own server only: a test database is worth nothing after the run, and each
+test creates and drops one (with these, in 0.1 s instead of 0.7 s here)."""
+_FILE_COPY: set[str] = set()
+"""Servers (DSNs) on which test databases are copied as files: faster than WAL-logging every
+page of the template once fsync is off (the suite's own server, PostgreSQL 15+)."""
 
 
 def pg_url(dsn: str, dbname: str) -> str:
@@ -97,7 +116,17 @@ def pg_server(request: pytest.FixtureRequest) -> Iterator[str]:
             pytrace=False,
         )
     try:
-        yield server.get_uri()
+        dsn = server.get_uri()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for name, value in THROWAWAY_SETTINGS.items():
+                conn.execute(
+                    sql.SQL("ALTER SYSTEM SET {} = {}").format(
+                        sql.Identifier(name), sql.Literal(value)
+                    )
+                )
+            conn.execute("SELECT pg_reload_conf()")
+        _FILE_COPY.add(dsn)
+        yield dsn
     finally:
         stop_pgserver(server)
         shutil.rmtree(base, ignore_errors=True)
@@ -106,6 +135,16 @@ def pg_server(request: pytest.FixtureRequest) -> Iterator[str]:
 def _admin(dsn: str, statement: sql.Composed) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(statement)
+
+
+def create_database(dsn: str, name: str, template: str) -> None:
+    """``CREATE DATABASE name TEMPLATE template`` on the server of ``dsn``."""
+    statement = sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+        sql.Identifier(name), sql.Identifier(template)
+    )
+    if dsn in _FILE_COPY:
+        statement += sql.SQL(" STRATEGY FILE_COPY")
+    _admin(dsn, statement)
 
 
 def _drop(dsn: str, name: str) -> None:
@@ -138,12 +177,7 @@ def pg_database(pg_server: str, pg_template: str) -> Iterator[Callable[..., str]
 
     def create(template: str = pg_template) -> str:
         name = f"statewright_test_{uuid.uuid4().hex[:10]}"
-        _admin(
-            pg_server,
-            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(template)
-            ),
-        )
+        create_database(pg_server, name, template)
         names.append(name)
         return pg_url(pg_server, name)
 
@@ -166,3 +200,195 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="run the long SIGKILL torture of tests/acceptance (hundreds of kills per run); "
         "also enabled by STATEWRIGHT_TORTURE=1",
     )
+
+
+# -- Parallel runs (pytest-xdist) -----------------------------------------------------------
+#
+# ``scripts/test`` runs the suite on several worker processes (``-n``, ``--dist loadgroup``).
+#
+# A test marked ``alone`` measures time against a bound: other tests running at the same time
+# on a 2-core machine would make it fail for nothing. It runs while no other test does: every
+# test holds a lock file shared by the run's workers (setup, call and teardown), shared by
+# ordinary tests and exclusive by an ``alone`` one. A test waiting for it exclusively first
+# takes a turnstile that ordinary tests pass on their way in, so that it is not starved by
+# them. A test that measures in one part only (after a long setup) runs that part alone with
+# the ``run_alone`` fixture instead. These tests are handed out last, when the other workers
+# only have short tests left to finish. Without xdist every test runs alone anyway.
+#
+# A module marked ``one_worker`` sets up something costly once for all its tests (a server, a
+# filled store, in a module-scoped fixture): its tests run on one worker, which sets it up
+# once instead of once per worker. ``xdist_group`` marks group tests as pytest-xdist documents.
+#
+# pytest-xdist's own ``loadgroup`` cannot group under pytest 9.2 (it renames the items'
+# ``_nodeid``, which pytest no longer reads), so the run's controller schedules by the groups
+# its workers wrote down while collecting (``GroupScheduling``).
+
+ALONE = "alone"
+ONE_WORKER = "one_worker"
+RUN_DIR = "statewright_run_dir"
+"""Key, in ``workerinput``, of the folder the controller and the workers of one run share."""
+run_dir_key = pytest.StashKey[Path]()
+
+
+def _distributing(config: pytest.Config) -> bool:
+    """This process is the controller of a pytest-xdist run."""
+    return (
+        config.pluginmanager.hasplugin("xdist")
+        and not hasattr(config, "workerinput")
+        and config.getoption("dist", "no") != "no"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _distributing(config):
+        folder = Path(tempfile.mkdtemp(prefix="statewright-xdist-"))
+        config.stash[run_dir_key] = folder
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    node.workerinput[RUN_DIR] = str(node.config.stash[run_dir_key])
+
+
+def _group(item: pytest.Item) -> str | None:
+    names = {
+        str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+        for m in item.iter_markers("xdist_group")
+    }
+    if names:
+        return "_".join(sorted(names))
+    if item.get_closest_marker(ONE_WORKER) is not None:
+        return item.nodeid.split("::")[0]
+    return None
+
+
+def _alone_last(item: pytest.Item) -> int:
+    if item.get_closest_marker(ALONE) is not None:
+        return 2
+    return 1 if "run_alone" in getattr(item, "fixturenames", ()) else 0
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is None or RUN_DIR not in workerinput:
+        return
+    # Every worker collects, and orders, the same way: the tests that run alone in part
+    # (``run_alone``) near the end, where they only wait for short tests to finish; the
+    # ``alone`` ones last.
+    items.sort(key=_alone_last)
+    groups = {item.nodeid: group for item in items if (group := _group(item)) is not None}
+    folder = Path(workerinput[RUN_DIR])
+    done = folder / f"groups-{workerinput['workerid']}.json"
+    writing = done.with_suffix(".tmp")
+    writing.write_text(json.dumps(groups))
+    writing.replace(done)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadgroup" or run_dir_key not in config.stash:
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        """``--dist loadgroup``: a group's tests are one unit of work, handed to one worker;
+        every other test is a unit of its own. The units go out in the order of the
+        collection (the long acceptance tests first, the ``alone`` ones last)."""
+
+        def __init__(self, config: pytest.Config, log: Any, folder: Path) -> None:
+            config.option.loadscopereorder = False  # not the largest groups first
+            super().__init__(config, log)
+            self.folder = folder
+            self.groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # every worker has collected (and written) by now
+                self.groups = {}
+                for written in sorted(self.folder.glob("groups-*.json")):
+                    self.groups.update(json.loads(written.read_text()))
+            return self.groups.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log, config.stash[run_dir_key])
+
+
+class RunLock:
+    """The lock of one xdist run, in the folder its workers share."""
+
+    def __init__(self, folder: Path) -> None:
+        self.gate = os.open(folder / "alone.gate", os.O_RDWR | os.O_CREAT, 0o600)
+        self.lock = os.open(folder / "alone.lock", os.O_RDWR | os.O_CREAT, 0o600)
+
+    def acquire(self, alone: bool) -> None:
+        fcntl.flock(self.gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        except BaseException:
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
+            raise
+        if not alone:
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
+
+    def release(self, alone: bool) -> None:
+        fcntl.flock(self.lock, fcntl.LOCK_UN)
+        if alone:
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
+
+
+run_lock_key = pytest.StashKey[RunLock]()
+
+
+def _run_lock(config: pytest.Config) -> RunLock | None:
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is None or RUN_DIR not in workerinput:  # not a worker of a run
+        return None
+    lock = config.stash.get(run_lock_key, None)
+    if lock is None:
+        lock = config.stash[run_lock_key] = RunLock(Path(workerinput[RUN_DIR]))
+    return lock
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
+    lock = _run_lock(item.config)
+    if lock is None:
+        return (yield)
+    alone = item.get_closest_marker(ALONE) is not None
+    lock.acquire(alone)
+    try:
+        return (yield)
+    finally:
+        lock.release(alone)
+
+
+@contextlib.contextmanager
+def alone_section(config: pytest.Config, alone: bool = False) -> Iterator[None]:
+    """Run the block while no other test of the run does (``alone``: the test holds the run
+    to itself already); for what measures time in a module-scoped fixture."""
+    lock = _run_lock(config)
+    if lock is None or alone:  # not under xdist, or alone already
+        yield
+        return
+    lock.release(False)  # holding nothing while it waits: no deadlock with another
+    try:
+        lock.acquire(True)
+        try:
+            yield
+        finally:
+            lock.release(True)
+    finally:
+        lock.acquire(False)
+
+
+@pytest.fixture
+def run_alone(
+    request: pytest.FixtureRequest,
+) -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """For a test that measures time in one part of it only (after a long setup, say):
+    ``with run_alone():`` runs that part while no other test runs; the rest of the test runs
+    alongside the others."""
+    alone = request.node.get_closest_marker(ALONE) is not None
+    return lambda: alone_section(request.config, alone)

@@ -111,6 +111,7 @@ async def _wait_for(engine: Engine, count: int, procs: list[subprocess.Popen[str
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.alone
 @pytest.mark.acceptance
 async def test_three_workers_one_killed_one_terminated(pg_dsn: str, tmp_path: Path) -> None:
     service = Service(tmp_path / "service.db")
@@ -215,6 +216,7 @@ def _spread(seconds: list[float]) -> str:
     return f"{statistics.median(seconds):.2f}s/{max(seconds):.2f}s of {len(seconds)}"
 
 
+@pytest.mark.alone
 @pytest.mark.acceptance
 async def test_three_workers_killed_again_and_again_exactly_once(
     pg_dsn: str, tmp_path: Path, request: pytest.FixtureRequest

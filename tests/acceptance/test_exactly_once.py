@@ -261,6 +261,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.alone
 @pytest.mark.acceptance
 async def test_livez_answers_within_100ms_while_a_sync_handler_blocks(tmp_path: Path) -> None:
     db = str(tmp_path / "serve.db")

@@ -248,6 +248,7 @@ async def test_workers_killed_between_start_and_advance_lose_and_double_no_tick(
         assert kills >= 3 and replaced >= kills - 3
 
 
+@pytest.mark.alone
 @pytest.mark.acceptance
 async def test_max_per_second_holds_across_three_workers(pg_dsn: str, tmp_path: Path) -> None:
     """Five a second with a burst of one, three workers sharing the bucket: over any stretch

@@ -27,7 +27,8 @@ APPS = [
     Path(__file__).with_name("support_ticket.yaml"),
     Path(__file__).with_name("payment.yaml"),
 ]
-START_TIMEOUT = 20.0
+START_TIMEOUT = 60.0
+"""A hang, not a slow start: `serve` imports for seconds on a busy 2-core machine."""
 STOP_TIMEOUT = 10.0
 
 

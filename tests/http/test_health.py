@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 
 import httpx
+import pytest
 
 from statewright import Engine, ManualClock, SQLiteStore
 from statewright.store.postgres import PostgresStore
@@ -91,17 +93,20 @@ async def test_ready_is_503_when_the_store_is_gone(
         await engine.store.open()
 
 
+@pytest.mark.alone
 async def test_ready_answers_at_once_while_the_stores_reads_hold_it_up(
     client: httpx.AsyncClient, engine: Engine
 ) -> None:
-    # The store busy with reads for 3 s (SQLite: its connection's thread; PostgreSQL: every
-    # pooled connection). /ready used to queue behind them (and answer 503 after 5 s on
-    # PostgreSQL): now it asks the store's ping, on a path of its own.
+    # The store busy with reads until the probes are done (SQLite: its connection's thread;
+    # PostgreSQL: every pooled connection). /ready used to queue behind them (and answer 503
+    # after 5 s on PostgreSQL): now it asks the store's ping, on a path of its own.
     store = engine.store
     async with contextlib.AsyncExitStack() as held:
         if isinstance(store, SQLiteStore):
-            busy = asyncio.create_task(store.conn.read(lambda c: time.sleep(3.0)))
+            release = threading.Event()
+            busy = asyncio.create_task(store.conn.read(lambda c: release.wait(10)))
             held.push_async_callback(lambda: busy)
+            held.callback(release.set)
         else:
             assert isinstance(store, PostgresStore)
             for _ in range(store.max_size):

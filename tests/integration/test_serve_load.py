@@ -27,8 +27,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,7 @@ PROBE_P99 = 1.5
 GROWTH_MB = 150
 """The server's peak resident memory over its size before the load. Measured here: 44-84 MB
 (before: 219-328 MB)."""
+RunAlone = Callable[[], AbstractContextManager[None]]
 
 
 def _payload(i: int) -> dict[str, Any]:
@@ -176,9 +177,14 @@ def _quantile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-def _probe_under_load(tmp_path: Path, db: str) -> None:
+def _probe_under_load(tmp_path: Path, db: str, run_alone: RunAlone) -> None:
     asyncio.run(_seed(db))
-    with _serve(tmp_path, db) as served, httpx.Client(base_url=served.url) as probe:
+    # The seed and the start run alongside other tests; the load and the probes alone.
+    with (
+        _serve(tmp_path, db) as served,
+        httpx.Client(base_url=served.url) as probe,
+        run_alone(),
+    ):
         headers = {"Authorization": "Bearer viewer-token-0"}
         for path in ("/v1/workflows/big-0/history", "/v1/transitions"):  # warm up
             r = httpx.get(f"{served.url}{path}", params={"limit": 1000}, headers=headers)
@@ -215,15 +221,15 @@ def _probe_under_load(tmp_path: Path, db: str) -> None:
 
 
 def test_ready_stays_fast_and_memory_bounded_under_large_reads_on_sqlite(
-    tmp_path: Path,
+    tmp_path: Path, run_alone: RunAlone
 ) -> None:
-    _probe_under_load(tmp_path, str(tmp_path / "sw.db"))
+    _probe_under_load(tmp_path, str(tmp_path / "sw.db"), run_alone)
 
 
 def test_ready_stays_fast_and_memory_bounded_under_large_reads_on_postgres(
-    tmp_path: Path, pg_dsn: str
+    tmp_path: Path, pg_dsn: str, run_alone: RunAlone
 ) -> None:
-    _probe_under_load(tmp_path, pg_dsn)
+    _probe_under_load(tmp_path, pg_dsn, run_alone)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,7 @@ def _samples(text: str) -> dict[str, float]:
     }
 
 
+@pytest.mark.alone
 async def test_livez_follows_the_worker_and_turns_503_while_its_loop_is_blocked(
     tmp_path: Path,
 ) -> None:

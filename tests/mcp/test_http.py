@@ -6,6 +6,7 @@ authenticated by its own bearer token."""
 from __future__ import annotations
 
 import httpx
+import pytest
 
 from tests.mcp.conftest import (
     FIXED_TOOLS,
@@ -21,6 +22,8 @@ from tests.mcp.conftest import (
     http_session,
     tool_error,
 )
+
+pytestmark = pytest.mark.one_worker  # one `serve` per module, not one per worker
 
 INIT = {
     "jsonrpc": "2.0",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from pathlib import Path
 
@@ -20,10 +21,10 @@ from statewright.errors import StoreError
 from statewright.store import SQLiteStore, Store
 from statewright.store.postgres import PostgresStore
 
-BUSY = 3.0
-"""Seconds the store's own path is kept busy."""
 FAST = 1.0
 """A probe that took this long waited for that path."""
+BUSY = 2 * FAST
+"""Seconds a read waits for a pooled PostgreSQL connection (longer than a fast probe)."""
 
 
 async def test_ping_answers_while_open_and_fails_once_closed(store: Store) -> None:
@@ -34,22 +35,29 @@ async def test_ping_answers_while_open_and_fails_once_closed(store: Store) -> No
         await store.ping()
 
 
+@pytest.mark.alone
 async def test_ping_does_not_wait_behind_a_busy_sqlite_connection(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "busy.db")
     await store.open()
     try:
-        # A read that holds the store's connection thread, as a queue of large pages does.
-        busy = asyncio.create_task(store.conn.read(lambda c: time.sleep(BUSY)))
+        # A read that holds the store's connection thread (as a queue of large pages does)
+        # until the probe is done.
+        release = threading.Event()
+        busy = asyncio.create_task(store.conn.read(lambda c: release.wait(10)))
         await asyncio.sleep(0.1)
         start = time.monotonic()
-        await store.ping()
-        assert time.monotonic() - start < FAST
-        assert not busy.done()
-        await busy
+        try:
+            await store.ping()
+            assert time.monotonic() - start < FAST
+            assert not busy.done()
+        finally:
+            release.set()
+        assert await busy
     finally:
         await store.close()
 
 
+@pytest.mark.alone
 async def test_ping_does_not_wait_for_a_pooled_postgres_connection(pg_dsn: str) -> None:
     store = PostgresStore(pg_dsn, max_size=3, timeout=BUSY)
     await store.open()

@@ -166,6 +166,7 @@ async def _listening(store: PostgresStore) -> None:
     await asyncio.wait_for(store.listener.listening.wait(), 5)
 
 
+@pytest.mark.alone
 async def test_notify_wakes_a_worker_of_another_store_within_a_second(
     stores: OpenStore,
 ) -> None:

@@ -62,6 +62,7 @@ async def test_persistence_failure_fails_closed(tmp_path: Path) -> None:
         await engine.check("w")
 
 
+@pytest.mark.alone
 async def test_a_write_waiting_for_another_process_lock_goes_soon_after_release(
     tmp_path: Path,
 ) -> None:
@@ -119,7 +120,9 @@ def test_processes_opening_a_fresh_database_at_once_all_succeed(tmp_path: Path) 
         "import asyncio, sys, time\n"
         "from statewright import SQLiteStore\n"
         "async def main():\n"
-        "    while time.time() < float(sys.argv[2]): pass\n"
+        "    at = float(sys.argv[2])\n"
+        "    time.sleep(max(0.0, at - time.time() - 0.02))  # then spin: all open at once\n"
+        "    while time.time() < at: pass\n"
         "    s = SQLiteStore(sys.argv[1]); await s.open(); await s.close()\n"
         "asyncio.run(main())\n"
     )
@@ -134,6 +137,7 @@ def test_processes_opening_a_fresh_database_at_once_all_succeed(tmp_path: Path) 
         assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
 
 
+@pytest.mark.alone
 async def test_another_process_commit_wakes_a_waiter_at_once(tmp_path: Path) -> None:
     """SQLite cannot notify across processes; the store notices another connection's commit
     (``PRAGMA data_version``) while someone waits, well within a poll interval."""

@@ -15,6 +15,7 @@ import ast
 import asyncio
 import email.utils
 import errno
+import importlib
 import socket
 import struct
 import sys
@@ -30,10 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import anthropic
 import httpx
 import httpx2
-import openai
 import pytest
 import requests
 import requests.exceptions
@@ -56,6 +55,23 @@ from statewright.errors import (
     StepOutcomeUnknown,
     TransientError,
 )
+
+pytestmark = pytest.mark.one_worker  # its servers and timeouts are made once per module
+
+
+class _Imported:
+    """A module imported when a test first uses it: the SDKs take seconds to import, and only
+    this module's tests (on one worker) use them."""
+
+    def __init__(self, name: str) -> None:
+        self.__name__ = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(importlib.import_module(self.__name__), attr)
+
+
+openai: Any = _Imported("openai")
+anthropic: Any = _Imported("anthropic")
 
 Verdict = tuple[Classification, Outcome]
 NOT_SENT: Verdict = ("transient", "not_applied")

@@ -97,6 +97,7 @@ class Running:
 # -- wake-ups ----------------------------------------------------------------------------------
 
 
+@pytest.mark.alone
 async def test_idle_worker_wakes_on_new_work_long_before_its_poll(clock: ManualClock) -> None:
     started = asyncio.Event()
 
@@ -167,6 +168,7 @@ async def test_stop_lets_the_handler_persist_and_hands_back_unstarted_claims(
         assert await store.lease_owners() == []
 
 
+@pytest.mark.alone
 async def test_grace_expiry_cancels_the_handler_and_leaves_the_workflow_to_rerun(
     clock: ManualClock,
 ) -> None:
@@ -349,6 +351,7 @@ async def test_cancel_reaches_the_running_handler_which_saves_partial_results(
         assert await engine.store.lease_owners() == []
 
 
+@pytest.mark.alone
 async def test_a_handler_that_ignores_the_request_is_cancelled_after_the_grace(
     clock: ManualClock,
 ) -> None:
@@ -479,6 +482,7 @@ async def test_progress_is_recorded_never_fails_the_step_and_clears_on_transitio
         assert (await engine.get("j")).progress is None
 
 
+@pytest.mark.alone
 async def test_wait_input_returns_a_posted_input_or_none_on_timeout(clock: ManualClock) -> None:
     waiting = asyncio.Event()
 

@@ -13,6 +13,8 @@ import pytest
 from statewright.engine import looplag
 from statewright.engine.looplag import LagReport, LoopLagMonitor, user_code
 
+pytestmark = pytest.mark.alone  # every test times a stall of the event loop
+
 THREAD_NAME = "statewright-looplag"
 
 
