@@ -290,7 +290,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     if config.getoption("dist") != "loadgroup" or run_dir_key not in config.stash:
         return None
-    from xdist.scheduler import LoadScopeScheduling
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
     class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
         """``--dist loadgroup``: a group's tests are one unit of work, handed to one worker;
