@@ -61,7 +61,8 @@ from statewright.errors import (
     WorkflowPruned,
 )
 from statewright.jsonvalue import Limits
-from statewright.store.protocol import Store, fork_source_busy
+from statewright.store.protocol import FullStore as Store
+from statewright.store.protocol import fork_source_busy
 from statewright.types import (
     JSON,
     InboxItem,

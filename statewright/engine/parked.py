@@ -22,7 +22,7 @@ from statewright.errors import StepUnresolved
 from statewright.types import WorkflowRow
 
 if TYPE_CHECKING:
-    from statewright.store.protocol import Store
+    from statewright.store.protocol import FullStore as Store
 
 PARKED_CANCEL_REFUSED = "cancel_refused"
 REASONS = (PARKED_UNKNOWN, PARKED_FATAL, PARKED_REFUSED, PARKED_CANCEL_REFUSED)

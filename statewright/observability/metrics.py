@@ -37,7 +37,7 @@ from statewright.engine.looplag import LagReport
 from statewright.engine.parked import REASONS as PARKED_REASONS
 from statewright.errors import UnknownWorkflowType
 from statewright.observability.oldest import OldestAges
-from statewright.store.protocol import Store
+from statewright.store.protocol import FullStore as Store
 from statewright.types import WorkflowRow
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from statewright.clock import Clock
-from statewright.store.protocol import Store
+from statewright.store.protocol import FullStore as Store
 from statewright.types import WorkflowFilter
 
 NAME = "statewright_workflow_oldest_age_seconds"

@@ -11,6 +11,7 @@ import pytest
 
 from statewright import offload
 from statewright.store import Store
+from statewright.store.rows import Rows
 from statewright.types import NewWorkflow, TransitionWrite, WorkflowFilter
 
 BLOB = "x" * (offload.OFFLOAD_CHARS // 2)
@@ -33,17 +34,14 @@ def _write(row: Any, payload: dict[str, Any], at: float) -> TransitionWrite:
 async def test_large_reads_are_decoded_off_the_event_loop(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    module = __import__(type(store).__module__, fromlist=["x"])
-    names = {"sqlite": "_transition", "postgres": "transition_record"}
-    convert_name = names[type(store).dialect]  # type: ignore[attr-defined]
-    convert = getattr(module, convert_name)
+    convert = Rows.transition  # both stores' row mapping (statewright.store.rows)
     threads: list[str] = []
 
-    def recorded(row: Any) -> Any:
+    def recorded(rows: Rows, row: Any) -> Any:
         threads.append(threading.current_thread().name)
-        return convert(row)
+        return convert(rows, row)
 
-    monkeypatch.setattr(module, convert_name, recorded)
+    monkeypatch.setattr(Rows, "transition", recorded)
     row, _ = await store.create_workflow(
         NewWorkflow(
             id="w-1", type="t", machine_version=1, state="s", context={}, actor="a", at=1.0

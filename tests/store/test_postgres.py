@@ -217,7 +217,7 @@ async def test_a_broken_listener_falls_back_to_polling_then_reconnects(
         ).fetchall()
     assert killed == [(True,)]
     loop = asyncio.get_running_loop()
-    with caplog.at_level(logging.WARNING, logger="statewright.store.postgres_listen"):
+    with caplog.at_level(logging.WARNING, logger="statewright.store.postgres.listen"):
         started = loop.time()
         await worker.wait_for_work(0.3)  # the listener is gone: a plain sleep
         assert loop.time() - started >= 0.25

@@ -1,5 +1,5 @@
 """Group commit on PostgreSQL: concurrent transitions of one store share a transaction, and each
-writer still gets exactly its own answer (statewright.store.postgres_batch).
+writer still gets exactly its own answer (statewright.store.postgres.batch).
 
 A batch forms when writes arrive while the store's slots are busy: the tests below take the
 slot with one write (``in_flight = 1``) and issue the batch's writes in the same turn of the

@@ -122,7 +122,7 @@ async def test_a_start_waiting_on_the_row_a_prune_deletes_is_refused(pg_dsn: str
         connect = psycopg.AsyncConnection.connect
         async with await connect(pg_dsn, row_factory=dict_row) as prune:
             async with prune.transaction():
-                from statewright.store.retention_sql import pg_delete
+                from statewright.store.postgres.retention import delete as pg_delete
 
                 await pg_delete(prune, [(wid, row.version)], 1.0)  # the prune, not committed
                 start = asyncio.create_task(engine.start("job", {}, workflow_id=wid))

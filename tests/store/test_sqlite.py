@@ -64,7 +64,7 @@ async def test_persistence_failure_fails_closed(tmp_path: Path) -> None:
 async def test_a_write_waiting_for_another_process_lock_goes_soon_after_release(
     tmp_path: Path,
 ) -> None:
-    # The writer polls for the write lock (sqlite_conn._begin) instead of SQLite's busy
+    # The writer polls for the write lock (sqlite.conn._begin) instead of SQLite's busy
     # handler, whose sleeps grow to 100 ms: a write goes within a few ms of the release.
     path = tmp_path / "db.sqlite"
     async with Engine(SQLiteStore(path, busy_timeout=5.0), [MACHINE]) as engine:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from statewright import Engine, MachineBuilder, OutcomeUnknown, SQLiteStore, StoreError
-from statewright.store.sqlite_conn import GroupCommitConnection
+from statewright.store.sqlite.conn import GroupCommitConnection
 
 MACHINE = (
     MachineBuilder("blob")
@@ -163,7 +163,7 @@ async def test_a_commit_refused_with_the_transaction_open_applies_nothing(
 
 _COMMIT_FAILS = """
 import asyncio, json, resource, signal, sys
-from statewright.store.sqlite_conn import GroupCommitConnection
+from statewright.store.sqlite.conn import GroupCommitConnection
 
 async def main():
     conn = GroupCommitConnection(sys.argv[1])

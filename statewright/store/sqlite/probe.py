@@ -20,7 +20,7 @@ import threading
 from pathlib import Path
 
 from statewright.errors import StoreError
-from statewright.store.sqlite_conn import translate
+from statewright.store.sqlite.conn import translate
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """Group commit for transitions on PostgreSQL: concurrent writes share a round trip and a commit.
 
 A transition alone is one statement, ``apply_transition``, in autocommit: one round trip with its
-commit (:meth:`PostgresStore._apply_alone`). Under concurrency that costs one commit record,
-one WAL flush wait and one round trip per transition. Here, as in SQLite's group commit
-(:mod:`.sqlite_conn`), a write that arrives while the store's writes are in flight (``in_flight``
-slots, 2 by default, so that Python's work on one batch's answers overlaps the server's work
-on the next) queues, and everything queued goes out together as the next **batch**: on one
-connection, in pipeline mode,
+commit (``_apply_alone`` in :mod:`.transitions`). Under concurrency that costs one commit
+record, one WAL flush wait and one round trip per transition. Here, as in SQLite's group commit
+(:mod:`statewright.store.sqlite.conn`), a write that arrives while the store's writes are in
+flight (``in_flight`` slots, 2 by default, so that Python's work on one batch's answers
+overlaps the server's work on the next) queues, and everything queued goes out together as
+the next **batch**: on one connection, in pipeline mode,
 
     BEGIN; apply_transition(w1); ...; apply_transition(wn); COMMIT   -- then one Sync
 
@@ -63,23 +63,23 @@ import itertools
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psycopg
+from psycopg import AsyncConnection
 from psycopg.pq import TransactionStatus
+from psycopg.rows import DictRow
+from psycopg_pool import AsyncConnectionPool
 
 from statewright.errors import OutcomeUnknown, StatewrightError, StoreError
-from statewright.store.postgres_rows import transition_params, workflow_row
+from statewright.store.postgres.listen import Listener
+from statewright.store.postgres.params import transition_params
 from statewright.store.queries import load_queries
-from statewright.types import TransitionWrite, WorkflowRow
-
-if TYPE_CHECKING:
-    from psycopg import AsyncConnection
-    from psycopg.rows import DictRow
-
-    from statewright.store.postgres import PostgresStore
+from statewright.store.rows import Rows, same
+from statewright.types import DeferWrite, TransitionWrite, WorkflowRow
 
 Q = load_queries("postgres")
+ROWS = Rows(same)
 
 MAX_BATCH = 128
 """Writes per transaction at most (the rest wait for the next batch)."""
@@ -87,12 +87,34 @@ IN_FLIGHT = 2
 """Writes or batches of one store in flight at once: while one is at the server the next one
 gathers and goes (Python's work on the results and the server's on the next batch overlap)."""
 SNAPSHOT_ROUNDS = 4
-"""Runs of a write refused by the snapshot check alone (as ``postgres._SNAPSHOT_ROUNDS``)."""
+"""Runs of a write refused by the snapshot check alone (the one-statement path's too)."""
 ABORT_ROUNDS = 3
 """Batches a write may see rolled back by deadlocks or serialization failures before it runs
 alone."""
 _RETRYABLE = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 _order = itertools.count()
+
+
+class Writer(Protocol):
+    """What group commit uses of its store (:class:`~statewright.store.postgres.PostgresStore`)."""
+
+    where: str
+    listener: Listener
+    _pool: AsyncConnectionPool[AsyncConnection[DictRow]] | None
+
+    def _translate(self, exc: psycopg.Error, write: bool = False) -> StatewrightError: ...
+
+    async def _apply_alone(
+        self, write: TransitionWrite, params: dict[str, Any]
+    ) -> WorkflowRow: ...
+
+    async def _refusal(
+        self,
+        conn: AsyncConnection[DictRow],
+        write: TransitionWrite | DeferWrite,
+        *,
+        retryable: bool = False,
+    ) -> StatewrightError | None: ...
 
 
 @dataclass(eq=False)
@@ -130,7 +152,7 @@ class GroupCommit:
 
     def __init__(
         self,
-        store: PostgresStore,
+        store: Writer,
         *,
         enabled: bool = True,
         max_batch: int = MAX_BATCH,
@@ -315,7 +337,7 @@ class GroupCommit:
             if row is None:
                 refused.append(p)
                 continue
-            after = workflow_row(row)
+            after = ROWS.workflow(row)
             due = due or after.next_due_at is not None
             _resolve(p, after)
         if due:
