@@ -83,9 +83,10 @@ class SQLStore(ABC):
         cheaply as it can (on PostgreSQL without parallel workers: ranges of an index)."""
 
     @abstractmethod
-    async def _write_plan(self, make: Callable[[], Plan[T]]) -> T:
-        """Run the plan ``make()`` of writes in one transaction (sent each statement's row
-        count); ``make`` may be called again when the transaction is run again."""
+    async def _write_plan(self, make: Callable[[], Plan[T]], *, rows: bool = False) -> T:
+        """Run the plan ``make()`` of writes in one transaction, sent each statement's row
+        count (with ``rows``: its rows, none for a statement that returns none); ``make`` may
+        be called again when the transaction is run again."""
 
     @abstractmethod
     async def _or_else(

@@ -3,7 +3,7 @@ the methods that are one statement, written once, and the shared half of the oth
 parameters, their answers, their errors) around a hook each dialect writes.
 
 The claim of limited workflow types (``claim_due`` with ``limits``) runs in one transaction
-per type (:meth:`CoreSQL._claim_type`): it first takes the type's row of ``type_limits``
+per type (:func:`claim_type_plan`): it first takes the type's row of ``type_limits``
 (made on first use; on PostgreSQL the upsert locks it until commit, on SQLite the write
 transaction is the only writer anyway), so the claims of one limited type are serialized
 across every worker process; then counts the type's live leases (a lapsed lease, from a
@@ -18,24 +18,28 @@ import math
 import random
 from abc import abstractmethod
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from statewright.errors import (
+    IdempotencyKeyReused,
     InvalidInput,
     LeaseLost,
     StatewrightError,
     StepDone,
     StepNotFound,
     StoreError,
+    VersionConflict,
     WorkflowBusy,
     WorkflowNotFound,
 )
 from statewright.store import params as p
-from statewright.store import sqlbuild
-from statewright.store.base import SQLStore
+from statewright.store.base import Plan, SQLStore
+from statewright.store.protocol import fork_source_busy
 from statewright.store.rows import Row, cancel_request
 from statewright.types import (
     CancelRequest,
+    DeferWrite,
     InboxItem,
     Lease,
     StepFinish,
@@ -44,6 +48,7 @@ from statewright.types import (
     TimerRecord,
     TimerSpec,
     TransitionRecord,
+    TransitionWrite,
     TypeLimit,
     WorkflowRow,
 )
@@ -60,6 +65,50 @@ def other_visit(found: Row, state: str, entered_at: float) -> bool:
     return bool(
         found["terminal"] or found["state"] != state or found["state_entered_at"] != entered_at
     )
+
+
+def row_refusal(found: Row | None, write: TransitionWrite | DeferWrite) -> StatewrightError | None:
+    """Why a compare-and-swap matched nothing, as far as the workflow's row tells (``found``:
+    its ``write_refusal`` row): a lost lease first (the worker must stop), then a newer
+    version; None when the row refuses nothing (the dialect looks further)."""
+    if found is None:
+        return WorkflowNotFound(write.workflow_id)
+    lease = write.lease
+    if lease is not None and (found["lease_owner"], found["fence"]) != (lease.owner, lease.fence):
+        return LeaseLost(write.workflow_id)
+    if found["version"] != write.expected_version:
+        return VersionConflict(write.workflow_id, write.expected_version, found["version"])
+    return None
+
+
+def fork_refusal(found: Row | None, fork_of: tuple[str, int]) -> StatewrightError | None:
+    """Why a fork may not be created (``found``: its source's ``fork_source`` row, read in the
+    creating transaction): the source is gone, or a worker holds it or claimed it since it was
+    read at the fence ``fork_of`` names. None: it may."""
+    source, fence = fork_of
+    if found is None:
+        return WorkflowNotFound(source)
+    if found["lease_owner"] is not None or found["fence"] != fence:
+        return WorkflowBusy(fork_source_busy(source))
+    return None
+
+
+def key_used_earlier(write: TransitionWrite) -> IdempotencyKeyReused:
+    """A transition whose idempotency key an earlier entry of the workflow's log has."""
+    assert write.idempotency_key is not None
+    return IdempotencyKeyReused(write.workflow_id, write.idempotency_key, "an earlier transition")
+
+
+def key_used_for_event(
+    workflow_id: str, key: str, event: str, version: int
+) -> IdempotencyKeyReused:
+    """An input posted with a key that an event of the workflow's log already used."""
+    return IdempotencyKeyReused(workflow_id, key, f"event {event!r} (version {version})")
+
+
+def key_used_for_input(workflow_id: str, key: str, name: str, item: int) -> IdempotencyKeyReused:
+    """An event sent with a key that an input of the workflow already used."""
+    return IdempotencyKeyReused(workflow_id, key, f"input {name!r} #{item}")
 
 
 def step_refused(finish: StepFinish, current: Row | None) -> StatewrightError:
@@ -97,6 +146,29 @@ def bucket_size(limit: TypeLimit) -> float:
     return max(1.0, float(limit.max_per_second or 1.0))
 
 
+def claim_type_plan(
+    queries: Mapping[str, str], limit: TypeLimit, claim: p.Params
+) -> Plan[list[Row]]:
+    """One limited type's claim (``claim``: its parameters, with ``type``), run in a
+    transaction of its own: take the type's bucket row (made on first use), count its live
+    leases, lease at most what both allow, and write the bucket back (see the module)."""
+    (bucket,) = yield queries["limit_bucket"], {**claim, "burst": bucket_size(limit)}
+    leased = 0
+    if limit.max_concurrent is not None:
+        counted = yield queries["limit_leased"], claim
+        leased = int(counted[0]["n"]) if counted else 0
+    n, tokens, refilled = allowance(
+        limit, claim["limit"], claim["now"], bucket["tokens"], bucket["refilled_at"], leased
+    )
+    if n <= 0:
+        return []
+    got: list[Row] = yield queries["claim_due_of_type"], {**claim, "limit": n}
+    if limit.max_per_second is not None:
+        refill = {"type": claim["type"], "tokens": tokens - len(got), "refilled_at": refilled}
+        yield queries["limit_refill"], refill
+    return got
+
+
 def split_limited(
     types: Sequence[str] | None, limits: Mapping[str, TypeLimit]
 ) -> tuple[list[str], list[str]]:
@@ -117,10 +189,6 @@ class CoreSQL(SQLStore):
     def _claim_query(self, types: Sequence[str] | None, params: p.Params, *, rest: bool) -> str:
         """The claim of the due workflows of ``types`` (all: None), setting what it binds
         in ``params``; ``rest``: the unlimited types of a claim with limits."""
-
-    @abstractmethod
-    async def _claim_type(self, limit: TypeLimit, params: p.Params) -> Sequence[Row]:
-        """One limited type's claim in a transaction of its own (see the module)."""
 
     @abstractmethod
     def _held(self, held: Mapping[str, int]) -> p.Params:
@@ -224,7 +292,8 @@ class CoreSQL(SQLStore):
             if len(rows) >= limit:
                 break
             params = p.claim(worker_id, now, lease_seconds, limit - len(rows)) | {"type": name}
-            rows += map(self.rows.workflow, await self._claim_type(limits[name], params))
+            plan = partial(claim_type_plan, self.queries, limits[name], params)
+            rows += map(self.rows.workflow, await self._write_plan(plan, rows=True))
         if free and len(rows) < limit:
             params = p.claim(worker_id, now, lease_seconds, limit - len(rows))
             sql = self._claim_query(free, params, rest=True)
@@ -406,15 +475,6 @@ class CoreSQL(SQLStore):
     async def get_step(self, key: str) -> StepRecord | None:
         row = await self._one(self.queries["get_step"], {"key": key})
         return None if row is None else self.rows.step(row)
-
-    async def steps(
-        self,
-        workflow_id: str,
-        after: tuple[float, str] | None = None,
-        limit: int | None = None,
-    ) -> list[StepRecord]:
-        sql, params = sqlbuild.steps(workflow_id, self.dialect, after, limit)
-        return await self._read_many(sql, params, self.rows.step)
 
     # -- inbox --------------------------------------------------------------------------------
 

@@ -334,16 +334,6 @@ class Store(Protocol):
 
     async def get_step(self, key: str) -> StepRecord | None: ...
 
-    async def steps(
-        self,
-        workflow_id: str,
-        after: tuple[float, str] | None = None,
-        limit: int | None = None,
-    ) -> list[StepRecord]:
-        """The workflow's step ledger in ``(started_at, key)`` order, after ``after`` (keyset
-        paging). A step run again moves to its new start time: while paging, it may show up
-        twice, never not at all."""
-
     # -- inbox --------------------------------------------------------------------------------
 
     async def post_input(
@@ -425,6 +415,16 @@ class ReadModel(Protocol):
     ) -> list[tuple[str, str, str, int, float]]:
         """``(type, state, parked reason, count, oldest_state_entered_at)`` of the workflows
         parked for an operator (any age), in that order."""
+
+    async def steps(
+        self,
+        workflow_id: str,
+        after: tuple[float, str] | None = None,
+        limit: int | None = None,
+    ) -> list[StepRecord]:
+        """The workflow's step ledger in ``(started_at, key)`` order, after ``after`` (keyset
+        paging). A step run again moves to its new start time: while paging, it may show up
+        twice, never not at all."""
 
     async def unresolved_steps(self, workflow_ids: Sequence[str]) -> list[StepRecord]:
         """The steps of these workflows whose outcome is unknown (not done, and not known as

@@ -274,15 +274,28 @@ def checked(rec: Record, check: Check | None) -> Record:
 
 
 def restore_rows(
-    rec: Record, columns: Mapping[str, set[str]]
-) -> Iterator[tuple[str, list[str], list[Record]]]:
+    rec: Record, columns: Mapping[str, set[str]], value: Callable[[Any, bool], Any]
+) -> Iterator[tuple[str, list[str], list[list[Any]]]]:
     """``(table, columns, rows)`` to insert for a record, the workflow's row first: the
     columns of the record's rows that the table has (a column of a later migration is left
-    to its default; one the archive has and the table not, dropped)."""
+    to its default; one the archive has and the table not, dropped), and each row's values
+    in that order as ``value(v, is_json)`` binds them."""
     for table in TABLES:
         rows = [rec["workflow"]] if table == "workflows" else rec[table]
         if rows:
-            yield table, [c for c in rows[0] if c in columns[table]], rows
+            cols = [c for c in rows[0] if c in columns[table]]
+            json_cols = JSON_COLUMNS[table]
+            yield table, cols, [[value(r.get(c), c in json_cols) for c in cols] for r in rows]
+
+
+def prune_query(table: str) -> str:
+    """The named query deleting a table's rows of the workflows a prune deletes."""
+    return "prune_workflow_rejections" if table == "rejections" else f"prune_{table}"
+
+
+def without_generated(columns: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """Each table's columns, but the keys the database generates."""
+    return {t: set(columns[t]) - {GENERATED.get(t)} for t in TABLES}
 
 
 def export_plan(

@@ -30,15 +30,13 @@ from statewright.store import params
 from statewright.store.base import Plan, SQLStore, run_plan_async
 from statewright.store.postgres.batch import GroupCommit
 from statewright.store.postgres.listen import Listener
-from statewright.store.postgres.read import Probe, decode_rows, defer_json
+from statewright.store.postgres.read import ROWS, Probe, decode_rows, defer_json
 from statewright.store.queries import load_queries, migrations
-from statewright.store.rows import Rows, same
 from statewright.types import DeferWrite, TransitionWrite, WorkflowRow
 
 log = logging.getLogger(__name__)
 
 Q = load_queries("postgres")
-ROWS = Rows(same)  # psycopg decodes JSONB (with jsonvalue.loads: see _configure)
 T = TypeVar("T")
 Conn = AsyncConnection[DictRow]
 
@@ -314,11 +312,11 @@ class PostgresBase(SQLStore):
                 await rollback(conn)
                 raise
 
-    async def _write_plan(self, make: Callable[[], Plan[T]]) -> T:
+    async def _write_plan(self, make: Callable[[], Plan[T]], *, rows: bool = False) -> T:
         async with self._connection(write=True) as conn:
             try:
                 async with conn.transaction():
-                    return await run_plan_async(make(), _rowcount(conn))
+                    return await run_plan_async(make(), (_rows if rows else _rowcount)(conn))
             except BaseException:
                 await rollback(conn)
                 raise
@@ -336,6 +334,14 @@ class PostgresBase(SQLStore):
 def _fetchall(conn: Conn) -> Callable[[str, Mapping[str, Any]], Any]:
     async def run(sql: str, values: Mapping[str, Any]) -> list[DictRow]:
         return await (await conn.execute(sql, values)).fetchall()
+
+    return run
+
+
+def _rows(conn: Conn) -> Callable[[str, Mapping[str, Any]], Any]:
+    async def run(sql: str, values: Mapping[str, Any]) -> list[DictRow]:
+        cur = await conn.execute(sql, values)
+        return [] if cur.description is None else await cur.fetchall()
 
     return run
 

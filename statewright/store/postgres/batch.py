@@ -74,12 +74,11 @@ from psycopg_pool import AsyncConnectionPool
 from statewright.errors import OutcomeUnknown, StatewrightError, StoreError
 from statewright.store.postgres.listen import Listener
 from statewright.store.postgres.params import transition_params
+from statewright.store.postgres.read import ROWS
 from statewright.store.queries import load_queries
-from statewright.store.rows import Rows, same
 from statewright.types import DeferWrite, TransitionWrite, WorkflowRow
 
 Q = load_queries("postgres")
-ROWS = Rows(same)
 
 MAX_BATCH = 128
 """Writes per transaction at most (the rest wait for the next batch)."""
@@ -87,7 +86,8 @@ IN_FLIGHT = 2
 """Writes or batches of one store in flight at once: while one is at the server the next one
 gathers and goes (Python's work on the results and the server's on the next batch overlap)."""
 SNAPSHOT_ROUNDS = 4
-"""Runs of a write refused by the snapshot check alone (the one-statement path's too)."""
+"""Runs of a write refused by the snapshot check alone (a transition or deferral sent alone
+too: a timer-changing write whose snapshot missed a concurrent update of its row)."""
 ABORT_ROUNDS = 3
 """Batches a write may see rolled back by deadlocks or serialization failures before it runs
 alone."""

@@ -26,9 +26,14 @@ from psycopg.types.json import JsonbLoader, JsonLoader
 
 from statewright import jsonvalue, offload
 from statewright.errors import StoreError
+from statewright.store.rows import Rows, same
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+ROWS = Rows(same)
+"""PostgreSQL's rows as records: psycopg decodes JSONB (with ``jsonvalue.loads``, see
+``_configure`` in :mod:`.base`), or :func:`decode_rows` does."""
 
 PING = "SELECT max(version) FROM schema_migrations"
 """The server answers, and the store's schema is there."""

@@ -9,8 +9,8 @@ from typing import Any
 from psycopg.rows import DictRow
 
 from statewright.store import sqlbuild
-from statewright.store.postgres.base import ROWS, PostgresBase, Q, rollback
-from statewright.store.postgres.read import decode_rows, defer_json
+from statewright.store.postgres.base import PostgresBase, Q, rollback
+from statewright.store.postgres.read import ROWS, decode_rows, defer_json
 from statewright.store.read_model import ReadModelSQL
 from statewright.types import TransitionRecord, WorkflowRow
 

@@ -10,39 +10,28 @@ from typing import Any
 
 from psycopg import sql
 
+from statewright.store import retention_sql as r
 from statewright.store.params import POSTGRES
 from statewright.store.postgres.base import Conn, PostgresBase, Q
-from statewright.store.retention_sql import (
-    GENERATED,
-    JSON_COLUMNS,
-    RELATED,
-    TABLES,
-    Check,
-    Counts,
-    Record,
-    RetentionSQL,
-    checked,
-    restore_rows,
-)
 
 
 async def delete(
     conn: Conn, held: Sequence[tuple[str, int]], at: float
-) -> tuple[list[str], Counts]:
-    counts: Counts = {}
+) -> tuple[list[str], r.Counts]:
+    counts: r.Counts = {}
     async with conn.transaction():
         await conn.execute(Q["prune_begin"])
         cur = await conn.execute(  # and their tombstones: their ids are not started again
             Q["prune_workflows"],
             {"ids": [h[0] for h in held], "versions": [h[1] for h in held], "at": at},
         )
-        deleted = [r["id"] for r in await cur.fetchall()]
+        deleted = [row["id"] for row in await cur.fetchall()]
         counts["workflows"] = len(deleted)
         versions = dict(held)
         keyed = {"ids": deleted, "versions": [versions[w] for w in deleted]}
-        for table in RELATED:
-            name = "prune_workflow_rejections" if table == "rejections" else f"prune_{table}"
-            counts[table] = (await conn.execute(Q[name], keyed)).rowcount if deleted else 0
+        for table in r.RELATED:
+            query = Q[r.prune_query(table)]
+            counts[table] = (await conn.execute(query, keyed)).rowcount if deleted else 0
     return deleted, counts
 
 
@@ -51,34 +40,31 @@ async def columns(conn: Conn) -> dict[str, set[str]]:
     cur = await conn.execute(
         "SELECT table_name, column_name FROM information_schema.columns"
         " WHERE table_schema = current_schema() AND table_name = ANY(%(t)s::text[])",
-        {"t": list(TABLES)},
+        {"t": list(r.TABLES)},
     )
-    out: dict[str, set[str]] = {t: set() for t in TABLES}
-    for r in await cur.fetchall():
-        out[r["table_name"]].add(r["column_name"])
-    for t, col in GENERATED.items():
-        out[t].discard(col)
-    return out
+    out: dict[str, set[str]] = {t: set() for t in r.TABLES}
+    for row in await cur.fetchall():
+        out[row["table_name"]].add(row["column_name"])
+    return r.without_generated(out)
 
 
-async def restore(conn: Conn, rec: Record, check: Check | None = None) -> bool:
+async def restore(conn: Conn, rec: r.Record, check: r.Check | None = None) -> bool:
     """Insert the record's rows in one transaction, once it passed its checks
-    (:func:`checked`, in it, before anything is written); False (nothing written) when the
-    workflow exists."""
+    (:func:`~.retention_sql.checked`, in it, before anything is written); False (nothing
+    written) when the workflow exists."""
     found = await columns(conn)
     async with conn.transaction():
-        checked(rec, check)
+        r.checked(rec, check)
         # The id names a workflow again (before the insert, whose trigger refuses a pruned id).
         await conn.execute(Q["drop_pruned_id"], {"id": rec["id"]})
-        for table, cols, rows in restore_rows(rec, found):
-            json_cols = JSON_COLUMNS[table]
+        for table, cols, values in r.restore_rows(rec, found, _value):
+            json_cols = r.JSON_COLUMNS[table]
             query = sql.SQL("INSERT INTO {} ({}) VALUES ({}){}").format(
                 sql.Identifier(table),
                 sql.SQL(", ").join(sql.Identifier(c) for c in cols),
                 sql.SQL(", ").join(sql.SQL("%s::jsonb" if c in json_cols else "%s") for c in cols),
                 sql.SQL(" ON CONFLICT (id) DO NOTHING" if table == "workflows" else ""),
             )
-            values = [[_value(r.get(c), c in json_cols) for c in cols] for r in rows]
             if table == "workflows":
                 if (await conn.execute(query, values[0])).rowcount == 0:
                     return False
@@ -92,7 +78,7 @@ def _value(value: Any, is_json: bool) -> Any:
     return POSTGRES.json(value) if is_json and value is not None else value
 
 
-class PostgresRetention(PostgresBase, RetentionSQL):
+class PostgresRetention(PostgresBase, r.RetentionSQL):
     """Deleting and restoring workflows on PostgreSQL."""
 
     async def delete_workflows(
@@ -103,7 +89,7 @@ class PostgresRetention(PostgresBase, RetentionSQL):
             return await delete(conn, held, when)
 
     async def restore_workflow(
-        self, record: Mapping[str, Any], check: Check | None = None
+        self, record: Mapping[str, Any], check: r.Check | None = None
     ) -> bool:
         async with self._connection(write=True) as conn:
             return await restore(conn, dict(record), check)

@@ -14,21 +14,18 @@ import psycopg
 from psycopg.rows import DictRow
 
 from statewright.errors import (
-    IdempotencyKeyReused,
-    LeaseLost,
     StatewrightError,
     StoreError,
     VersionConflict,
-    WorkflowBusy,
     WorkflowFinished,
     WorkflowNotFound,
     WorkflowPruned,
 )
-from statewright.store import params
-from statewright.store.core import CoreSQL
-from statewright.store.postgres.base import ROWS, Conn, PostgresBase, Q
+from statewright.store import core, params
+from statewright.store.postgres.base import Conn, PostgresBase, Q
+from statewright.store.postgres.batch import SNAPSHOT_ROUNDS
 from statewright.store.postgres.params import timer_change_params, timer_params
-from statewright.store.protocol import fork_source_busy
+from statewright.store.postgres.read import ROWS
 from statewright.types import (
     DeferWrite,
     InboxItem,
@@ -39,8 +36,6 @@ from statewright.types import (
 )
 
 ENC = params.POSTGRES
-SNAPSHOT_ROUNDS = 4
-"""Runs of a timer-changing write whose snapshot missed a concurrent update of its row."""
 PRUNED_ID = "SWPRU"
 """The SQLSTATE of a start of a pruned workflow's id (migration 0016_pruned_ids)."""
 
@@ -64,16 +59,13 @@ async def _create_fork(
     still unleased at the fence it was read at (see :attr:`NewWorkflow.fork_of`)."""
     exists = await (await conn.execute(Q["version_of"], values)).fetchone()
     if exists is None:
-        source, fence = fork_of
-        found = await (await conn.execute(Q["fork_source"], {"id": source})).fetchone()
-        if found is None:
-            raise WorkflowNotFound(source)
-        if found["lease_owner"] is not None or found["fence"] != fence:
-            raise WorkflowBusy(fork_source_busy(source))
+        found = await (await conn.execute(Q["fork_source"], {"id": fork_of[0]})).fetchone()
+        if (refused := core.fork_refusal(found, fork_of)) is not None:
+            raise refused
     return await (await conn.execute(Q["create_workflow"], values)).fetchone()
 
 
-class PostgresTransitions(PostgresBase, CoreSQL):
+class PostgresTransitions(PostgresBase, core.CoreSQL):
     """Creating workflows, their transitions and deferrals, and their inbox."""
 
     async def create_workflow(self, new: NewWorkflow) -> tuple[WorkflowRow, bool]:
@@ -112,9 +104,7 @@ class PostgresTransitions(PostgresBase, CoreSQL):
                 except psycopg.errors.UniqueViolation as exc:
                     diag = exc.diag.constraint_name or ""
                     if write.idempotency_key is not None and "idempotency" in diag:
-                        raise IdempotencyKeyReused(
-                            write.workflow_id, write.idempotency_key, "an earlier transition"
-                        ) from exc
+                        raise core.key_used_earlier(write) from exc
                     raise
                 if row is not None or not values["timers_exact"]:
                     break
@@ -158,22 +148,16 @@ class PostgresTransitions(PostgresBase, CoreSQL):
         lost lease first: the worker must stop. With ``retryable``, None when nothing but
         the statement's snapshot refused it (worth running again)."""
         workflow_id, expected_version = write.workflow_id, write.expected_version
-        lease, inbox_ids = write.lease, write.consume_inbox_ids
+        inbox_ids = write.consume_inbox_ids
         asked = {
             "id": workflow_id,
             "inbox_ids": list(inbox_ids),
             "fired_timer_id": write.fired_timer_id,
         }
         found = await (await conn.execute(Q["write_refusal"], asked)).fetchone()
-        if found is None:
-            return WorkflowNotFound(workflow_id)
-        if lease is not None and (found["lease_owner"], found["fence"]) != (
-            lease.owner,
-            lease.fence,
-        ):
-            return LeaseLost(workflow_id)
-        if found["version"] != expected_version:
-            return VersionConflict(workflow_id, expected_version, found["version"])
+        if (refused := core.row_refusal(found, write)) is not None:
+            return refused
+        assert found is not None
         if found["unconsumed"] != len(set(inbox_ids)):
             return StoreError(f"inbox items {list(inbox_ids)} of {workflow_id!r} were consumed")
         if not found["fired_pending"]:
@@ -194,8 +178,8 @@ class PostgresTransitions(PostgresBase, CoreSQL):
             if row["seq"] is not None:
                 return ROWS.transition(row)
         for row in rows:  # the key posted an input instead: it names that request
-            raise IdempotencyKeyReused(
-                workflow_id, idempotency_key, f"input {row['input_name']!r} #{row['input_id']}"
+            raise core.key_used_for_input(
+                workflow_id, idempotency_key, row["input_name"], row["input_id"]
             )
         return None
 
@@ -204,8 +188,9 @@ class PostgresTransitions(PostgresBase, CoreSQL):
         async with self._connection(write=True) as conn:
             row = await (await conn.execute(Q["post_input"], values)).fetchone()
             if row is not None and row["used_event"] is not None and key:
-                used = f"event {row['used_event']!r} (version {row['used_version']})"
-                raise IdempotencyKeyReused(workflow_id, key, used)
+                raise core.key_used_for_event(
+                    workflow_id, key, row["used_event"], row["used_version"]
+                )
             if row is not None and row["item"] is None and key is not None:
                 # A concurrent post with the same key won the insert after our snapshot.
                 raced = await (await conn.execute(Q["input_by_key"], values)).fetchone()

@@ -11,10 +11,11 @@ from psycopg.rows import DictRow
 
 from statewright.errors import LeaseLost, StoreError, WorkflowNotFound
 from statewright.store import params
-from statewright.store.core import CoreSQL, allowance, bucket_size
-from statewright.store.postgres.base import ROWS, PostgresBase, Q
+from statewright.store.core import CoreSQL
+from statewright.store.postgres.base import PostgresBase, Q
+from statewright.store.postgres.read import ROWS
 from statewright.store.rows import cancel_request
-from statewright.types import Lease, StepOpening, StepRecord, TypeLimit
+from statewright.types import Lease, StepOpening, StepRecord
 
 
 class PostgresWorkers(PostgresBase, CoreSQL):
@@ -31,35 +32,6 @@ class PostgresWorkers(PostgresBase, CoreSQL):
         # The rest of a claim with limits: not claim_due_of_types, which reads workflows_due
         # in order, past the due backlog of the throttled types ahead.
         return Q["claim_due_of_free_types" if rest else "claim_due_of_types"]
-
-    async def _claim_type(self, limit: TypeLimit, claim: params.Params) -> list[DictRow]:
-        async with self._connection(write=True) as conn, conn.transaction():
-            bucket_of = {**claim, "burst": bucket_size(limit)}
-            bucket = await (await conn.execute(Q["limit_bucket"], bucket_of)).fetchone()
-            assert bucket is not None
-            leased = 0
-            if limit.max_concurrent is not None:
-                counted = await (await conn.execute(Q["limit_leased"], claim)).fetchone()
-                leased = int(counted["n"]) if counted is not None else 0
-            n, tokens, refilled = allowance(
-                limit,
-                claim["limit"],
-                claim["now"],
-                bucket["tokens"],
-                bucket["refilled_at"],
-                leased,
-            )
-            if n <= 0:
-                return []
-            got = await (
-                await conn.execute(Q["claim_due_of_type"], {**claim, "limit": n})
-            ).fetchall()
-            if limit.max_per_second is not None:
-                await conn.execute(
-                    Q["limit_refill"],
-                    {"type": claim["type"], "tokens": tokens - len(got), "refilled_at": refilled},
-                )
-        return got
 
     def _held(self, held: Mapping[str, int]) -> params.Params:
         return {"ids": list(held), "fences": list(held.values())}

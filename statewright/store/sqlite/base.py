@@ -221,8 +221,13 @@ class SQLiteBase(SQLStore):
         # One read on the connection's thread: nothing writes between its statements.
         return await self.conn.read(lambda c: run_plan(plan, lambda *s: c.execute(*s).fetchall()))
 
-    async def _write_plan(self, make: Callable[[], Plan[T]]) -> T:
-        return await self.conn.write(lambda c: run_plan(make(), lambda *s: c.execute(*s).rowcount))
+    async def _write_plan(self, make: Callable[[], Plan[T]], *, rows: bool = False) -> T:
+        def fn(c: sqlite3.Connection) -> T:
+            if rows:
+                return run_plan(make(), lambda *s: c.execute(*s).fetchall())
+            return run_plan(make(), lambda *s: c.execute(*s).rowcount)
+
+        return await self.conn.write(fn)
 
     async def _or_else(
         self, sql: str, params: Mapping[str, Any], then: str, then_params: Mapping[str, Any]

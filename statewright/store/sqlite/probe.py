@@ -1,6 +1,6 @@
 """The SQLite store's readiness probe: a connection and a thread of its own.
 
-Every read and write of the store runs on one connection's thread (:mod:`.sqlite_conn`), in
+Every read and write of the store runs on one connection's thread (:mod:`.conn`), in
 the order they were asked for: a probe sent there waits behind every large page queued
 before it, and answers "slow" when the database is fine. A probe here opens a connection of
 its own on a thread of its own and runs one trivial query (the newest migration applied), in

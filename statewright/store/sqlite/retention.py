@@ -11,25 +11,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from statewright import jsonvalue
+from statewright.store import retention_sql as r
 from statewright.store.params import SQLITE
-from statewright.store.retention_sql import (
-    GENERATED,
-    JSON_COLUMNS,
-    RELATED,
-    TABLES,
-    Check,
-    Counts,
-    Record,
-    RetentionSQL,
-    checked,
-    restore_rows,
-)
 from statewright.store.sqlite.base import Q, SQLiteBase
 
 
 def delete(
     conn: sqlite3.Connection, held: Sequence[tuple[str, int]], at: float
-) -> tuple[list[str], Counts]:
+) -> tuple[list[str], r.Counts]:
     token = uuid.uuid4().hex
     conn.execute(Q["prune_token_add"], {"key": token})
     deleted = []
@@ -41,37 +30,32 @@ def delete(
                 Q["add_pruned_id"], {"id": wid, "tenant": tenant, "type": type_, "at": at}
             )
             deleted.append(wid)
-    counts: Counts = {"workflows": len(deleted)}
+    counts: r.Counts = {"workflows": len(deleted)}
     ids = {"ids": SQLITE.array(deleted)}
-    for table in RELATED:
-        name = "prune_workflow_rejections" if table == "rejections" else f"prune_{table}"
-        counts[table] = conn.execute(Q[name], ids).rowcount if deleted else 0
+    for table in r.RELATED:
+        counts[table] = conn.execute(Q[r.prune_query(table)], ids).rowcount if deleted else 0
     conn.execute(Q["prune_token_drop"], {"key": token})
     return deleted, counts
 
 
 def columns(conn: sqlite3.Connection) -> dict[str, set[str]]:
     """Each table's columns, but the generated keys."""
-    return {
-        t: {r[1] for r in conn.execute(f"PRAGMA table_info({t})")} - {GENERATED.get(t)}
-        for t in TABLES  # a constant
-    }
+    found = {t: {c[1] for c in conn.execute(f"PRAGMA table_info({t})")} for t in r.TABLES}
+    return r.without_generated(found)  # (the tables' names: constants)
 
 
-def restore(conn: sqlite3.Connection, rec: Record, check: Check | None = None) -> bool:
-    """Insert the record's rows, once it passed its checks (:func:`checked`, in this
-    transaction, before anything is written); False (nothing written) when the workflow
-    exists."""
-    checked(rec, check)
+def restore(conn: sqlite3.Connection, rec: r.Record, check: r.Check | None = None) -> bool:
+    """Insert the record's rows, once it passed its checks (:func:`~.retention_sql.checked`,
+    in this transaction, before anything is written); False (nothing written) when the
+    workflow exists."""
+    r.checked(rec, check)
     conn.execute(Q["drop_pruned_id"], {"id": rec["id"]})  # the id names a workflow again
-    for table, cols, rows in restore_rows(rec, columns(conn)):
-        json_cols = JSON_COLUMNS[table]
+    for table, cols, values in r.restore_rows(rec, columns(conn), _value):
         text = (
             f"INSERT INTO {table} ({', '.join(cols)}) "  # names from the table's own columns
             f"VALUES ({', '.join('?' for _ in cols)})"
             + (" ON CONFLICT (id) DO NOTHING" if table == "workflows" else "")
         )
-        values = [[_value(r.get(c), c in json_cols) for c in cols] for r in rows]
         cur = conn.executemany(text, values)
         if table == "workflows" and cur.rowcount == 0:
             return False
@@ -88,7 +72,7 @@ def _value(value: Any, is_json: bool) -> Any:
     return value
 
 
-class SQLiteRetention(SQLiteBase, RetentionSQL):
+class SQLiteRetention(SQLiteBase, r.RetentionSQL):
     """Deleting and restoring workflows on SQLite."""
 
     async def delete_workflows(
@@ -98,7 +82,7 @@ class SQLiteRetention(SQLiteBase, RetentionSQL):
         return await self.conn.write(lambda c: delete(c, held, when))
 
     async def restore_workflow(
-        self, record: Mapping[str, Any], check: Check | None = None
+        self, record: Mapping[str, Any], check: r.Check | None = None
     ) -> bool:
         rec = dict(record)
         return await self.conn.write(lambda c: restore(c, rec, check))

@@ -7,30 +7,24 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
 
 from statewright import jsonvalue
 from statewright.errors import (
-    IdempotencyKeyReused,
     LeaseLost,
     StatewrightError,
     StoreError,
     VersionConflict,
-    WorkflowBusy,
     WorkflowFinished,
     WorkflowNotFound,
     WorkflowPruned,
 )
-from statewright.store import params
-from statewright.store.core import CoreSQL
-from statewright.store.protocol import fork_source_busy
+from statewright.store import core, params
 from statewright.store.sqlite.base import ROWS, Q, SQLiteBase
 from statewright.store.sqlite.timers import add_timers, change_timers
 from statewright.types import (
     CancelRequest,
     DeferWrite,
     InboxItem,
-    Lease,
     NewWorkflow,
     StepFinish,
     TransitionRecord,
@@ -41,28 +35,12 @@ from statewright.types import (
 ENC = params.SQLITE
 
 
-def key_used_for_event(workflow_id: str, key: str, used: Any) -> IdempotencyKeyReused:
-    """An input posted with a key that an event of the workflow's log already used."""
-    return IdempotencyKeyReused(
-        workflow_id, key, f"event {used['event']!r} (version {used['version']})"
-    )
-
-
-def key_used_for_input(workflow_id: str, key: str, item: InboxItem) -> IdempotencyKeyReused:
-    """An event sent with a key that an input of the workflow already used."""
-    return IdempotencyKeyReused(workflow_id, key, f"input {item.name!r} #{item.id}")
-
-
-def _refusal(
-    conn: sqlite3.Connection, workflow_id: str, expected_version: int, lease: Lease | None
-) -> StatewrightError:
+def _refusal(conn: sqlite3.Connection, w: TransitionWrite | DeferWrite) -> StatewrightError:
     """Why a compare-and-swap matched nothing (a lost lease first: the worker must stop)."""
-    found = conn.execute(Q["write_refusal"], {"id": workflow_id}).fetchone()
-    if found is None:
-        return WorkflowNotFound(workflow_id)
-    if lease is not None and (found["lease_owner"], found["fence"]) != (lease.owner, lease.fence):
-        return LeaseLost(workflow_id)
-    return VersionConflict(workflow_id, expected_version, found["version"])
+    found = conn.execute(Q["write_refusal"], {"id": w.workflow_id}).fetchone()
+    return core.row_refusal(found, w) or VersionConflict(
+        w.workflow_id, w.expected_version, found["version"]
+    )
 
 
 def _consume(conn: sqlite3.Connection, workflow_id: str, ids: Sequence[int], at: float) -> None:
@@ -89,12 +67,9 @@ def _create(conn: sqlite3.Connection, new: NewWorkflow, values: params.Params) -
     if conn.execute(Q["is_pruned"], values).fetchone() is not None:
         raise WorkflowPruned(new.id)  # (a tombstone: no row of that id is left)
     if new.fork_of is not None and conn.execute(Q["version_of"], values).fetchone() is None:
-        source, fence = new.fork_of
-        found = conn.execute(Q["fork_source"], {"id": source}).fetchone()
-        if found is None:
-            raise WorkflowNotFound(source)
-        if found["lease_owner"] is not None or found["fence"] != fence:
-            raise WorkflowBusy(fork_source_busy(source))
+        found = conn.execute(Q["fork_source"], {"id": new.fork_of[0]}).fetchone()
+        if (refused := core.fork_refusal(found, new.fork_of)) is not None:
+            raise refused
     if conn.execute(Q["insert_workflow"], values).rowcount != 1:
         return False
     first = {"workflow_id": new.id, "version": 1, "from_state": None, "to_state": new.state}
@@ -178,16 +153,14 @@ def _after(conn: sqlite3.Connection, w: TransitionWrite, context: str) -> Workfl
 def _apply(conn: sqlite3.Connection, w: TransitionWrite) -> WorkflowRow:
     values = params.transition(w, ENC)
     if conn.execute(Q["cas_update_workflow"], values).rowcount != 1:
-        raise _refusal(conn, w.workflow_id, w.expected_version, w.lease)
+        raise _refusal(conn, w)
     entry = params.logged(w, ENC) | values
     entry |= {"workflow_id": w.workflow_id, "version": w.expected_version + 1}
     try:
         conn.execute(Q["append_transition"], entry)
     except sqlite3.IntegrityError as exc:
         if w.idempotency_key is not None and "idempotency_key" in str(exc):
-            raise IdempotencyKeyReused(
-                w.workflow_id, w.idempotency_key, "an earlier transition"
-            ) from exc
+            raise core.key_used_earlier(w) from exc
         raise
     touched_timers = change_timers(conn, w, clear=w.clear_timers, clear_all=w.terminal)
     # Leaving a state for a live one may keep timers (``keep``): next_due_at counts them.
@@ -200,7 +173,7 @@ def _apply(conn: sqlite3.Connection, w: TransitionWrite) -> WorkflowRow:
     return _after(conn, w, values["context"])
 
 
-class SQLiteTransitions(SQLiteBase, CoreSQL):
+class SQLiteTransitions(SQLiteBase, core.CoreSQL):
     """Creating workflows, their transitions and deferrals, and their inbox."""
 
     async def create_workflow(self, new: NewWorkflow) -> tuple[WorkflowRow, bool]:
@@ -228,7 +201,7 @@ class SQLiteTransitions(SQLiteBase, CoreSQL):
             # them back with the rest of the savepoint.
             change_timers(conn, write)
             if conn.execute(Q["defer_workflow"], values).rowcount != 1:
-                raise _refusal(conn, write.workflow_id, write.expected_version, write.lease)
+                raise _refusal(conn, write)
             if write.consume_inbox_ids:
                 _consume(conn, write.workflow_id, write.consume_inbox_ids, write.at)
             row: sqlite3.Row = conn.execute(Q["get_workflow"], values).fetchone()
@@ -252,7 +225,9 @@ class SQLiteTransitions(SQLiteBase, CoreSQL):
 
         row, posted = await self.conn.read(fn)
         if posted is not None:
-            raise key_used_for_input(workflow_id, idempotency_key, ROWS.inbox(posted))
+            raise core.key_used_for_input(
+                workflow_id, idempotency_key, posted["name"], posted["id"]
+            )
         return None if row is None else ROWS.transition(row)
 
     async def _post(self, values: params.Params) -> tuple[InboxItem, bool]:
@@ -268,7 +243,7 @@ class SQLiteTransitions(SQLiteBase, CoreSQL):
                     return earlier, False
                 used = conn.execute(Q["transition_by_key"], values).fetchone()
                 if used is not None:  # in this write transaction: no event can slip in
-                    raise key_used_for_event(workflow_id, key, used)
+                    raise core.key_used_for_event(workflow_id, key, used["event"], used["version"])
             if found["terminal"]:
                 raise WorkflowFinished(workflow_id, found["state"])
             item = conn.execute(Q["post_input"], values).fetchone()

@@ -11,10 +11,10 @@ from typing import Any
 from statewright import jsonvalue
 from statewright.errors import LeaseLost, WorkflowNotFound
 from statewright.store import params
-from statewright.store.core import CoreSQL, allowance, bucket_size
+from statewright.store.core import CoreSQL
 from statewright.store.rows import cancel_request
 from statewright.store.sqlite.base import ROWS, Q, SQLiteBase
-from statewright.types import Lease, StepOpening, StepRecord, TypeLimit
+from statewright.types import Lease, StepOpening, StepRecord
 
 ENC = params.SQLITE
 _OF_TYPES = "AND terminal = 0 AND type IN (SELECT value FROM json_each(:types))"
@@ -49,36 +49,6 @@ class SQLiteWorkers(SQLiteBase, CoreSQL):
             return Q["claim_due"]
         found["types"] = ENC.array(types)
         return Q["claim_due"].replace("AND terminal = 0", _OF_TYPES)
-
-    async def _claim_type(self, limit: TypeLimit, claim: params.Params) -> list[sqlite3.Row]:
-        def fn(c: sqlite3.Connection) -> list[sqlite3.Row]:
-            bucket = c.execute(
-                Q["limit_bucket"], {**claim, "burst": bucket_size(limit)}
-            ).fetchone()
-            leased = 0
-            if limit.max_concurrent is not None:
-                leased = c.execute(Q["limit_leased"], claim).fetchone()["n"]
-            n, tokens, refilled = allowance(
-                limit,
-                claim["limit"],
-                claim["now"],
-                bucket["tokens"],
-                bucket["refilled_at"],
-                leased,
-            )
-            if n <= 0:
-                return []
-            got: list[sqlite3.Row] = c.execute(
-                Q["claim_due_of_type"], {**claim, "limit": n}
-            ).fetchall()
-            if limit.max_per_second is not None:
-                c.execute(
-                    Q["limit_refill"],
-                    {"type": claim["type"], "tokens": tokens - len(got), "refilled_at": refilled},
-                )
-            return got
-
-        return await self.conn.write(fn)
 
     def _held(self, held: Mapping[str, int]) -> params.Params:
         return {"held": ENC.array([[k, v] for k, v in held.items()])}
