@@ -34,6 +34,7 @@ from statewright.errors import (
     WorkflowNotFound,
 )
 from statewright.store import params as p
+from statewright.store import sqlbuild
 from statewright.store.base import Plan, SQLStore
 from statewright.store.protocol import fork_source_busy
 from statewright.store.rows import Row, cancel_request
@@ -475,6 +476,15 @@ class CoreSQL(SQLStore):
     async def get_step(self, key: str) -> StepRecord | None:
         row = await self._one(self.queries["get_step"], {"key": key})
         return None if row is None else self.rows.step(row)
+
+    async def steps(
+        self,
+        workflow_id: str,
+        after: tuple[float, str] | None = None,
+        limit: int | None = None,
+    ) -> list[StepRecord]:
+        sql, params = sqlbuild.steps(workflow_id, self.dialect, after, limit)
+        return await self._read_many(sql, params, self.rows.step)
 
     # -- inbox --------------------------------------------------------------------------------
 

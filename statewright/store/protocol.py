@@ -56,7 +56,7 @@ def fork_source_busy(source_id: str) -> str:
 class Store(Protocol):
     """The core: what running workflows needs (start, send, the worker, steps, timers, cancel,
     recovery). A new backend implements this part first (the contract suite's core part,
-    ``tests/store/core``, runs against it alone); the others are separate protocols."""
+    ``tests/store/contract/core``, runs against it alone); the others are separate protocols."""
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -334,6 +334,16 @@ class Store(Protocol):
 
     async def get_step(self, key: str) -> StepRecord | None: ...
 
+    async def steps(
+        self,
+        workflow_id: str,
+        after: tuple[float, str] | None = None,
+        limit: int | None = None,
+    ) -> list[StepRecord]:
+        """The workflow's step ledger in ``(started_at, key)`` order, after ``after`` (keyset
+        paging). A step run again moves to its new start time: while paging, it may show up
+        twice, never not at all."""
+
     # -- inbox --------------------------------------------------------------------------------
 
     async def post_input(
@@ -415,16 +425,6 @@ class ReadModel(Protocol):
     ) -> list[tuple[str, str, str, int, float]]:
         """``(type, state, parked reason, count, oldest_state_entered_at)`` of the workflows
         parked for an operator (any age), in that order."""
-
-    async def steps(
-        self,
-        workflow_id: str,
-        after: tuple[float, str] | None = None,
-        limit: int | None = None,
-    ) -> list[StepRecord]:
-        """The workflow's step ledger in ``(started_at, key)`` order, after ``after`` (keyset
-        paging). A step run again moves to its new start time: while paging, it may show up
-        twice, never not at all."""
 
     async def unresolved_steps(self, workflow_ids: Sequence[str]) -> list[StepRecord]:
         """The steps of these workflows whose outcome is unknown (not done, and not known as

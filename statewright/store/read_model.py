@@ -143,15 +143,6 @@ class ReadModelSQL(SQLStore):
         rows = await self._all(*built)
         return [(r["workflow_id"], r["type"], r["event"], r["n"]) for r in rows]
 
-    async def steps(
-        self,
-        workflow_id: str,
-        after: tuple[float, str] | None = None,
-        limit: int | None = None,
-    ) -> list[StepRecord]:
-        sql, params = sqlbuild.steps(workflow_id, self.dialect, after, limit)
-        return await self._read_many(sql, params, self.rows.step)
-
     async def live_versions_between(
         self, workflow_type: str, lo: int, hi: int
     ) -> list[tuple[int, int]]:

@@ -7,7 +7,7 @@ import pytest
 from statewright.errors import VersionConflict, WorkflowNotFound
 from statewright.store import Store
 from statewright.types import TimerSpec
-from tests.store.test_contract import T0, defer, move, new
+from tests.store.contract.writes import T0, defer, move, new
 
 
 async def _visit(store: Store, wid: str = "w1") -> tuple[str, float]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from statewright.store import Store
 from statewright.types import DeferWrite, WorkflowFilter
-from tests.store.test_contract import T0, move, new
+from tests.store.contract.writes import T0, move, new
 
 
 async def _reject(

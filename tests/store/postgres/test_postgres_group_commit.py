@@ -27,8 +27,8 @@ from statewright.errors import (
 )
 from statewright.store.postgres import PostgresStore
 from statewright.types import TimerSpec, WorkflowRow
-from tests.store.test_postgres import T0, OpenStore, new, stores, write
-from tests.store.test_postgres_outcome_unknown import CutAfterCommit
+from tests.store.postgres.test_postgres import T0, OpenStore, new, stores, write
+from tests.store.postgres.test_postgres_outcome_unknown import CutAfterCommit
 
 __all__ = ["stores"]  # the fixture, shared with test_postgres
 

@@ -19,7 +19,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from statewright.store.postgres import PostgresStore
 from statewright.types import InboxItem, TimerSpec, WorkflowRow
-from tests.store.test_postgres import T0, new, write
+from tests.store.postgres.test_postgres import T0, new, write
 
 
 class TurnCounter:

@@ -8,56 +8,8 @@ import pytest
 
 from statewright.errors import InvalidInput, StoreError, VersionConflict, WorkflowNotFound
 from statewright.store import Store
-from statewright.types import (
-    CancelRequest,
-    DeferWrite,
-    Lease,
-    NewWorkflow,
-    StepFinish,
-    TimerSpec,
-    TransitionWrite,
-    WorkflowFilter,
-)
-
-T0 = 1_800_000_000.0
-
-
-def new(wid: str = "w1", **kw: object) -> NewWorkflow:
-    base: dict[str, object] = {
-        "id": wid,
-        "type": "t",
-        "machine_version": 1,
-        "state": "a",
-        "context": {"n": 1},
-        "actor": "tester",
-        "at": T0,
-    }
-    base.update(kw)
-    return NewWorkflow(**base)  # type: ignore[arg-type]
-
-
-def defer(wid: str, expected: int, **kw: object) -> DeferWrite:
-    base: dict[str, object] = {"workflow_id": wid, "expected_version": expected, "at": T0}
-    base.setdefault("attempts", 0)
-    base.update(kw)
-    return DeferWrite(**base)  # type: ignore[arg-type]
-
-
-def move(wid: str, expected: int, to: str = "b", **kw: object) -> TransitionWrite:
-    base: dict[str, object] = {
-        "workflow_id": wid,
-        "expected_version": expected,
-        "from_state": "a",
-        "to_state": to,
-        "event": "go",
-        "payload": {"p": expected},
-        "actor": "tester",
-        "at": T0 + expected,
-        "context": {"n": expected + 1},
-        "context_patch": {"n": expected + 1},
-    }
-    base.update(kw)
-    return TransitionWrite(**base)  # type: ignore[arg-type]
+from statewright.types import CancelRequest, Lease, StepFinish, TimerSpec
+from tests.store.contract.writes import T0, defer, move, new
 
 
 async def test_create_writes_row_and_first_log_entry(store: Store) -> None:
@@ -310,18 +262,6 @@ async def test_transition_consumes_inbox_atomically(store: Store) -> None:
     assert await store.next_input("w1") == item2  # not consumed by the failed transition
     row = await store.defer(defer("w1", 2, consume_inbox_ids=(item2.id,)))
     assert await store.next_input("w1") is None
-
-
-async def test_listing_and_counts(store: Store) -> None:
-    for i in range(5):
-        await store.create_workflow(new(f"w{i}", at=T0 + i))
-    await store.apply_transition(move("w0", 1))
-    rows = await store.list_workflows(WorkflowFilter(state="a", entered_before=T0 + 3))
-    assert [r.id for r in rows] == ["w1", "w2"]
-    assert await store.count_by_state() == [("t", "a", 4), ("t", "b", 1)]
-    since = await store.transitions_since(0)
-    assert len(since) == 6 and [e.seq for e in since] == sorted(e.seq for e in since)
-    assert await store.transitions_since(since[-1].seq) == []
 
 
 async def test_parking_never_silences_pending_timers(store: Store) -> None:

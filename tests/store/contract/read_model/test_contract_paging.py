@@ -9,7 +9,7 @@ from typing import Any
 
 from statewright.store import Store
 from statewright.types import StepFinish, StuckCutoff, WorkflowFilter, WorkflowRow
-from tests.store.test_contract import T0, defer, move, new
+from tests.store.contract.writes import T0, defer, move, new
 
 
 async def _seed(store: Store) -> list[WorkflowRow]:
@@ -86,22 +86,6 @@ async def test_a_keyset_past_the_end_or_before_the_start(store: Store) -> None:
     assert await store.list_workflows(WorkflowFilter(after=(T0 + 1000, ""))) == []
     first = await store.list_workflows(WorkflowFilter(after=(T0 - 1, "zzz"), limit=3))
     assert [r.id for r in first] == _order(rows)[:3]
-
-
-async def test_history_pages_by_version(store: Store) -> None:
-    await store.create_workflow(new())
-    for v in range(1, 12):
-        await store.apply_transition(
-            move("w1", v, to="b" if v % 2 else "a", from_state="a" if v % 2 else "b")
-        )
-    seen, after = [], 0
-    while True:
-        page = await store.history("w1", after_version=after, limit=5)
-        seen += [e.version for e in page]
-        if len(page) < 5:
-            break
-        after = page[-1].version
-    assert seen == list(range(1, 13))
 
 
 async def test_steps_page_by_start_time_and_key(store: Store) -> None:

@@ -28,9 +28,7 @@ from statewright import (
 )
 from statewright.engine import retention
 from statewright.engine.retention import parse_duration, read_archive
-from statewright.observability.delivery import fingerprint, idempotency_key
 from statewright.store import SQLiteStore, Store
-from statewright.store.alert_outbox import AlertChange
 from statewright.store.postgres import PostgresStore
 
 DAY = 86400.0
@@ -119,9 +117,7 @@ async def test_even_the_sanctioned_path_refuses_the_log_of_a_live_workflow(store
     assert len(await engine.history("live")) == 1
 
 
-async def test_a_slow_batch_halves_the_next(
-    store: Store, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_slow_batch_halves_the_next(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every delete past the budget halves the next batch, down to one workflow: with a
     budget no delete meets, 7 workflows in batches of 4 go as 4 + 2 + 1."""
     monkeypatch.setattr(retention, "BATCH_SECONDS", 0.0)
@@ -384,58 +380,6 @@ async def test_an_sqlite_archive_imports_into_postgres_and_back(
 
 
 DAY = 86400.0
-
-
-async def test_prune_deletes_finished_alert_notifications_and_keeps_pending_ones(
-    store: Store,
-) -> None:
-    """Delivered and dead-lettered notifications past the cutoff go; one still due to be
-    retried stays, and so do the alerts' recorded states (nothing fires again)."""
-    engine = engine_on(store)
-    assert isinstance(engine.clock, ManualClock)
-    t0 = engine.clock.now()
-
-    def change(i: int) -> AlertChange:
-        labels = {"alertname": "stuck_workflows", "machine": f"m{i}"}
-        fp = fingerprint(labels)
-        return AlertChange(
-            fingerprint=fp,
-            status="firing",
-            rule="stuck_workflows",
-            labels=labels,
-            annotations={},
-            starts_at=t0,
-            alert={"labels": labels},
-            idempotency_key=idempotency_key(fp, "firing", t0),
-        )
-
-    took = await store.record_alert_changes([change(i) for i in range(3)], ["http://r"], t0)
-    assert len(took) == 3
-    claimed = sorted(await store.claim_alert_notifications("d1", t0, t0 + 60, 10), key=id_of)
-    assert len(claimed) == 3
-    delivered, dead, retrying = claimed
-    assert await store.finish_alert_notification(delivered.id, "d1", at=t0, delivered=True)
-    assert await store.finish_alert_notification(dead.id, "d1", at=t0, delivered=False)
-    assert await store.finish_alert_notification(
-        retrying.id, "d1", at=t0, delivered=False, retry_at=t0 + 10
-    )
-    engine.clock.advance(2 * DAY)
-    # Not old enough yet: nothing goes.
-    assert (await engine.prune(365 * DAY, alerts_older_than=3 * DAY)).alert_notifications == 0
-    dry = await engine.prune(365 * DAY, alerts_older_than=DAY, dry_run=True)
-    assert dry.alert_notifications == 2
-    assert len(await store.alert_notifications()) == 3
-    report = await engine.prune(365 * DAY, alerts_older_than=DAY)
-    assert report.alert_notifications == 2
-    left = await store.alert_notifications()
-    assert [r.id for r in left] == [retrying.id]
-    assert left[0].delivered_at is None and left[0].dead_at is None
-    assert len(await store.alert_states()) == 3  # still firing: no new notification
-    with pytest.raises(InvalidInput, match="per tenant"):
-        await engine.prune(0, alerts_older_than=DAY, tenant="acme")
-    with pytest.raises(InvalidInput):
-        await engine.prune(0, alerts_older_than=-1)
-    assert len(await store.alert_notifications()) == 1
 
 
 def id_of(record: Any) -> int:

@@ -7,7 +7,7 @@ import pytest
 from statewright.errors import LeaseLost
 from statewright.store import Store
 from statewright.types import Lease
-from tests.store.test_contract import T0, defer, move, new
+from tests.store.contract.writes import T0, defer, move, new
 
 A = '{"traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}'
 B = '{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}'

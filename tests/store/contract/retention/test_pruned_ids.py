@@ -18,7 +18,7 @@ from statewright import Engine, ManualClock, Next, Worker, WorkflowPruned, Workf
 from statewright.engine.core import id_for_key
 from statewright.store import Store
 from statewright.store.postgres import PostgresStore
-from tests.store.test_retention import DAY, machine
+from tests.store.contract.retention.test_retention import DAY, machine
 
 
 class Gateway:

@@ -20,7 +20,7 @@ import pytest
 from statewright.errors import StoreError
 from statewright.store.postgres import PostgresStore
 from tests.conftest import start_pgserver, stop_pgserver
-from tests.store.test_postgres import new, write
+from tests.store.postgres.test_postgres import new, write
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from typing import Any
 
 from statewright import Engine, ManualClock, Next, Worker, WorkflowType
 from statewright.store import Store
-from tests.store.test_retention import DAY, machine
+from tests.store.contract.retention.test_retention import DAY, machine
 
 YEAR = 365 * DAY
 

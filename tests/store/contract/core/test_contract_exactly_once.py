@@ -18,7 +18,7 @@ from statewright.errors import (
 )
 from statewright.store import Store
 from statewright.types import Lease, StepFinish
-from tests.store.test_contract import T0, defer, move, new
+from tests.store.contract.writes import T0, defer, move, new
 
 
 async def _claimed(store: Store, wid: str = "w1", worker: str = "w-1", now: float = T0) -> Lease:
