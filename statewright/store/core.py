@@ -78,8 +78,14 @@ def row_refusal(found: Row | None, write: TransitionWrite | DeferWrite) -> State
     if lease is not None and (found["lease_owner"], found["fence"]) != (lease.owner, lease.fence):
         return LeaseLost(write.workflow_id)
     if found["version"] != write.expected_version:
-        return VersionConflict(write.workflow_id, write.expected_version, found["version"])
+        return conflict(found, write)
     return None
+
+
+def conflict(found: Row, write: TransitionWrite | DeferWrite) -> VersionConflict:
+    """The write meets another version than it expected (``found``: the row as it is), or is
+    refused for a reason that reading the row again settles."""
+    return VersionConflict(write.workflow_id, write.expected_version, found["version"])
 
 
 def fork_refusal(found: Row | None, fork_of: tuple[str, int]) -> StatewrightError | None:

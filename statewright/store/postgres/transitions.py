@@ -16,7 +16,6 @@ from psycopg.rows import DictRow
 from statewright.errors import (
     StatewrightError,
     StoreError,
-    VersionConflict,
     WorkflowFinished,
     WorkflowNotFound,
     WorkflowPruned,
@@ -147,8 +146,7 @@ class PostgresTransitions(PostgresBase, core.CoreSQL):
         """Why a compare-and-swap matched no row (one more round trip, on failure only); a
         lost lease first: the worker must stop. With ``retryable``, None when nothing but
         the statement's snapshot refused it (worth running again)."""
-        workflow_id, expected_version = write.workflow_id, write.expected_version
-        inbox_ids = write.consume_inbox_ids
+        workflow_id, inbox_ids = write.workflow_id, write.consume_inbox_ids
         asked = {
             "id": workflow_id,
             "inbox_ids": list(inbox_ids),
@@ -162,12 +160,12 @@ class PostgresTransitions(PostgresBase, core.CoreSQL):
             return StoreError(f"inbox items {list(inbox_ids)} of {workflow_id!r} were consumed")
         if not found["fired_pending"]:
             # The timer it fires was replaced or cancelled meanwhile: read the timers again.
-            return VersionConflict(workflow_id, expected_version, found["version"])
+            return core.conflict(found, write)
         if retryable:
             return None
         # Nothing we can see refused it: a concurrent writer moved and restored it? Report a
         # conflict so the caller re-reads.
-        return VersionConflict(workflow_id, expected_version, found["version"])
+        return core.conflict(found, write)
 
     async def transition_by_key(
         self, workflow_id: str, idempotency_key: str

@@ -13,7 +13,6 @@ from statewright.errors import (
     LeaseLost,
     StatewrightError,
     StoreError,
-    VersionConflict,
     WorkflowFinished,
     WorkflowNotFound,
     WorkflowPruned,
@@ -38,9 +37,7 @@ ENC = params.SQLITE
 def _refusal(conn: sqlite3.Connection, w: TransitionWrite | DeferWrite) -> StatewrightError:
     """Why a compare-and-swap matched nothing (a lost lease first: the worker must stop)."""
     found = conn.execute(Q["write_refusal"], {"id": w.workflow_id}).fetchone()
-    return core.row_refusal(found, w) or VersionConflict(
-        w.workflow_id, w.expected_version, found["version"]
-    )
+    return core.row_refusal(found, w) or core.conflict(found, w)
 
 
 def _consume(conn: sqlite3.Connection, workflow_id: str, ids: Sequence[int], at: float) -> None:
