@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -39,7 +39,7 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     if request.param == "core-only":
         inner = SQLiteStore(tmp_path / "core.db")
         await inner.open()
-        yield CoreOnly(inner)  # type: ignore[misc]
+        yield cast(Store, CoreOnly(inner))
         await inner.close()
         return
     s = backend(request, tmp_path)
