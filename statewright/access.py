@@ -706,7 +706,9 @@ class Access:
         TimerNotFound when there is none."""
         row = await self.get(workflow_id)
         self._operator("cancel timers")
-        await timer_ops.cancel_or_raise(self.engine, row.id, key, actor=self.principal.actor)
+        await timer_ops.cancel_or_raise(
+            self.engine.runtime, row.id, key, actor=self.principal.actor
+        )
 
     async def timers(
         self,

@@ -272,7 +272,9 @@ def worker(
             )
         elif not s.json:
             err.print(f"worker {w.id} on {escape(db_path(engine))}: {escape(', '.join(w.types))}")
-        endpoint = None if metrics_port is None else _serve_metrics(w, metrics_host, metrics_port)
+        endpoint = (
+            None if metrics_port is None else _serve_metrics(engine, w, metrics_host, metrics_port)
+        )
         try:
             recovered = await recover(engine, worker_id=w.id, lease_seconds=lease_seconds)
             if endpoint is not None:
@@ -291,11 +293,11 @@ def worker(
                 endpoint.close()
         return {"worker_id": w.id, "recovered": len(recovered), "processed": w.processed}
 
-    def _serve_metrics(w: Worker, host: str, port: int) -> WorkerEndpoint:
+    def _serve_metrics(engine: Engine, w: Worker, host: str, port: int) -> WorkerEndpoint:
         # Imported here: only a worker with --metrics-port needs the endpoint.
         from statewright.observability.worker_http import WorkerEndpoint
 
-        endpoint = WorkerEndpoint(w, host, port)
+        endpoint = WorkerEndpoint(engine, w, host, port)
         endpoint.start()
         bound_host, bound_port = endpoint.address
         if log_format is LogFormat.json:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 
-from statewright.definition.machine import State, Transition
+from statewright.definition.model import State, Transition
 
 __all__ = ["Edge", "can_reach_terminal", "edges", "reachable", "successors"]
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from statewright.errors import DefinitionError, Problem
 
 if TYPE_CHECKING:
-    from statewright.definition.machine import GuardFn
+    from statewright.definition.model import GuardFn
 
 __all__ = ["MAX_EXPRESSION_LENGTH", "compile_expression", "compile_value"]
 

@@ -1,224 +1,48 @@
 """Machine definitions: states, events, guarded transitions. Pure data, no I/O.
 
 A :class:`Machine` is built once (through :class:`MachineBuilder` or :meth:`Machine.build`),
-validated once, and then only read. Everything here is a frozen dataclass.
+validated once, and then only read. Everything here is a frozen dataclass; the parts (states,
+events, transitions, guards, actions) are in :mod:`statewright.definition.model`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from functools import cached_property
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from statewright.errors import ActionFailed, DefinitionError, IllegalTransition, InvalidPayload
+from statewright.definition.guards import compile_expression, compile_value
+from statewright.definition.model import (
+    WILDCARD,
+    Assign,
+    AssignFn,
+    Event,
+    Guard,
+    GuardFn,
+    State,
+    Transition,
+    expand_wildcards,
+)
+from statewright.definition.validate import validate
+from statewright.errors import ActionFailed, DefinitionError, IllegalTransition, Problem
 
-GuardFn = Callable[[Mapping[str, Any], Mapping[str, Any]], bool]
-"""A guard: ``guard(context, payload) -> bool``."""
-AssignFn = Callable[[Mapping[str, Any], Mapping[str, Any]], Mapping[str, Any]]
-"""An action: ``assign(context, payload) -> patch`` (top-level context keys to set)."""
-
-
-@dataclass(frozen=True)
-class Guard:
-    """A named predicate over the workflow context and the event payload.
-
-    ``expr`` is set when the guard came from a safe expression string (and so can be saved as
-    data); ``fn`` is what is evaluated.
-    """
-
-    name: str
-    fn: GuardFn
-    expr: str | None = None
-
-    def __call__(self, context: Mapping[str, Any], payload: Mapping[str, Any]) -> bool:
-        return bool(self.fn(context, payload))
-
-    def __eq__(self, other: object) -> bool:
-        # An expression guard is data: the same text means the same predicate, even when
-        # compiled twice (e.g. after a save/load round trip). A Python guard is its function.
-        if not isinstance(other, Guard):
-            return NotImplemented
-        if self.expr is not None or other.expr is not None:
-            return (self.name, self.expr) == (other.name, other.expr)
-        return self.name == other.name and self.fn == other.fn
-
-    def __hash__(self) -> int:
-        return hash((self.name, self.expr))
-
-
-@dataclass(frozen=True)
-class Assign:
-    """A context update made by a transition, XState's ``assign``: pure, and applied in the
-    transition's own transaction.
-
-    It computes a patch (top-level context keys to set) from the context *before* the
-    transition and the event's payload; the patch is merged into the context and stored in the
-    log with the transition, so replay rebuilds the same context without running it again.
-
-    ``exprs`` is set when the action is a map of safe expressions (the guard language, see
-    :mod:`statewright.definition.guards`), e.g. ``{"failed_attempts":
-    "(context.failed_attempts or 0) + 1", "shipment_id": "payload.shipment_id"}``; such an
-    action is data and is saved as such. A Python action is a function and is saved by name.
-    """
-
-    name: str
-    fn: AssignFn
-    exprs: Mapping[str, str] | None = None
-
-    def __post_init__(self) -> None:
-        if self.exprs is not None:
-            object.__setattr__(self, "exprs", MappingProxyType(dict(self.exprs)))
-
-    def __call__(self, context: Mapping[str, Any], payload: Mapping[str, Any]) -> dict[str, Any]:
-        patch = self.fn(context, payload)
-        if not isinstance(patch, Mapping):
-            raise TypeError(f"it returned a {type(patch).__name__}, not a mapping of keys")
-        bad = [k for k in patch if not isinstance(k, str)]
-        if bad:
-            raise TypeError(f"context keys must be strings, got {bad[0]!r}")
-        return dict(patch)
-
-    def __eq__(self, other: object) -> bool:
-        # Like Guard: an expression map is data (equal when the texts are); a Python action
-        # is its function.
-        if not isinstance(other, Assign):
-            return NotImplemented
-        if self.exprs is not None or other.exprs is not None:
-            return (self.name, _frozen(self.exprs)) == (other.name, _frozen(other.exprs))
-        return self.name == other.name and self.fn == other.fn
-
-    def __hash__(self) -> int:
-        return hash((self.name, _frozen(self.exprs)))
-
-
-def _frozen(exprs: Mapping[str, str] | None) -> tuple[tuple[str, str], ...] | None:
-    return None if exprs is None else tuple(sorted(exprs.items()))
-
-
-@dataclass(frozen=True)
-class State:
-    """One state.
-
-    Attributes:
-        name: unique name.
-        initial: the state a new workflow starts in (exactly one per machine).
-        terminal: no outgoing transitions; a workflow here is finished for good.
-        after: durable timers, XState-style: seconds spent in this state -> event to fire.
-            Used for approval timeouts, reminders and wake-ups.
-        every: recurring durable timers: every so many seconds in this state -> event to
-            fire. Armed on entering the state like ``after``; a firing that keeps the
-            workflow in the state (a self-transition) re-arms it for the next interval
-            after now (missed intervals are skipped, never fired in a burst), and a firing
-            a guard refuses is logged as a rejection and re-armed. Leaving the state
-            clears it.
-        stuck_after: seconds after which a workflow in this state counts as stuck.
-        description: free text for docs and dashboards.
-    """
-
-    name: str
-    initial: bool = False
-    terminal: bool = False
-    after: Mapping[float, str] = field(default_factory=dict)
-    stuck_after: float | None = None
-    description: str = ""
-    every: Mapping[float, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "after", MappingProxyType(dict(self.after)))
-        object.__setattr__(self, "every", MappingProxyType(dict(self.every)))
-
-
-@dataclass(frozen=True)
-class Event:
-    """One event type.
-
-    Attributes:
-        name: unique name.
-        description: what firing it means (shown to people and to LLMs).
-        roles: which roles may fire it; empty means any role. Enforced by the HTTP/MCP layers.
-        payload_schema: a JSON Schema the payload must satisfy, or None for any object.
-        approval: marks an approval decision (never offered to an agent).
-        assign: a context update made by every transition on this event (before the
-            transition's own ``assign``, which sees its result).
-    """
-
-    name: str
-    description: str = ""
-    roles: tuple[str, ...] = ()
-    payload_schema: Mapping[str, Any] | None = None
-    approval: bool = False
-    assign: Assign | None = None
-
-    @cached_property
-    def _validator(self) -> Any:
-        # Built once per event, not per payload: this sits on every transition's path.
-        # jsonschema is a pure-Python validator: no I/O, fine for this layer.
-        import jsonschema
-
-        from statewright.definition.data import plain
-
-        return jsonschema.Draft202012Validator(plain(self.payload_schema))
-
-    def validate_payload(self, payload: Any) -> None:
-        """Raise :class:`InvalidPayload` unless ``payload`` fits this event."""
-        if not isinstance(payload, Mapping):
-            got = type(payload).__name__
-            raise InvalidPayload(self.name, f"expected a JSON object, got {got}")
-        if self.payload_schema is None:
-            return
-        import jsonschema
-
-        from statewright.definition.data import plain
-
-        # plain(): jsonschema only treats real dicts as JSON objects, not MappingProxyType.
-        error = jsonschema.exceptions.best_match(self._validator.iter_errors(plain(payload)))
-        if error is not None:
-            path = "/".join(str(p) for p in error.absolute_path)
-            raise InvalidPayload(self.name, error.message, path)
-
-
-@dataclass(frozen=True)
-class Transition:
-    """An edge: from any of ``sources`` on ``event`` to ``target`` when ``guard`` passes.
-
-    Several transitions may share (source, event): the first whose guard passes wins, in
-    declaration order; at most one of them may be unguarded, and it must come last. Guards see
-    the context before any action; ``assign`` (see :class:`Assign`) updates it on the way.
-    """
-
-    sources: tuple[str, ...]
-    event: str
-    target: str
-    guard: Guard | None = None
-    description: str = ""
-    assign: Assign | None = None
-
-    @property
-    def is_self(self) -> bool:
-        return self.sources == (self.target,)
-
-
-WILDCARD = "*"
-"""As a transition's source: every state that is not terminal."""
-
-
-def expand_wildcards(
-    transitions: Iterable[Transition], states: Iterable[State]
-) -> tuple[Transition, ...]:
-    """Transitions with the source ``*`` replaced by every non-terminal state (in declaration
-    order, after any named with it). The expanded edges are checked like any other: an
-    unguarded one next to an explicit unguarded edge of the same state and event is an
-    ``ambiguous_transition`` naming that state."""
-    live = [s.name for s in states if not s.terminal]
-    out: list[Transition] = []
-    for t in transitions:
-        if WILDCARD in t.sources:
-            named = [s for s in t.sources if s != WILDCARD]
-            t = replace(t, sources=tuple(dict.fromkeys([*named, *live])))
-        out.append(t)
-    return tuple(out)
+__all__ = [
+    "WILDCARD",
+    "Assign",
+    "AssignFn",
+    "Event",
+    "Guard",
+    "GuardFn",
+    "Machine",
+    "MachineBuilder",
+    "State",
+    "Transition",
+    "assign_from_exprs",
+    "expand_wildcards",
+    "make_assign",
+    "make_guard",
+]
 
 
 @dataclass(frozen=True)
@@ -249,8 +73,6 @@ class Machine:
         description: str = "",
     ) -> Machine:
         """Build and validate a machine; raises :class:`DefinitionError` listing every problem."""
-        from statewright.definition.validate import validate
-
         state_list = list(states)
         event_list = list(events)
         transition_list = expand_wildcards(transitions, state_list)
@@ -502,8 +324,6 @@ def make_guard(spec: str | GuardFn | Guard | None, named: Mapping[str, GuardFn])
     if isinstance(spec, str):
         if spec in named:
             return Guard(spec, named[spec])
-        from statewright.definition.guards import compile_expression
-
         return Guard(spec, compile_expression(spec), expr=spec)
     return Guard(getattr(spec, "__name__", "guard"), spec)
 
@@ -537,9 +357,6 @@ def make_assign(
 
 def assign_from_exprs(exprs: Mapping[str, Any]) -> Assign:
     """An :class:`Assign` from a map of context key -> safe expression text."""
-    from statewright.definition.guards import compile_value
-    from statewright.errors import Problem
-
     problems: list[Problem] = []
     compiled: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], Any]] = {}
     if not exprs:

@@ -16,7 +16,7 @@ from typing import Any
 
 from statewright.definition.data import plain
 from statewright.definition.graph import can_reach_terminal, reachable
-from statewright.definition.machine import Event, State, Transition
+from statewright.definition.model import Event, State, Transition
 from statewright.errors import DefinitionError, Problem
 
 __all__ = ["CODES", "NAME_PATTERN", "validate"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from statewright.engine.reads import get
 from statewright.engine.transitions import Defer, Dispatched, Fire, same_json
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import (
@@ -31,7 +32,7 @@ from statewright.errors import (
 from statewright.types import CancelRequest, Lease, WorkflowRow
 
 if TYPE_CHECKING:
-    from statewright.engine.core import Engine
+    from statewright.engine.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def cancellable(wtype: WorkflowType, state: str) -> bool:
 
 
 async def pending(
-    engine: Engine,
+    rt: Runtime,
     wtype: WorkflowType,
     workflow_id: str,
     state: str,
@@ -67,14 +68,14 @@ async def pending(
     if request is None or not cancellable(wtype, state):
         return None
     if request.version is not None:
-        later = await engine.store.history(workflow_id, after_version=request.version)
+        later = await rt.store.history(workflow_id, after_version=request.version)
         if any(rec.event == wtype.cancel_event for rec in later):
             return None
     return request
 
 
 async def cancel(
-    engine: Engine,
+    rt: Runtime,
     workflow_id: str,
     reason: str,
     actor: str,
@@ -87,13 +88,13 @@ async def cancel(
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidInput("a cancel needs a reason")
     payload = {"reason": reason}
-    transitions = engine.transitions
+    transitions = rt.transitions
     for attempt in range(8):
-        row = await engine.get(workflow_id)
-        wtype = engine.type_of(row.type, row.machine_version)
+        row = await get(rt, workflow_id)
+        wtype = rt.registry.type_of(row.type, row.machine_version)
         event = wtype.cancel_event
         if key is not None:
-            replayed = await _replayed(engine, row, key, event, payload)
+            replayed = await _replayed(rt, row, key, event, payload)
             if replayed is not None:
                 return replayed  # a retry: the key decides, not the version its first try read
         if expected_version is not None and row.version != expected_version:
@@ -121,15 +122,15 @@ async def cancel(
                     except InvalidPayload as bad:
                         refused = bad
                     else:
-                        engine.observers.event_not_applied(row, event, exc, actor)
+                        rt.observers.event_not_applied(row, event, exc, actor)
                         return Dispatched(row, False, row.version, applied=False, refusal=exc)
                     await transitions.rejected(workflow_id, row, event, refused, actor)
                     raise refused from None
                 await transitions.rejected(workflow_id, row, event or "cancel", exc, actor)
                 raise
         if row.lease_owner is not None and not row.terminal:
-            request = CancelRequest(reason, actor, engine.clock.now(), row.version, key)
-            requested = await engine.store.request_cancel(workflow_id, request)
+            request = CancelRequest(reason, actor, rt.clock.now(), row.version, key)
+            requested = await rt.store.request_cancel(workflow_id, request)
             log.info(
                 "cancel requested",
                 extra={
@@ -164,11 +165,11 @@ async def cancel(
 
 
 async def _replayed(
-    engine: Engine, row: WorkflowRow, key: str, event: str | None, payload: dict[str, Any]
+    rt: Runtime, row: WorkflowRow, key: str, event: str | None, payload: dict[str, Any]
 ) -> Dispatched | None:
     """The workflow if a cancel with this key was applied or is pending; None if the key is
     new; IdempotencyKeyReused if it was used for something else."""
-    prior = await engine.store.transition_by_key(row.id, key)
+    prior = await rt.store.transition_by_key(row.id, key)
     if prior is not None:
         if prior.event != event or not same_json(prior.payload, payload):
             raise IdempotencyKeyReused(row.id, key, f"event {prior.event!r}")
@@ -181,7 +182,7 @@ async def _replayed(
 
 
 async def fire_cancel(
-    engine: Engine,
+    rt: Runtime,
     row: WorkflowRow,
     wtype: WorkflowType,
     request: CancelRequest,
@@ -206,7 +207,7 @@ async def fire_cancel(
         if event is None or not wtype.machine.can(row.state, event):
             allowed = wtype.machine.allowed_events(row.state, row.context)
             raise IllegalTransition(row.state, event or "cancel", allowed, None, row.id)
-        return await engine.transitions.fire(
+        return await rt.transitions.fire(
             row,
             Fire(
                 event,
@@ -222,7 +223,7 @@ async def fire_cancel(
         )
     except (VersionConflict, IdempotencyKeyReused):
         if lease is not None:
-            await engine.store.release_lease(row.id, lease)
+            await rt.store.release_lease(row.id, lease)
         return None
     except LeaseLost:
         return None
@@ -232,7 +233,7 @@ async def fire_cancel(
         error = f"cancelled ({reason}) but the cancel event was refused: {exc.message}"
     log.error(error, extra={"action": "workflow_parked", "workflow_id": row.id})
     try:
-        return await engine.transitions.defer(
+        return await rt.transitions.defer(
             row,
             Defer(
                 attempts=row.attempts,
@@ -247,7 +248,7 @@ async def fire_cancel(
 
 
 async def deliver_pending(
-    engine: Engine, wtype: WorkflowType, row: WorkflowRow | None, actor: str
+    rt: Runtime, wtype: WorkflowType, row: WorkflowRow | None, actor: str
 ) -> None:
     """Deliver a request that arrived while a worker (or recovery) held the workflow.
 
@@ -258,12 +259,12 @@ async def deliver_pending(
     """
     if row is None or row.cancel is None or row.terminal:
         return
-    if row.next_due_at is not None and row.next_due_at <= engine.clock.now():
+    if row.next_due_at is not None and row.next_due_at <= rt.clock.now():
         return
     try:
-        request = await pending(engine, wtype, row.id, row.state, row.cancel)
+        request = await pending(rt, wtype, row.id, row.state, row.cancel)
         if request is not None:
-            await fire_cancel(engine, row, wtype, request, request.actor or actor, park=False)
+            await fire_cancel(rt, row, wtype, request, request.actor or actor, park=False)
     except StatewrightError as exc:
         log.warning(
             "cancel request not delivered",

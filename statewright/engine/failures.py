@@ -21,7 +21,7 @@ from statewright.errors import (
 from statewright.types import Lease, WorkflowRow
 
 if TYPE_CHECKING:
-    from statewright.engine.core import Engine
+    from statewright.engine.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def describe(exc: BaseException) -> str:
 
 
 async def handle_failure(
-    engine: Engine,
+    rt: Runtime,
     row: WorkflowRow,
     exc: BaseException,
     *,
@@ -55,21 +55,21 @@ async def handle_failure(
     failed run took are not consumed: the retry gets them again. Returns the new row, or None
     if the workflow moved on meanwhile or the lease is gone.
     """
-    wtype = engine.type_of(row.type, row.machine_version)
+    wtype = rt.registry.type_of(row.type, row.machine_version)
     machine, policy = wtype.machine, wtype.retry
-    transitions = engine.transitions
-    now = engine.clock.now()
+    transitions = rt.transitions
+    now = rt.clock.now()
     error = describe(exc)
     total = row.total_attempts + 1
     try:
         if isinstance(exc, StepOutcomeUnknown):
-            return await _outcome_unknown(engine, row, exc, lease)
+            return await _outcome_unknown(rt, row, exc, lease)
         row_attempts = row.attempts
         if policy.classify(exc) == "transient":
             attempt = row.attempts + 1
             row_attempts = attempt
             retry_after = retry_after_of(exc, now)
-            delay = policy.delay(attempt, retry_after, engine.rng)
+            delay = policy.delay(attempt, retry_after, rt.rng)
             lifetime = policy.max_total_attempts
             if lifetime is not None and total > lifetime:
                 error = f"lifetime retry budget of {lifetime} failures spent; last: {error}"
@@ -114,7 +114,7 @@ async def handle_failure(
                         lease=lease,
                     ),
                 )
-                engine.observers.retried(row, deferred, delay)
+                rt.observers.retried(row, deferred, delay)
                 return deferred
             else:
                 error = f"retry budget of {policy.max_attempts} attempts spent; last: {error}"
@@ -169,16 +169,16 @@ async def handle_failure(
 
 
 async def _outcome_unknown(
-    engine: Engine,
+    rt: Runtime,
     row: WorkflowRow,
     exc: StepOutcomeUnknown,
     lease: Lease | None,
 ) -> WorkflowRow | None:
-    wtype = engine.type_of(row.type, row.machine_version)
+    wtype = rt.registry.type_of(row.type, row.machine_version)
     error = describe(exc)
     event = wtype.step_outcome_unknown
     if event is not None and wtype.machine.can(row.state, event):
-        return await engine.transitions.fire(
+        return await rt.transitions.fire(
             row,
             Fire(
                 event,
@@ -197,7 +197,7 @@ async def _outcome_unknown(
             "key": exc.key,
         },
     )
-    return await engine.transitions.defer(
+    return await rt.transitions.defer(
         row,
         Defer(
             attempts=row.attempts,

@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from statewright.engine.processing import Slot
+from statewright.engine.runtime import Runtime
 from statewright.engine.wakeup import listen
 from statewright.errors import StoreError
-
-if TYPE_CHECKING:
-    from statewright.engine.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +24,25 @@ CANCEL_CHECK_GAP = 0.1
 """Least seconds between two cancel checks: every transition wakes the heartbeat."""
 
 
-async def heartbeat(w: Worker) -> None:
-    store = w.engine.store
+class Holder(Protocol):
+    """What the heartbeat needs of the worker whose leases it keeps (a
+    :class:`~statewright.engine.worker.Worker`)."""
+
+    rt: Runtime
+    id: str
+    lease_seconds: float
+    poll_interval: float
+    deadline_grace: float
+    cancel_grace: float
+
+    @property
+    def slots(self) -> list[Slot]: ...
+
+    def slot_of(self, workflow_id: str) -> Slot | None: ...
+
+
+async def heartbeat(w: Holder) -> None:
+    store = w.rt.store
     every = w.lease_seconds / 3
     renew_at = time.monotonic() + every
     while True:
@@ -42,7 +58,7 @@ async def heartbeat(w: Worker) -> None:
             waiter.cancel()
 
 
-async def _renew(w: Worker) -> None:
+async def _renew(w: Holder) -> None:
     # Each lease is renewed under its own claim (fencing token): one that another worker took
     # over is not renewed, and its handler is stopped. A handler past its deadline plus the
     # grace is not renewed either: its lease lapses and recovery moves the workflow on.
@@ -52,7 +68,7 @@ async def _renew(w: Worker) -> None:
     held = {s.row.id: s.lease.fence for s in slots}
     try:
         renewed = set(
-            await w.engine.store.renew_leases(w.id, held, w.engine.clock.now() + w.lease_seconds)
+            await w.rt.store.renew_leases(w.id, held, w.rt.clock.now() + w.lease_seconds)
         )
     except StoreError:
         log.exception("lease renewal failed", extra={"action": "heartbeat_failed"})
@@ -62,12 +78,12 @@ async def _renew(w: Worker) -> None:
             slot.lose()
 
 
-async def _watch_cancels(w: Worker) -> None:
+async def _watch_cancels(w: Holder) -> None:
     running = [s for s in w.slots if s.running and s.run is not None]
     if not running:
         return
     try:
-        found = await w.engine.store.cancel_requests([s.row.id for s in running])
+        found = await w.rt.store.cancel_requests([s.row.id for s in running])
         for slot in running:
             assert slot.run is not None
             await slot.run.note_cancel(found.get(slot.row.id))

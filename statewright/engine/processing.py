@@ -12,8 +12,9 @@ import asyncio
 import contextvars
 import logging
 import time
+from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from statewright.engine import tracecontext
 from statewright.engine.cancel import cancel_reason, deliver_pending, fire_cancel, pending
@@ -36,7 +37,7 @@ from statewright.errors import (
 from statewright.types import CancelRequest, Lease, TimerRecord, WorkflowRow
 
 if TYPE_CHECKING:
-    from statewright.engine.worker import Worker
+    from statewright.engine.runtime import Runtime
     from statewright.store.protocol import Store
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,28 @@ class Slot:
                 handle.cancel()
 
 
-async def process(w: Worker, slot: Slot) -> None:
+class Host(Protocol):
+    """What processing a claimed workflow needs of the worker that claimed it (a
+    :class:`~statewright.engine.worker.Worker`)."""
+
+    rt: Runtime
+    processed: int
+    """Handler runs (and timers fired) so far: each of a chain counts."""
+
+    @property
+    def executor(self) -> Executor:
+        """Where synchronous user code runs."""
+
+    @property
+    def actor(self) -> str: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+    def may_chain(self, slot: Slot) -> bool: ...
+
+
+async def process(w: Host, slot: Slot) -> None:
     """Process a claimed workflow; while its handler's transition keeps the lease (the next
     state has a handler too: see :meth:`Worker.may_chain`), go on with the next state under
     the same claim."""
@@ -166,28 +188,28 @@ async def process(w: Worker, slot: Slot) -> None:
         slot.chain_to(after)
 
 
-async def _process_row(w: Worker, slot: Slot) -> WorkflowRow | None:
+async def _process_row(w: Host, slot: Slot) -> WorkflowRow | None:
     """Process ``slot.row``; the row to run the next handler on, if its transition kept
     the lease for it."""
-    engine, store, row = w.engine, w.engine.store, slot.row
+    rt, store, row = w.rt, w.rt.store, slot.row
     lease = slot.lease
     # An unknown version keeps its lease: released, this worker would claim it again at once;
     # held, it expires and a worker that knows the version recovers it.
-    wtype = engine.type_of(row.type, row.machine_version)
+    wtype = rt.registry.type_of(row.type, row.machine_version)
     if w.stopping:  # claimed but not started: hand it back so another worker takes it now
         await store.release_lease(row.id, lease)
         return None
     if row.cancel is not None:
-        request = await pending(engine, wtype, row.id, row.state, row.cancel)
+        request = await pending(rt, wtype, row.id, row.state, row.cancel)
         if request is not None:
             try:
                 await fire_cancel(
-                    engine, row, wtype, request, request.actor or w.actor, park=False, lease=lease
+                    rt, row, wtype, request, request.actor or w.actor, park=False, lease=lease
                 )
                 return None
             except (IllegalTransition, InvalidPayload):
                 pass  # a guard refuses it here: run as usual (the handler sees it too)
-    now = engine.clock.now()
+    now = rt.clock.now()
     handler = wtype.handlers.get(row.state)
     due = await _due_timers(store, slot, now)
     if handler is not None and row.next_due_at is not None:
@@ -200,7 +222,7 @@ async def _process_row(w: Worker, slot: Slot) -> WorkflowRow | None:
     if handler is None or row.next_due_at is None or row.next_due_at > now:
         # Nothing to run (a timer was consumed meanwhile): re-arm from the pending timers.
         try:
-            rearmed = await engine.transitions.let_go(row, lease)
+            rearmed = await rt.transitions.let_go(row, lease)
         except VersionConflict:
             await store.release_lease(row.id, lease)
             return None
@@ -235,7 +257,7 @@ async def _due_timers(store: Store, slot: Slot, now: float) -> list[TimerRecord]
 
 
 async def _fire_timer(
-    w: Worker,
+    w: Host,
     wtype: WorkflowType,
     row: WorkflowRow,
     timer: TimerRecord,
@@ -248,11 +270,11 @@ async def _fire_timer(
     A refused event fails the workflow for a one-shot timer; a recurring timer's refusal is
     logged as a rejection and the timer is consumed and re-armed without a transition (a
     guard that does not pass yet is the usual case: "check again later")."""
-    engine = w.engine
-    store = engine.store
-    rearm = rearmed_timer(timer, engine.clock.now())
+    rt = w.rt
+    store = rt.store
+    rearm = rearmed_timer(timer, rt.clock.now())
     try:
-        after = await engine.transitions.fire(
+        after = await rt.transitions.fire(
             row,
             Fire(
                 timer.event,
@@ -271,17 +293,17 @@ async def _fire_timer(
     except (IllegalTransition, InvalidPayload) as exc:
         if rearm is None:
             failed = FatalError(f"timer {timer.event!r}: {exc}")
-            await after_write(w, wtype, await handle_failure(engine, row, failed, lease=lease))
+            await after_write(w, wtype, await handle_failure(rt, row, failed, lease=lease))
             return
         # A handler's retry owed (a failure's backoff) may hide behind this timer's due time
         # (next_due_at keeps only the earlier): run it now rather than lose it.
         owed = has_handler and row.attempts > 0 and row.parked is None
         try:
-            kept = await engine.transitions.defer(
+            kept = await rt.transitions.defer(
                 row,
                 Defer(
                     attempts=row.attempts,
-                    next_due_at=engine.clock.now() if owed else None,
+                    next_due_at=rt.clock.now() if owed else None,
                     last_error=row.last_error,
                     parked=row.parked,
                     lease=lease,
@@ -299,7 +321,7 @@ async def _fire_timer(
     await after_write(w, wtype, after)
 
 
-def _start(w: Worker, slot: Slot, run: Run, handler: Handler) -> asyncio.Future[HandlerResult]:
+def _start(w: Host, slot: Slot, run: Run, handler: Handler) -> asyncio.Future[HandlerResult]:
     """Start the handler: ``async def`` on the loop, anything else in the thread pool."""
     label = f"handler {run.type.name}/{run.state} {run.id}"
     if is_async(handler):
@@ -308,7 +330,7 @@ def _start(w: Worker, slot: Slot, run: Run, handler: Handler) -> asyncio.Future[
     loop = asyncio.get_running_loop()
     ctx = contextvars.copy_context()  # the trace and other context variables go along
     sync_run = SyncRun(run, loop)
-    threaded = loop.run_in_executor(w.executor, lambda: ctx.run(handler, sync_run))  # type: ignore[arg-type]
+    threaded = loop.run_in_executor(w.executor, lambda: ctx.run(handler, sync_run))
     return asyncio.ensure_future(_settle(threaded, label))
 
 
@@ -320,12 +342,12 @@ async def _settle(threaded: asyncio.Future[Any], label: str) -> HandlerResult:
 
 
 async def _run_handler(
-    w: Worker, slot: Slot, wtype: WorkflowType, handler: Handler
+    w: Host, slot: Slot, wtype: WorkflowType, handler: Handler
 ) -> WorkflowRow | None:
     """Run the handler and write its outcome; the row to chain on (see :func:`process`)."""
-    engine, store, row = w.engine, w.engine.store, slot.row
+    rt, store, row = w.rt, w.rt.store, slot.row
     lease = slot.lease
-    run = slot.run = Run(engine, wtype, row, executor=w.executor)
+    run = slot.run = Run(rt, wtype, row, executor=w.executor)
     # The last step's done record rides with the transition the handler returns; anything
     # else the handler does, and every other way this run ends, writes it first.
     run.carry_done = True
@@ -372,7 +394,7 @@ async def _run_handler(
             },
         )
         await run.flush()
-        await after_write(w, wtype, await handle_failure(engine, row, exc, lease=lease))
+        await after_write(w, wtype, await handle_failure(rt, row, exc, lease=lease))
         return None
     finally:
         slot.end()
@@ -384,7 +406,7 @@ async def _run_handler(
         tracecontext.note(outcome="idle")
         try:
             await run.flush()
-            idle = await engine.transitions.defer(
+            idle = await rt.transitions.defer(
                 row,
                 Defer(
                     attempts=0,
@@ -406,7 +428,7 @@ async def _run_handler(
     try:
         nxt = Next(result) if isinstance(result, str) else result
         tracecontext.note(outcome="next", event=nxt.event)
-        after = await engine.transitions.fire(
+        after = await rt.transitions.fire(
             row,
             Fire(
                 nxt.event,
@@ -435,7 +457,7 @@ async def _run_handler(
         await run.flush()
         failed = FatalError(f"handler returned {exc.message}")
         tracecontext.failed(failed)
-        await after_write(w, wtype, await handle_failure(engine, row, failed, lease=lease))
+        await after_write(w, wtype, await handle_failure(rt, row, failed, lease=lease))
         return None
     except Exception:
         # The transition failed (a store error; or its outcome is unknown): record the step's
@@ -457,9 +479,9 @@ async def _run_handler(
     return None
 
 
-async def _stopped(w: Worker, slot: Slot, wtype: WorkflowType) -> None:
+async def _stopped(w: Host, slot: Slot, wtype: WorkflowType) -> None:
     """The handler's task was cancelled by the worker: say why, and write what follows."""
-    engine, row = w.engine, slot.row
+    rt, row = w.rt, slot.row
     if slot.lost:
         _log_lost(slot)
     elif slot.timed_out:
@@ -474,7 +496,7 @@ async def _stopped(w: Worker, slot: Slot, wtype: WorkflowType) -> None:
             extra={"action": "handler_deadline", "workflow_id": row.id, "state": row.state},
         )
         await _flush(slot)
-        after = await handle_failure(engine, row, exc, lease=slot.lease)
+        after = await handle_failure(rt, row, exc, lease=slot.lease)
         await after_write(w, wtype, after)
     elif slot.killed_for_cancel:
         await _flush(slot)
@@ -487,7 +509,7 @@ async def _stopped(w: Worker, slot: Slot, wtype: WorkflowType) -> None:
             extra={"action": "handler_abandoned", "workflow_id": row.id, "state": row.state},
         )
         await _flush(slot)
-        await engine.store.release_lease(row.id, slot.lease)
+        await rt.store.release_lease(row.id, slot.lease)
 
 
 async def _flush(slot: Slot) -> None:
@@ -503,7 +525,7 @@ def _log_lost(slot: Slot) -> None:
     )
 
 
-async def _cancelled(w: Worker, slot: Slot, wtype: WorkflowType, reason: str | None) -> None:
+async def _cancelled(w: Host, slot: Slot, wtype: WorkflowType, reason: str | None) -> None:
     assert slot.run is not None
     request = slot.run.cancel_request
     reason = reason or (request.reason if request else None) or "cancelled by its handler"
@@ -526,7 +548,7 @@ async def _cancelled(w: Worker, slot: Slot, wtype: WorkflowType, reason: str | N
         request.idempotency_key if request else None,
     )
     await fire_cancel(
-        w.engine,
+        w.rt,
         slot.row,
         wtype,
         delivered,
@@ -537,5 +559,5 @@ async def _cancelled(w: Worker, slot: Slot, wtype: WorkflowType, reason: str | N
     )
 
 
-async def after_write(w: Worker, wtype: WorkflowType, row: WorkflowRow | None) -> None:
-    await deliver_pending(w.engine, wtype, row, w.actor)
+async def after_write(w: Host, wtype: WorkflowType, row: WorkflowRow | None) -> None:
+    await deliver_pending(w.rt, wtype, row, w.actor)

@@ -20,7 +20,7 @@ from statewright.errors import (
 from statewright.types import WorkflowRow
 
 if TYPE_CHECKING:
-    from statewright.engine.core import Engine
+    from statewright.engine.runtime import HasRuntime, Runtime
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def dead_local_owner(owner: str) -> bool:
 
 
 async def recover(
-    engine: Engine,
+    engine: HasRuntime,
     now: float | None = None,
     *,
     worker_id: str = "recovery",
@@ -83,10 +83,24 @@ async def recover(
     from then on) and write under it.
 
     A lease is recovered only if it is still the one found expired when the write happens: a
-    worker that renewed it meanwhile keeps it.
+    worker that renewed it meanwhile keeps it. ``engine``: the engine (or anything carrying
+    its :class:`~statewright.engine.runtime.Runtime`).
     """
-    store = engine.store
-    now = engine.clock.now() if now is None else now
+    return await recover_stale(
+        engine.runtime, now, worker_id=worker_id, lease_seconds=lease_seconds
+    )
+
+
+async def recover_stale(
+    rt: Runtime,
+    now: float | None = None,
+    *,
+    worker_id: str = "recovery",
+    lease_seconds: float = 30.0,
+) -> list[Recovered]:
+    """:func:`recover` on a runtime (what a worker runs)."""
+    store = rt.store
+    now = rt.clock.now() if now is None else now
     dead = [o for o in await store.lease_owners() if dead_local_owner(o)]
     stale: dict[str, tuple[WorkflowRow, float | None]] = {
         r.id: (r, now) for r in await store.expired_leases(now, limit=10_000)
@@ -98,7 +112,7 @@ async def recover(
     for row, expired_before in stale.values():
         owner = row.lease_owner or ""
         try:
-            wtype = engine.type_of(row.type, row.machine_version)
+            wtype = rt.registry.type_of(row.type, row.machine_version)
         except UnknownWorkflowType:
             continue  # another deployment's type: leave it to its own workers
         action = wtype.recovery_for(row.state)
@@ -116,16 +130,16 @@ async def recover(
             after: WorkflowRow | None
             if action == "retry":
                 lost = TransientError(f"worker {owner} was lost")
-                after = await handle_failure(engine, taken, lost, lease=lease)
+                after = await handle_failure(rt, taken, lost, lease=lease)
             elif action == "fail":
                 lost_for_good = FatalError(f"worker {owner} was lost")
-                after = await handle_failure(engine, taken, lost_for_good, lease=lease)
+                after = await handle_failure(rt, taken, lost_for_good, lease=lease)
             else:  # leave: release and wait for an external event (or a pending timer)
                 try:
-                    after = await engine.transitions.let_go(taken, lease)
+                    after = await rt.transitions.let_go(taken, lease)
                 except (VersionConflict, LeaseLost):
                     after = None
-            await deliver_pending(engine, wtype, after, "engine")
+            await deliver_pending(rt, wtype, after, "engine")
         log.warning(
             "recovered workflow",
             extra={

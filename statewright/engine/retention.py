@@ -34,12 +34,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from statewright import jsonvalue
+from statewright.engine.replay import check_archived
 from statewright.errors import InvalidInput, StatewrightError
 from statewright.store.retention_sql import RELATED, check_restorable, comparable
 
 if TYPE_CHECKING:
-    from statewright.engine.core import Engine
-    from statewright.engine.worker import Worker
+    from statewright.engine.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def _check_seconds(value: object, what: str) -> float:
 
 
 async def prune(
-    engine: Engine,
+    rt: Runtime,
     terminal_older_than: float,
     *,
     archive: str | os.PathLike[str] | None = None,
@@ -143,11 +143,24 @@ async def prune(
     pruned_ids_older_than: float | None = None,
     dry_run: bool = False,
 ) -> PruneReport:
-    """See :meth:`statewright.engine.Engine.prune`. ``alerts_older_than``: also delete the
-    alert notifications (:mod:`statewright.observability.delivery`) created more than that
-    many seconds ago and delivered or dead-lettered since; pending ones stay. Deleting one
-    cannot make it be sent again: a notification is written only with a change of the alert's
-    recorded state, which stays."""
+    """Delete finished workflows whose final state was entered more than
+    ``terminal_older_than`` seconds ago, whole (row, log, steps, timers, inbox, refused
+    events), in batches of ``batch``, each its own short transaction; and refused events
+    older than ``rejections_older_than`` seconds. With ``archive`` (a ``.jsonl.gz`` path,
+    appended to) each batch is written and fsynced before it is deleted. ``dry_run`` counts
+    and changes nothing. Raises InvalidInput.
+
+    ``alerts_older_than``: also delete the alert notifications
+    (:mod:`statewright.observability.delivery`) created more than that many seconds ago and
+    delivered or dead-lettered since; pending ones stay. Deleting one cannot make it be sent
+    again: a notification is written only with a change of the alert's recorded state, which
+    stays.
+
+    Each pruned workflow leaves a tombstone (its id, tenant, type and when), written with its
+    delete: a start of that id, or with the idempotency key it came from, is refused with
+    :class:`~statewright.errors.WorkflowPruned` rather than creating a workflow that would run
+    the same steps under the same keys. Tombstones are kept until ``pruned_ids_older_than``
+    (seconds since their prune) deletes them; only then may such an id be started again."""
     older = _check_seconds(terminal_older_than, "terminal_older_than")
     rej_older = (
         None
@@ -171,8 +184,8 @@ async def prune(
         else _check_seconds(pruned_ids_older_than, "pruned_ids_older_than")
     )
     writer = None if archive is None or dry_run else ArchiveWriter(archive)
-    store = engine.store
-    now = engine.clock.now()
+    store = rt.store
+    now = rt.clock.now()
     report = PruneReport(dry_run=dry_run, cutoff=now - older)
     started = time.perf_counter()
     after: tuple[float, str] | None = None
@@ -204,7 +217,7 @@ async def prune(
         deleted, counts = await store.delete_workflows(held, now) if held else ([], {})
         took = time.perf_counter() - took
         for wid in deleted:
-            engine.transitions.rows.drop(wid)
+            rt.transitions.rows.drop(wid)
         for name, n in counts.items():
             setattr(report, name, getattr(report, name) + n)
         if took > budget and size > 1:
@@ -274,17 +287,16 @@ def check_worker_options(older: float | None, every: float) -> None:
         raise InvalidInput("prune_every must be more than 0 seconds")
 
 
-def prune_periodically(worker: Worker) -> asyncio.Task[None]:
-    """The worker's periodic prune (``Worker(prune_terminal_older_than=, prune_every=)``): no
-    archive (several workers would each write their own, and a worker has no place to keep
-    one); a failed round is logged and the next one tries again."""
-    older = worker.prune_terminal_older_than
-    assert older is not None
+def prune_periodically(rt: Runtime, older: float, every: float) -> asyncio.Task[None]:
+    """A worker's periodic prune (``Worker(prune_terminal_older_than=older,
+    prune_every=every)``): no archive (several workers would each write their own, and a
+    worker has no place to keep one); a failed round is logged and the next one tries
+    again."""
 
     async def loop() -> None:
         while True:
             try:
-                report = await prune(worker.engine, older)
+                report = await prune(rt, older)
                 if report.workflows:
                     log.info(
                         "worker pruned finished workflows",
@@ -292,7 +304,7 @@ def prune_periodically(worker: Worker) -> asyncio.Task[None]:
                     )
             except StatewrightError:
                 log.exception("prune failed", extra={"action": "prune_failed"})
-            await asyncio.sleep(worker.prune_every)
+            await asyncio.sleep(every)
 
     return asyncio.create_task(loop(), name="statewright-prune")
 
@@ -409,15 +421,30 @@ def read_archive(
 
 
 async def import_archive(
-    engine: Engine,
+    rt: Runtime,
     path: str | os.PathLike[str],
     *,
-    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    max_record_bytes: int | None = None,
 ) -> ImportReport:
-    """See :meth:`statewright.engine.Engine.import_archive`."""
+    """Restore the workflows of a prune archive, each whole in one transaction, **an archive
+    being data to check, not to trust**: each record is checked whole first, in the
+    transaction that would write it, and refused (listed in ``refused`` with its line and why;
+    nothing written for it; the rest of the archive goes on) unless it is a finished workflow
+    (terminal, unleased, not due, no timers: nothing can run it), its id consistent with its
+    tenant, every value within this engine's input limits (the context, every payload and
+    patch of its log, step results, inputs: :class:`~statewright.jsonvalue.Limits`) and its
+    log replays to its row (on its machine version when registered here; else the log's order
+    only, and it is listed in ``unchecked``). A line longer than ``max_record_bytes`` once
+    inflated (default 16 MiB) is refused unread; decoding never recurses.
+
+    A workflow already here with the same data is skipped (``identical``); with other data it
+    is refused (``conflicts``), nothing written. Raises InvalidInput (before writing anything)
+    for a file that is not an archive."""
+    if max_record_bytes is None:
+        max_record_bytes = DEFAULT_MAX_RECORD_BYTES
     records, truncated = read_archive(path, max_record_bytes)
     report = ImportReport()
-    store = engine.store
+    store = rt.store
     columns: dict[str, set[str]] | None = None
     for number, rec in records:
         named = rec.get("id") if isinstance(rec, dict) else None
@@ -426,14 +453,14 @@ async def import_archive(
                 raise rec.error
             check_restorable(rec)
             wid: str = rec["id"]
-            checked = _check_values(engine, rec)
-            restored = await store.restore_workflow(rec, lambda r: _check_replay(engine, r))
+            checked = _check_values(rt, rec)
+            restored = await store.restore_workflow(rec, lambda r: _check_replay(rt, r))
         except StatewrightError as exc:
             _refuse(report, number, named if isinstance(named, str) else None, exc)
             continue
         if restored:
             report.imported.append(wid)
-            engine.transitions.rows.drop(wid)
+            rt.transitions.rows.drop(wid)
             if not checked:
                 report.unchecked.append(wid)
             continue
@@ -467,12 +494,12 @@ def _refuse(report: ImportReport, line: int, wid: str | None, exc: StatewrightEr
     )
 
 
-def _check_values(engine: Engine, rec: dict[str, Any]) -> bool:
+def _check_values(rt: Runtime, rec: dict[str, Any]) -> bool:
     """Every value of the record within the engine's input limits (as if it were handed in
     now: the context, every payload and patch of the log, step results, progress, inputs),
     and its machine version registered here; ValueTooDeep, ValueTooLarge, InvalidInput.
     Returns whether the replay can be checked (its machine version is registered)."""
-    limits = engine.limits
+    limits = rt.limits
     wf = rec["workflow"]
     wid = wf["id"]
     for col, value in wf.items():
@@ -483,14 +510,14 @@ def _check_values(engine: Engine, rec: dict[str, Any]) -> bool:
             for col, value in row.items():
                 if value is not None:
                     limits.check(value, f"{table}[{i}].{col} of {wid!r}")
-    return engine._known_machine(wf["type"], wf["machine_version"]) is not None
+    return rt.registry.known_machine(wf["type"], wf["machine_version"]) is not None
 
 
-def _check_replay(engine: Engine, rec: dict[str, Any]) -> None:
+def _check_replay(rt: Runtime, rec: dict[str, Any]) -> None:
     """The record's log replays to its row (on its machine when registered here, else in
     order only): ReplayMismatch otherwise. Run by the store in the transaction that would
     write the record, before it writes."""
-    engine.check_archived(rec["workflow"], rec["transitions"])
+    check_archived(rt, rec["workflow"], rec["transitions"])
 
 
 def _columns(rec: dict[str, Any]) -> dict[str, set[str]]:

@@ -44,6 +44,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from statewright import ids
+from statewright.engine.commands import create
 from statewright.engine.transitions import same_json
 from statewright.errors import (
     InvalidSchedule,
@@ -54,7 +55,7 @@ from statewright.errors import (
 from statewright.types import ScheduleRecord, WorkflowRow
 
 if TYPE_CHECKING:
-    from statewright.engine.core import Engine
+    from statewright.engine.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -151,12 +152,12 @@ def tick_actor(schedule: ScheduleRecord, prefix: str = "schedule") -> str:
 
 
 async def started_by(
-    engine: Engine, schedule: ScheduleRecord, row: WorkflowRow, prefix: str = "schedule"
+    rt: Runtime, schedule: ScheduleRecord, row: WorkflowRow, prefix: str = "schedule"
 ) -> str | None:
     """Why the existing workflow ``row`` under a tick's id was not started by ``schedule``
     (None: it was: its first log entry is ``$start`` by the schedule's actor, or by the
     actor ticks had before schedules kept their creator, with the schedule's input)."""
-    first = await engine.store.history(row.id, 0, 1)
+    first = await rt.store.history(row.id, 0, 1)
     if not first:
         return "it has no log"
     entry = first[0]
@@ -187,7 +188,7 @@ def due_ticks(schedule: ScheduleRecord, now: float) -> tuple[list[float], float]
 
 
 def check_definition(
-    engine: Engine,
+    rt: Runtime,
     workflow_type: str,
     cron: str,
     input: Mapping[str, Any] | None,
@@ -197,7 +198,7 @@ def check_definition(
     tenant: str,
 ) -> tuple[Cron, dict[str, Any]]:
     """Every check a start would make, at schedule time: typed errors, nothing stored."""
-    engine.type_of(workflow_type)  # UnknownWorkflowType
+    rt.registry.type_of(workflow_type)  # UnknownWorkflowType
     parsed = parse(cron, timezone)
     if catch_up not in CATCH_UP:
         raise InvalidSchedule(
@@ -210,7 +211,7 @@ def check_definition(
             f"input must be a JSON object, got {type(input).__name__}", field="input"
         )
     body = dict(input or {})
-    engine.limits.check(body, "input")
+    rt.limits.check(body, "input")
     return parsed, body
 
 
@@ -240,10 +241,10 @@ def check_schedule_id(schedule_id: Any, tenant: str | None = None) -> str:
 
 
 async def put(
-    engine: Engine,
+    rt: Runtime,
     workflow_type: str,
     cron: str,
-    input: Mapping[str, Any] | None,
+    input: Mapping[str, Any] | None = None,
     *,
     schedule_id: str,
     catch_up: str = "latest",
@@ -252,12 +253,28 @@ async def put(
     paused: bool = False,
     actor: str | None = None,
 ) -> ScheduleRecord:
-    """See :meth:`Engine.schedule_start`."""
+    """Start a workflow of ``workflow_type`` with ``input`` at every tick of ``cron`` (five
+    fields, or ``@daily``, ``@hourly``...) in ``timezone``; workers fire the ticks, one
+    workflow per tick however many run (its id: ``<schedule_id>.<UTC tick>``).
+
+    ``actor``: who declares it, kept as the schedule's ``created_by``; the workflows its
+    ticks start are logged as started by ``schedule:<schedule_id> for <actor>`` (by
+    ``schedule:<schedule_id>`` without one). The engine trusts its caller; the HTTP
+    surface first checks that the caller may start the type in the tenant.
+
+    Declaring a schedule again as it is changes nothing; with another definition it
+    replaces it (its next tick counted from now). ``catch_up``: ``latest`` (default: of
+    the ticks missed while no worker ran, start the latest only), ``all`` or ``skip``
+    (:data:`CatchUp`).
+
+    Raises UnknownWorkflowType, InvalidSchedule (cron, zone, policy or id), InvalidInput
+    (an input a start would refuse).
+    """
     parsed, body = check_definition(
-        engine, workflow_type, cron, input, schedule_id, catch_up, timezone, tenant
+        rt, workflow_type, cron, input, schedule_id, catch_up, timezone, tenant
     )
-    now = engine.clock.now()
-    before = await engine.store.get_schedule(schedule_id)
+    now = rt.clock.now()
+    before = await rt.store.get_schedule(schedule_id)
     if before is not None and (
         before.type,
         before.cron,
@@ -284,7 +301,7 @@ async def put(
         updated_at=now,
         created_by=actor,
     )
-    saved = await engine.store.put_schedule(record)
+    saved = await rt.store.put_schedule(record)
     log.info(
         "schedule declared",
         extra={
@@ -297,32 +314,53 @@ async def put(
     return saved
 
 
-async def get(engine: Engine, schedule_id: str) -> ScheduleRecord:
-    found = await engine.store.get_schedule(schedule_id)
+async def listing(
+    rt: Runtime, tenant: str | None = None, *, after: str | None = None, limit: int | None = None
+) -> list[ScheduleRecord]:
+    """The schedules (of one tenant when given), by id: after the id ``after``, at most
+    ``limit`` (default: all)."""
+    return await rt.store.list_schedules(tenant, after=after, limit=limit)
+
+
+async def get(rt: Runtime, schedule_id: str) -> ScheduleRecord:
+    """One schedule; raises ScheduleNotFound."""
+    found = await rt.store.get_schedule(schedule_id)
     if found is None:
         raise ScheduleNotFound(schedule_id)
     return found
 
 
-async def remove(engine: Engine, schedule_id: str) -> None:
-    if not await engine.store.delete_schedule(schedule_id):
+async def remove(rt: Runtime, schedule_id: str) -> None:
+    """Remove a schedule (the workflows it started stay); raises ScheduleNotFound."""
+    if not await rt.store.delete_schedule(schedule_id):
         raise ScheduleNotFound(schedule_id)
 
 
-async def set_paused(engine: Engine, schedule_id: str, paused: bool) -> ScheduleRecord:
+async def set_paused(rt: Runtime, schedule_id: str, paused: bool) -> ScheduleRecord:
     """Pause (no tick fires) or resume (from the first tick after now: the ticks of the pause
     are skipped, whatever the catch-up policy)."""
-    found = await get(engine, schedule_id)
-    now = engine.clock.now()
+    found = await get(rt, schedule_id)
+    now = rt.clock.now()
     next_at = found.next_at if paused else parse(found.cron, found.timezone).next_after(now)
-    changed = await engine.store.pause_schedule(schedule_id, paused, next_at, now)
+    changed = await rt.store.pause_schedule(schedule_id, paused, next_at, now)
     if changed is None:
         raise ScheduleNotFound(schedule_id)
     return changed
 
 
+async def pause(rt: Runtime, schedule_id: str) -> ScheduleRecord:
+    """Stop a schedule's ticks until :func:`resume`; raises ScheduleNotFound."""
+    return await set_paused(rt, schedule_id, True)
+
+
+async def resume(rt: Runtime, schedule_id: str) -> ScheduleRecord:
+    """Resume a paused schedule from its first tick after now (the paused ticks are not
+    caught up); raises ScheduleNotFound."""
+    return await set_paused(rt, schedule_id, False)
+
+
 async def fire_due(
-    engine: Engine,
+    rt: Runtime,
     now: float | None = None,
     *,
     types: Collection[str] | None = None,
@@ -337,10 +375,10 @@ async def fire_due(
     workflow it did not start records the error on the schedule and moves on to its next
     tick; a store failure leaves it due (retried).
     """
-    now = engine.clock.now() if now is None else now
-    names = {t.name for t in engine.types} if types is None else set(types)
+    now = rt.clock.now() if now is None else now
+    names = {t.name for t in rt.registry.types} if types is None else set(types)
     created: list[str] = []
-    for schedule in await engine.store.due_schedules(now, limit):
+    for schedule in await rt.store.due_schedules(now, limit):
         if schedule.type not in names:
             continue  # another deployment's type: its own workers fire it
         error: str | None = None
@@ -356,14 +394,15 @@ async def fire_due(
         for tick in ticks:
             workflow_id = tick_workflow_id(schedule, tick)
             try:
-                row, new = await engine.create(
+                row, new = await create(
+                    rt,
                     schedule.type,
                     schedule.input,
                     workflow_id=workflow_id,
                     actor=tick_actor(schedule, actor_prefix),
                     tenant=schedule.tenant,
                 )
-                squatted = None if new else await started_by(engine, schedule, row, actor_prefix)
+                squatted = None if new else await started_by(rt, schedule, row, actor_prefix)
             except StoreError:
                 raise  # nothing advanced: the tick stays due
             except StatewrightError as exc:
@@ -407,7 +446,7 @@ async def fire_due(
         if math.isinf(following):
             following = now + 365 * 86400.0  # unreadable: parked a year out, error shown
             error = error or "the schedule's cron expression or time zone cannot be read"
-        await engine.store.advance_schedule(
+        await rt.store.advance_schedule(
             schedule.id,
             schedule.next_at,
             following,

@@ -61,7 +61,7 @@ from statewright.types import (
 )
 
 if TYPE_CHECKING:
-    from statewright.engine.core import Engine
+    from statewright.engine.runtime import Runtime
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -155,13 +155,13 @@ class Run:
 
     def __init__(
         self,
-        engine: Engine,
+        rt: Runtime,
         wtype: WorkflowType,
         workflow: WorkflowRow,
         *,
         executor: Executor | None = None,
     ) -> None:
-        self.engine = engine
+        self.rt = rt
         self.type = wtype
         self.workflow = workflow
         self.partial: JSON = {}
@@ -207,7 +207,7 @@ class Run:
         return f"{self.workflow.id}:{step}"
 
     def now(self) -> float:
-        return self.engine.clock.now()
+        return self.rt.clock.now()
 
     def _check_live(self) -> None:
         if self.stopped is not None:
@@ -227,14 +227,14 @@ class Run:
         pending, self._pending = self._pending, None
         if pending is None:
             return
-        await self.engine.store.step_finish(pending.finish, self.lease)
-        self.engine.observers.step_finished(self.workflow, pending.name, pending.elapsed)
+        await self.rt.store.step_finish(pending.finish, self.lease)
+        self.rt.observers.step_finished(self.workflow, pending.name, pending.elapsed)
 
     def carried(self) -> None:
         """The pending record was committed with the handler's transition (worker use)."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            self.engine.observers.step_finished(self.workflow, pending.name, pending.elapsed)
+            self.rt.observers.step_finished(self.workflow, pending.name, pending.elapsed)
 
     # -- cancel --------------------------------------------------------------------------------
 
@@ -260,7 +260,7 @@ class Run:
         """
         self._check_live()
         await self.flush()
-        found = await self.engine.store.cancel_requests([self.workflow.id])
+        found = await self.rt.store.cancel_requests([self.workflow.id])
         await self.note_cancel(found.get(self.workflow.id))
         if self._cancel is not None:
             raise Cancelled(self._cancel.reason)
@@ -270,14 +270,14 @@ class Run:
         if self._cancel_seen and request == self._cancel_raw:
             return
         wf = self.workflow
-        found = await pending(self.engine, self.type, wf.id, wf.state, request)
+        found = await pending(self.rt, self.type, wf.id, wf.state, request)
         # Marked as seen only once resolved: a concurrent caller must not skip it meanwhile.
         self._cancel, self._cancel_raw, self._cancel_seen = found, request, True
 
     def save_partial(self, **context: Any) -> None:
         """Stash partial results: if the run ends cancelled, they are merged into the context
         in the same transaction as the cancel event. Values must be JSON-serialisable."""
-        self.engine.limits.check({**self.partial, **context}, "partial results")
+        self.rt.limits.check({**self.partial, **context}, "partial results")
         self.partial.update(context)
 
     # -- timers --------------------------------------------------------------------------------
@@ -307,7 +307,7 @@ class Run:
         self._check_live()
         machine = self.type.machine
         spec = timer_spec(
-            self.engine,
+            self.rt,
             machine,
             None,
             event,
@@ -348,8 +348,8 @@ class Run:
         self._check_live()
         await self.flush()
         try:
-            self.engine.limits.check(fields, "progress report")
-            await self.engine.store.record_progress(
+            self.rt.limits.check(fields, "progress report")
+            await self.rt.store.record_progress(
                 self.workflow.id, dict(fields), self.now(), self.lease
             )
         except LeaseLost:
@@ -416,9 +416,7 @@ class Run:
         self._check_live()
         await self.flush()
         key = self.key(name)
-        opened = await self.engine.store.step_open(
-            key, self.workflow.id, name, self.now(), self.lease
-        )
+        opened = await self.rt.store.step_open(key, self.workflow.id, name, self.now(), self.lease)
         await self.note_cancel(opened.cancel)
         if self._cancel is not None:
             raise Cancelled(self._cancel.reason)
@@ -450,7 +448,7 @@ class Run:
     ) -> _Begun | StepRecord:
         """The done record to return, or the ledger entry of the attempt that may run now
         (``record``: the step's ledger entry as just read)."""
-        store = self.engine.store
+        store = self.rt.store
         key = self.key(name)
         if record is not None and record.status == "done":
             return record
@@ -504,7 +502,7 @@ class Run:
         outcome: Any,
     ) -> StepRecord:
         finish = self._outcome(begun, status, result, error, outcome)
-        return await self.engine.store.step_finish(finish, self.lease)
+        return await self.rt.store.step_finish(finish, self.lease)
 
     def _outcome(
         self, begun: _Begun, status: str, result: Any, error: str | None, outcome: Any
@@ -538,7 +536,7 @@ class Run:
 
     async def _keepable(self, begun: _Begun, name: str, result: Any) -> None:
         try:
-            self.engine.limits.check(result, f"result of step {name!r}")
+            self.rt.limits.check(result, f"result of step {name!r}")
         except InvalidInput as exc:
             # The call went through, but its result cannot be kept (not JSON, too deep or
             # too large): the outcome stays unknown to the ledger (reconcile can tell, or an
@@ -557,7 +555,7 @@ class Run:
             self._pending = _Pending(finish, name, elapsed)
             return result
         await self._finish(begun, "done", result, None, None)
-        self.engine.observers.step_finished(self.workflow, name, elapsed)
+        self.rt.observers.step_finished(self.workflow, name, elapsed)
         return result
 
     async def _invoke(
@@ -588,7 +586,7 @@ class Run:
         """
         self._check_live()
         await self.flush()
-        item = await self.engine.store.next_input(self.workflow.id, name, self.taken)
+        item = await self.rt.store.next_input(self.workflow.id, name, self.taken)
         if item is None:
             return None
         self.taken.append(item.id)
@@ -605,7 +603,7 @@ class Run:
         request ends the wait with :class:`~statewright.errors.Cancelled`. Like
         :meth:`next_input`, the input is consumed with the transition that ends this run.
         """
-        store = self.engine.store
+        store = self.rt.store
         deadline = time.monotonic() + max(0.0, timeout)
         while True:
             remaining = deadline - time.monotonic()

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from statewright.definition.machine import Machine
+from statewright.engine.reads import get
 from statewright.errors import (
     IllegalTransition,
     InvalidInput,
@@ -47,7 +48,7 @@ from statewright.errors import (
 from statewright.types import TimerRecord, TimerSpec, WorkflowRow
 
 if TYPE_CHECKING:
-    from statewright.engine.core import Engine
+    from statewright.engine.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ def rearmed(timer: TimerRecord, now: float) -> TimerSpec | None:
 
 
 def timer_spec(
-    engine: Engine,
+    rt: Runtime,
     machine: Machine,
     state: str | None,
     event: str,
@@ -152,33 +153,56 @@ def timer_spec(
     body: Mapping[str, Any] = {} if payload is None else payload
     if not isinstance(body, Mapping):
         raise InvalidPayload(event, f"expected a JSON object, got {type(body).__name__}")
-    engine.limits.check(dict(body), f"payload of timer {key!r}")
+    rt.limits.check(dict(body), f"payload of timer {key!r}")
     ev.validate_payload(dict(body))
-    due = engine.clock.now() + after if after is not None else float(at)  # type: ignore[arg-type]
+    due = rt.clock.now() + after if after is not None else float(at)  # type: ignore[arg-type]
     return TimerSpec(float(due), event, dict(body), key=key, keep=keep)
 
 
 async def schedule(
-    engine: Engine,
+    rt: Runtime,
     workflow_id: str,
     event: str,
     *,
-    after: float | None,
-    at: float | None,
-    payload: Mapping[str, Any] | None,
-    key: str | None,
-    keep: bool,
-    actor: str | None,
+    after: float | None = None,
+    at: float | None = None,
+    payload: Mapping[str, Any] | None = None,
+    key: str | None = None,
+    keep: bool = False,
+    actor: str | None = None,
 ) -> TimerRecord:
-    """See :meth:`Engine.schedule`."""
+    """Arm a durable timer on one workflow: fire ``event`` (with ``payload``) ``after``
+    seconds from now or ``at`` an epoch time (exactly one of them).
+
+    ``actor``: who schedules it, kept with the timer (``scheduled_by``); the transition
+    it makes when it fires is logged with the actor ``timer for <actor>``. None (the
+    default): a timer of the system's, logged as ``timer``. (The engine trusts its
+    caller; :meth:`Access.schedule <statewright.access.Access.schedule>` first checks that
+    the caller may fire ``event`` itself.)
+
+    ``key`` (default: the event's name) names it: scheduling the same key again replaces
+    the pending timer (extend a deadline; a retried call changes nothing more). It belongs
+    to the workflow's current visit of its state: leaving the state clears it, unless
+    ``keep`` (then only reaching a terminal state does). Scheduling does not change the
+    workflow's version (a running handler's result still applies), and is atomic with the
+    check that the workflow is still in the visit it was read in: a timer never survives
+    into a state it was not meant for (a transition racing it moves it to the new visit,
+    where it is checked again). At firing time it is a timer like the state's own: a
+    refused event fails the workflow, as for ``after`` timers.
+
+    Raises WorkflowNotFound, WorkflowFinished (terminal), IllegalTransition (the event is
+    not declared, or a timer that is not kept has no edge out of the current state),
+    InvalidPayload, InvalidInput (ValueTooDeep, ValueTooLarge; not exactly one of
+    ``after``/``at``; a bad key), VersionConflict (the workflow kept moving).
+    """
     row: WorkflowRow | None = None
     for _ in range(MAX_SCHEDULE_ROUNDS):
-        row = await engine.get(workflow_id)
+        row = await get(rt, workflow_id)
         if row.terminal:
             raise WorkflowFinished(workflow_id, row.state)
-        machine = engine.type_of(row.type, row.machine_version).machine
+        machine = rt.registry.type_of(row.type, row.machine_version).machine
         spec = timer_spec(
-            engine,
+            rt,
             machine,
             row.state,
             event,
@@ -188,12 +212,12 @@ async def schedule(
             key=key,
             keep=keep,
         )
-        record = await engine.store.schedule_timer(
+        record = await rt.store.schedule_timer(
             workflow_id,
             spec,
             state=row.state,
             entered_at=row.state_entered_at,
-            at=engine.clock.now(),
+            at=rt.clock.now(),
             scheduled_by=actor,
         )
         if record is not None:
@@ -214,11 +238,12 @@ async def schedule(
     raise VersionConflict(workflow_id, row.version if row else 0, None)
 
 
-async def cancel(engine: Engine, workflow_id: str, key: str, *, actor: str) -> bool:
-    """See :meth:`Engine.cancel_timer`."""
+async def cancel(rt: Runtime, workflow_id: str, key: str, *, actor: str = "system") -> bool:
+    """Delete a workflow's pending timer by its key; True if there was one (it never
+    fires). Raises WorkflowNotFound, InvalidInput (a bad key)."""
     if not isinstance(key, str) or not _TIMER_KEY.fullmatch(key):
         raise InvalidInput(f"invalid timer key {key!r}: 1-200 printable ASCII characters")
-    removed = await engine.store.cancel_timer(workflow_id, key, at=engine.clock.now())
+    removed = await rt.store.cancel_timer(workflow_id, key, at=rt.clock.now())
     if removed:
         log.info(
             "timer cancelled",
@@ -232,14 +257,15 @@ async def cancel(engine: Engine, workflow_id: str, key: str, *, actor: str) -> b
     return removed
 
 
-async def cancel_or_raise(engine: Engine, workflow_id: str, key: str, *, actor: str) -> None:
+async def cancel_or_raise(rt: Runtime, workflow_id: str, key: str, *, actor: str) -> None:
     """:func:`cancel`, raising TimerNotFound when there was no such timer."""
-    if not await cancel(engine, workflow_id, key, actor=actor):
+    if not await cancel(rt, workflow_id, key, actor=actor):
         raise TimerNotFound(workflow_id, key)
 
 
-async def listing(engine: Engine, workflow_id: str) -> list[TimerRecord]:
-    """See :meth:`Engine.timers`."""
-    if await engine.store.get_workflow(workflow_id) is None:
+async def listing(rt: Runtime, workflow_id: str) -> list[TimerRecord]:
+    """A workflow's pending timers (the state's own and scheduled ones), earliest first.
+    Raises WorkflowNotFound."""
+    if await rt.store.get_workflow(workflow_id) is None:
         raise WorkflowNotFound(workflow_id)
-    return await engine.store.timers(workflow_id)
+    return await rt.store.timers(workflow_id)

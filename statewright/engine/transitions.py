@@ -56,7 +56,11 @@ from statewright.types import (
 )
 
 if TYPE_CHECKING:
-    from statewright.engine.core import Engine
+    from statewright.clock import Clock
+    from statewright.engine.hooks import Observers
+    from statewright.engine.registry import Registry
+    from statewright.jsonvalue import Limits
+    from statewright.store.protocol import Store
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +76,8 @@ MOVE_EVENT = "$move"
 """An admin's move to a named state (``Engine.move_to``), outside the machine's edges."""
 MIGRATE_EVENT = "$migrate"
 """An operator's move of a workflow to another version of its machine (``Engine.migrate``)."""
+FORK_EVENT = "$fork"
+"""The first log entry of a workflow started from a past version of another (``fork``)."""
 OPERATOR_EVENTS = frozenset({CONTEXT_EVENT, RESUME_EVENT, MOVE_EVENT, MIGRATE_EVENT})
 """Transitions people make outside the machine's events (no guard, no action); each is logged
 with its actor and reason like any other, and replay accepts them."""
@@ -209,8 +215,20 @@ def same_json(stored: Any, given: Any) -> bool:
 class Transitions:
     """Plans and applies every change of a workflow row (see the module docstring)."""
 
-    def __init__(self, engine: Engine, row_cache_size: int = 4096) -> None:
-        self.engine = engine
+    def __init__(
+        self,
+        store: Store,
+        registry: Registry,
+        clock: Clock,
+        limits: Limits,
+        observers: Observers,
+        row_cache_size: int = 4096,
+    ) -> None:
+        self.store = store
+        self.registry = registry
+        self.clock = clock
+        self.limits = limits
+        self.observers = observers
         self.rows = RowCache(row_cache_size)
 
     # -- planning (pure) -----------------------------------------------------------------------
@@ -220,11 +238,10 @@ class Transitions:
 
         Raises IllegalTransition (naming the workflow) or InvalidPayload.
         """
-        engine = self.engine
         # A migration is planned on the version it moves to (the one it leaves may not even
         # be registered any more).
         migrating = fire.event == MIGRATE_EVENT and fire.machine_version is not None
-        wtype = engine.type_of(
+        wtype = self.registry.type_of(
             row.type, fire.machine_version if migrating else row.machine_version
         )
         machine = wtype.machine
@@ -233,7 +250,7 @@ class Transitions:
             raise InvalidPayload(
                 fire.event, f"expected a JSON object, got {type(payload).__name__}"
             )
-        limits = engine.limits
+        limits = self.limits
         limits.check(payload, f"payload of {fire.event!r}")
         if fire.context_patch:
             limits.check(fire.context_patch, f"context patch of {fire.event!r}")
@@ -256,7 +273,7 @@ class Transitions:
                 raise IllegalTransition(
                     exc.state, exc.event, exc.allowed, exc.reason, row.id
                 ) from None
-        now = engine.clock.now()
+        now = self.clock.now()
         target = machine.states[t.target]
         # A migration enters its state anew (the old version's timers go, the new one's are
         # armed), even under the same name.
@@ -336,24 +353,24 @@ class Transitions:
         """
         try:
             write = self.plan(row, fire)
-            after = await self.engine.store.apply_transition(write)
+            after = await self.store.apply_transition(write)
         except (IllegalTransition, InvalidPayload, VersionConflict) as exc:
             self.rows.drop(row.id)
             await self.rejected(row.id, row, fire.event, exc, fire.actor)
             raise
         except StoreError as exc:
             self.rows.drop(row.id)
-            self.engine.observers.persistence_failed(row.id, fire.event, exc)
+            self.observers.persistence_failed(row.id, fire.event, exc)
             raise
         except LeaseLost:
             self.rows.drop(row.id)
             raise
         self.rows.put(after)
-        self.engine.observers.transitioned(TransitionEvent(row, after, fire.event, fire.actor))
+        self.observers.transitioned(TransitionEvent(row, after, fire.event, fire.actor))
         if fire.retry_delay is not None and not after.terminal:
             # A transient failure moved it to a waiting state with a retry timer (a terminal
             # target means the budget was spent: no retry).
-            self.engine.observers.retried(row, after, fire.retry_delay)
+            self.observers.retried(row, after, fire.retry_delay)
         return after
 
     async def send(
@@ -372,7 +389,7 @@ class Transitions:
         workflow's log already has returns that first application (``replayed``) or, for a
         different event or payload, raises IdempotencyKeyReused.
         """
-        store = self.engine.store
+        store = self.store
         key = fire.idempotency_key
         fresh = row is not None
         if row is None:
@@ -420,10 +437,10 @@ class Transitions:
                 continue
             except StoreError as exc:
                 self.rows.drop(workflow_id)
-                self.engine.observers.persistence_failed(workflow_id, fire.event, exc)
+                self.observers.persistence_failed(workflow_id, fire.event, exc)
                 raise
             self.rows.put(after)
-            self.engine.observers.transitioned(TransitionEvent(row, after, fire.event, fire.actor))
+            self.observers.transitioned(TransitionEvent(row, after, fire.event, fire.actor))
             return Dispatched(after, False, after.version)
         raise VersionConflict(workflow_id, expected_version or 0, None)
 
@@ -461,7 +478,7 @@ class Transitions:
         """An ``if_allowed`` event refused on a fresh read: not applied when only the state
         refuses it now; an unknown event or state, or a payload its schema rejects, is still
         refused (and logged as a rejection)."""
-        machine = self.engine.type_of(row.type, row.machine_version).machine
+        machine = self.registry.type_of(row.type, row.machine_version).machine
         refused: StatewrightError = exc
         declared = machine.events.get(fire.event)
         if declared is not None and row.state in machine.states:
@@ -471,13 +488,13 @@ class Transitions:
             except InvalidPayload as bad:
                 refused = bad
             else:
-                self.engine.observers.event_not_applied(row, fire.event, exc, fire.actor)
+                self.observers.event_not_applied(row, fire.event, exc, fire.actor)
                 return Dispatched(row, False, row.version, applied=False, refusal=exc)
         await self.rejected(row.id, row, fire.event, refused, fire.actor)
         raise refused
 
     async def _read(self, workflow_id: str) -> WorkflowRow:
-        row = await self.engine.store.get_workflow(workflow_id)
+        row = await self.store.get_workflow(workflow_id)
         if row is None:
             self.rows.drop(workflow_id)
             raise WorkflowNotFound(workflow_id)
@@ -489,7 +506,7 @@ class Transitions:
         write = DeferWrite(
             workflow_id=row.id,
             expected_version=row.version,
-            at=self.engine.clock.now(),
+            at=self.clock.now(),
             attempts=defer.attempts,
             next_due_at=defer.next_due_at,
             last_error=defer.last_error,
@@ -502,7 +519,7 @@ class Transitions:
             cancel_timer_keys=defer.cancel_timer_keys,
         )
         try:
-            after = await self.engine.store.defer(write)
+            after = await self.store.defer(write)
         except StatewrightError:
             self.rows.drop(row.id)
             raise
@@ -538,15 +555,14 @@ class Transitions:
         That is one write, and its failure is logged, never raised: the caller gets the
         refusal it caused, not a store error about the bookkeeping.
         """
-        engine = self.engine
         state = row.state if row else "?"
-        engine.observers.rejected_transition(
+        self.observers.rejected_transition(
             workflow_id, state, event, exc, workflow=row, actor=actor
         )
         if row is None or isinstance(exc, VersionConflict):
             return
         try:
-            await engine.store.record_rejection(
+            await self.store.record_rejection(
                 workflow_id=workflow_id,
                 type=row.type,
                 tenant=row.tenant,
@@ -555,7 +571,7 @@ class Transitions:
                 code=exc.code,
                 actor=actor,
                 message=exc.message[:1000],
-                at=engine.clock.now(),
+                at=self.clock.now(),
             )
         except Exception:
             log.warning(

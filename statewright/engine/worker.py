@@ -29,15 +29,14 @@ from statewright.engine.heartbeat import heartbeat
 from statewright.engine.looplag import LagReport, LoopLagMonitor
 from statewright.engine.pool import UserCodePool
 from statewright.engine.processing import Slot, process
-from statewright.engine.recovery import LIVE_WORKERS
-from statewright.engine.recovery import recover as run_recovery
+from statewright.engine.recovery import LIVE_WORKERS, recover_stale
 from statewright.engine.retention import check_worker_options, prune_periodically
 from statewright.engine.schedules import fire_due
 from statewright.engine.wakeup import listen
 from statewright.errors import LeaseLost, StoreError
 
 if TYPE_CHECKING:
-    from statewright.engine.core import Engine
+    from statewright.engine.runtime import HasRuntime
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +53,8 @@ class Worker:
     """Claims due work from the store and runs it.
 
     Args:
-        engine: the engine whose types and store to use.
+        engine: the engine whose types and store to use (the worker keeps only its
+            :class:`~statewright.engine.runtime.Runtime`).
         concurrency: workflows run at once (and claimed per round by :meth:`run_once`).
         lease_seconds: how long a claim holds before another worker may recover it; renewed
             by a heartbeat every third of it while a handler runs.
@@ -83,7 +83,7 @@ class Worker:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: HasRuntime,
         *,
         concurrency: int = 8,
         lease_seconds: float = 30.0,
@@ -99,7 +99,8 @@ class Worker:
         prune_terminal_older_than: float | None = None,
         prune_every: float = 3600.0,
     ) -> None:
-        self.engine = engine
+        self.rt = engine.runtime
+        """What the worker uses of the engine it was given."""
         self.concurrency = concurrency
         self.lease_seconds = lease_seconds
         self.poll_interval = poll_interval
@@ -109,7 +110,7 @@ class Worker:
         self.executor = UserCodePool(self.threads)
         """The threads that run synchronous user code."""
         self.loop_lag = LoopLagMonitor(threshold=loop_lag_threshold, on_lag=self._lagged)
-        self.types = list(types) if types is not None else [t.name for t in engine.types]
+        self.types = list(types) if types is not None else [t.name for t in self.rt.registry.types]
         self.id = worker_id or new_worker_id()
         LIVE_WORKERS.add(self.id)
         self.processed = 0
@@ -119,7 +120,9 @@ class Worker:
         self.prune_terminal_older_than = prune_terminal_older_than
         self.prune_every = prune_every
         self.limits = {
-            t.name: t.limit for t in engine.types if t.name in self.types and t.limit is not None
+            t.name: t.limit
+            for t in self.rt.registry.types
+            if t.name in self.types and t.limit is not None
         } or None
         """The claim limits of this worker's limited types (None: the fast claim only)."""
         self._slots: dict[str, Slot] = {}
@@ -190,7 +193,8 @@ class Worker:
         if self.executor.closed:  # run again after a stop: a fresh pool
             self.executor = UserCodePool(self.threads)
         beat = asyncio.create_task(heartbeat(self))
-        pruner = prune_periodically(self) if self.prune_terminal_older_than is not None else None
+        older = self.prune_terminal_older_than
+        pruner = None if older is None else prune_periodically(self.rt, older, self.prune_every)
         await self.loop_lag.start()
         try:
             if recover:
@@ -241,10 +245,10 @@ class Worker:
     # -- the loop ------------------------------------------------------------------------------
 
     async def _claim_loop(self, recover: bool) -> None:
-        store = self.engine.store
+        store = self.rt.store
         stopping = asyncio.create_task(self._stopping.wait())
         waiter: asyncio.Task[None] | None = None
-        last_recovery = self.engine.clock.now()
+        last_recovery = self.rt.clock.now()
         fired_at = -math.inf
         try:
             while not self._stopping.is_set():
@@ -264,7 +268,7 @@ class Worker:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._stopping.wait(), self.poll_interval)
                     continue
-                now = self.engine.clock.now()
+                now = self.rt.clock.now()
                 if recover and now - last_recovery >= self.lease_seconds:
                     last_recovery = now
                     await self._recover()
@@ -292,7 +296,7 @@ class Worker:
 
     async def _recover(self) -> None:
         try:
-            await run_recovery(self.engine, worker_id=self.id, lease_seconds=self.lease_seconds)
+            await recover_stale(self.rt, worker_id=self.id, lease_seconds=self.lease_seconds)
         except StoreError:
             log.exception("recovery failed", extra={"action": "recovery_failed"})
 
@@ -300,18 +304,18 @@ class Worker:
         """Start the workflows of the due ticks of this worker's types' schedules (every
         worker does: one start per tick wins, see :mod:`statewright.engine.schedules`)."""
         try:
-            await fire_due(self.engine, types=self.types)
+            await fire_due(self.rt, types=self.types)
         except Exception:  # the ticks stay due; claiming and running workflows go on
             log.exception("firing schedules failed", extra={"action": "schedules_failed"})
 
     def _lagged(self, report: LagReport) -> None:
         # From the watchdog thread: observers must be thread-safe (prometheus-client is).
-        self.engine.observers.loop_lagged(report)
+        self.rt.observers.loop_lagged(report)
 
     async def _claim(self, limit: int, *, reap: bool = False) -> list[Slot]:
-        engine = self.engine
-        rows = await engine.store.claim_due(
-            self.id, engine.clock.now(), self.lease_seconds, limit, self.types, self.limits
+        rt = self.rt
+        rows = await rt.store.claim_due(
+            self.id, rt.clock.now(), self.lease_seconds, limit, self.types, self.limits
         )
         slots = []
         for row in rows:
@@ -378,7 +382,7 @@ class Worker:
 
     async def _release_all(self) -> None:
         try:
-            n = await self.engine.store.break_leases(self.id)
+            n = await self.rt.store.break_leases(self.id)
         except StoreError:
             log.exception("could not release leases", extra={"action": "release_failed"})
             return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from statewright.definition.machine import Machine
 from statewright.engine.limits import limit_problems
@@ -12,9 +12,6 @@ from statewright.engine.retry import RetryPolicy
 from statewright.errors import DefinitionError, Problem
 from statewright.redaction import path_problem
 from statewright.types import TypeLimit
-
-if TYPE_CHECKING:
-    from statewright.engine.steps import Run
 
 
 @dataclass(frozen=True)
@@ -28,12 +25,14 @@ class Next:
 
 
 HandlerResult = Next | str | None
-Handler = Callable[["Run"], Awaitable[HandlerResult] | HandlerResult]
-"""A state handler: gets a :class:`Run`, returns the next event (or None to stay idle).
+Handler = Callable[[Any], Awaitable[HandlerResult] | HandlerResult]
+"""A state handler: gets a :class:`~statewright.engine.steps.Run`, returns the next event (or
+None to stay idle).
 
 An ``async def`` handler runs on the worker's event loop; any other callable runs in the
 worker's thread pool and gets a :class:`~statewright.engine.steps.SyncRun` (same methods,
-blocking)."""
+blocking). Its argument is typed ``Any`` here because it is one of those two: and so that this
+record of a type does not depend on the runtime that runs it (``steps`` reads the type)."""
 
 DEFAULT_DEADLINE = 900.0
 """Seconds a handler may run by default before it is stopped (15 minutes)."""

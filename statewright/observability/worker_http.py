@@ -41,6 +41,7 @@ from statewright.observability.metrics import EngineMetrics, attach_metrics
 if TYPE_CHECKING:
     from wsgiref.types import StartResponse, WSGIEnvironment
 
+    from statewright.engine.core import Engine
     from statewright.engine.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -126,9 +127,10 @@ class WorkerEndpoint:
     """Serves ``/metrics`` and ``/livez`` of one worker from background threads.
 
     Args:
-        worker: the worker to report on (and whose engine's metrics to serve).
+        engine: the engine the worker runs (its metrics are served).
+        worker: the worker to report on.
         host / port: where to listen; port 0 picks a free port (see :attr:`address`).
-        metrics: the engine's metrics; :func:`attach_metrics` of the worker's engine by default.
+        metrics: the engine's metrics; :func:`attach_metrics` of ``engine`` by default.
 
     Call :meth:`start` from the event loop the worker runs on, :meth:`running` around the
     worker's run (``/livez`` is 503 outside it), and :meth:`close` at the end.
@@ -136,13 +138,14 @@ class WorkerEndpoint:
 
     def __init__(
         self,
+        engine: Engine,
         worker: Worker,
         host: str = "127.0.0.1",
         port: int = 0,
         metrics: EngineMetrics | None = None,
     ) -> None:
         self.worker = worker
-        self.metrics = metrics if metrics is not None else attach_metrics(worker.engine)
+        self.metrics = metrics if metrics is not None else attach_metrics(engine)
         self.metrics.registry.register(WorkerCollector(worker, self.liveness))
         self._host, self._port = host, port
         self._loop: asyncio.AbstractEventLoop | None = None

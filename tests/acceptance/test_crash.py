@@ -272,13 +272,14 @@ async def test_fence_mode_refuses_the_late_call_of_a_lost_claim(tmp_path: Path, 
         async with Engine(SQLiteStore(tmp_path / "sw.db"), [wtype], clock=clock) as engine:
             await engine.start("pay", {}, workflow_id="wf")
             [row_a] = await engine.store.claim_due("remote-a:1:a", clock.now(), 10, 1)
-            task_a = asyncio.create_task(Run(engine, wtype, row_a).step("charge", late_call))
+            run_a = Run(engine.runtime, wtype, row_a)
+            task_a = asyncio.create_task(run_a.step("charge", late_call))
             await asyncio.to_thread(entered.wait, 10)
             clock.advance(11)  # A's lease expires (a remote host: no pid to check)
             await recover(engine, worker_id="remote-b:2:b")
             [row_b] = await engine.store.claim_due("remote-b:2:b", clock.now(), 10, 1)
             assert row_b.fence > row_a.fence
-            run_b = Run(engine, wtype, row_b)
+            run_b = Run(engine.runtime, wtype, row_b)
             # Either way the hook gets the asking claim's fencing token with the key.
             own = service.lookup if not type_level else None
             result = await run_b.step("charge", call, reconcile=own)

@@ -65,7 +65,7 @@ async def test_livez_follows_the_worker_and_turns_503_while_its_loop_is_blocked(
 ) -> None:
     async with Engine(SQLiteStore(tmp_path / "sw.db"), TYPES) as engine:
         w = Worker(engine, poll_interval=0.02, loop_lag_threshold=THRESHOLD)
-        endpoint = WorkerEndpoint(w, port=0)
+        endpoint = WorkerEndpoint(engine, w, port=0)
         host, port = endpoint.start()
         assert (host, port != 0) == ("127.0.0.1", True)
         livez = f"{endpoint.url}/livez"
@@ -144,14 +144,14 @@ async def test_a_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         async with Engine(SQLiteStore(tmp_path / "sw.db"), TYPES) as engine:
-            endpoint = WorkerEndpoint(Worker(engine), port=busy.getsockname()[1])
+            endpoint = WorkerEndpoint(engine, Worker(engine), port=busy.getsockname()[1])
             with pytest.raises(
                 InvalidInput, match=r"cannot serve worker metrics on 127\.0\.0\.1:"
             ):
                 endpoint.start()
             # One endpoint per engine: a second would expose the worker's gauges twice.
             with pytest.raises(ValueError, match="Duplicated timeseries"):
-                WorkerEndpoint(Worker(engine))
+                WorkerEndpoint(engine, Worker(engine))
 
 
 def test_the_cli_worker_refuses_a_port_in_use(cli: Cli) -> None:

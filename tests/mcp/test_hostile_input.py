@@ -81,10 +81,12 @@ async def test_another_tenants_id_is_a_free_id(engine: Engine) -> None:
 
 
 async def test_deep_values_once_stored_read_back_through_the_tools(engine: Engine) -> None:
-    engine.limits = NO_LIMITS  # as a store written before the policy existed holds
+    # Written by an engine with no limits on the same store: as a store written before the
+    # policy existed holds.
+    lax = Engine(engine.store, engine.types, clock=engine.clock, limits=NO_LIMITS)
     deep = nested(1_000)
-    await engine.start("agent_task", {"deep": deep}, workflow_id="t-1", tenant="acme")
-    await engine.send("t-1", "start", {"deep": deep})
+    await lax.start("agent_task", {"deep": deep}, workflow_id="t-1", tenant="acme")
+    await lax.send("t-1", "start", {"deep": deep})
     await engine.store.record_progress("t-1", {"deep": deep}, 0.0, None)
     async with client(engine, "agent") as c:
         state = data(await c.call_tool("get_workflow_state", {"workflow_id": "t-1"}))

@@ -72,7 +72,7 @@ async def test_step_runs_once_and_hands_over_its_key(clock: ManualClock) -> None
     async with memory_engine([pay_type(gw)], clock) as engine:
         await engine.start("pay", workflow_id="p")
         row = await engine.get("p")
-        run = Run(engine, engine.type_of("pay"), row)
+        run = Run(engine.runtime, engine.type_of("pay"), row)
         first = await run.step("charge", gw.charge)
         second = await run.step("charge", gw.charge)
         assert first == second == {"charge_id": "p:charge", "amount": 100}
@@ -94,7 +94,7 @@ async def test_a_step_that_never_left_is_recorded_and_runs_again(clock: ManualCl
 
     async with memory_engine([PAY], clock) as engine:
         await engine.start("pay", workflow_id="p")
-        run = Run(engine, engine.type_of("pay"), await engine.get("p"))
+        run = Run(engine.runtime, engine.type_of("pay"), await engine.get("p"))
         with pytest.raises(ConnectionRefusedError):
             await run.step("s", flaky)
         rec = await engine.store.get_step("p:s")
@@ -130,7 +130,7 @@ async def test_interrupted_unknown_step_fails_unless_safe_to_repeat(clock: Manua
     async with memory_engine([pay_type(gw)], clock) as engine:
         await engine.start("pay", workflow_id="p")
         await _interrupt(engine, "p:charge", "p")
-        run = Run(engine, engine.type_of("pay"), await engine.get("p"))
+        run = Run(engine.runtime, engine.type_of("pay"), await engine.get("p"))
         with pytest.raises(StepOutcomeUnknown) as info:
             await run.step("charge", gw.charge)
         assert info.value.key == "p:charge" and gw.calls == 0

@@ -467,12 +467,12 @@ async def test_a_late_thread_cannot_overwrite_the_result_of_the_worker_that_took
         await engine.start("pay", workflow_id="p")
         await engine.store.defer(DeferWrite("p", 1, clock.now(), 0, next_due_at=clock.now()))
         [claim] = await engine.store.claim_due("frozen", clock.now(), 30, 1)
-        frozen = Run(engine, engine.type_of("pay"), claim)
+        frozen = Run(engine.runtime, engine.type_of("pay"), claim)
         step = asyncio.create_task(frozen.step("charge", slow_charge))
         await asyncio.sleep(0.1)  # the frozen worker's action is in flight
         await engine.store.break_leases("frozen")
         [again] = await engine.store.claim_due("second", clock.now(), 30, 1)
-        second = Run(engine, engine.type_of("pay"), again)
+        second = Run(engine.runtime, engine.type_of("pay"), again)
         assert await second.step("charge", lambda key: "from the 2nd", safe_to_repeat=True)
         gate.set()
         with pytest.raises(LeaseLost):

@@ -119,7 +119,7 @@ async def _run_everything(tmp_path: Path) -> set[str]:
     async with Engine(SQLiteStore(tmp_path / "sw.db"), TYPES) as engine:
         metrics = attach_metrics(engine)
         worker = Worker(engine, poll_interval=0.02)
-        endpoint = WorkerEndpoint(worker, port=0, metrics=metrics)
+        endpoint = WorkerEndpoint(engine, worker, port=0, metrics=metrics)
         endpoint.start()
         try:
             await engine.start("metered", workflow_id="done")

@@ -132,7 +132,7 @@ async def test_one_commit_fewer_per_state_on_sqlite(tmp_path: Path) -> None:
         for wid, carry, commits in (("a", False, 2), ("b", True, 1)):
             await engine.start("chain", workflow_id=wid)
             [claimed] = await store.claim_due("me", engine.clock.now(), 30.0, 1)
-            run = Run(engine, engine.type_of("chain"), claimed)
+            run = Run(engine.runtime, engine.type_of("chain"), claimed)
             run.carry_done = carry
             before = store.conn.commits
             await run.step("x", calls.action)
@@ -267,7 +267,7 @@ async def test_crash_between_call_and_transition_is_reconciled(
     await engine.open()
     await engine.start("chain", workflow_id="w")
     [claimed] = await engine.store.claim_due(OWNER, engine.clock.now(), 30.0, 10)
-    run = Run(engine, engine.type_of("chain"), claimed)
+    run = Run(engine.runtime, engine.type_of("chain"), claimed)
     run.carry_done = True
     assert await run.step("s0", calls.action) == {"key": "w:s0"}
     assert isinstance(run.pending_finish, StepFinish)
