@@ -176,6 +176,12 @@ class Forbidden(StatewrightError):
     code = "forbidden"
 
 
+class UnknownTool(StatewrightError):
+    """No MCP tool has this name."""
+
+    code = "unknown_tool"
+
+
 # --- store -----------------------------------------------------------------------------------
 
 
@@ -271,12 +277,6 @@ class UnknownWorkflowType(StatewrightError):
         self.version = version
         v = f" version {version}" if version is not None else ""
         super().__init__(f"unknown workflow type {name!r}{v}", name=name, version=version)
-
-
-class StepError(StatewrightError):
-    """A step failed."""
-
-    code = "step_failed"
 
 
 class TransientError(StatewrightError):
@@ -514,3 +514,12 @@ class WorkflowPruned(StatewrightError):
             workflow_id=workflow_id,
             idempotency_key=idempotency_key,
         )
+
+
+# --- tools -----------------------------------------------------------------------------------
+
+
+class DemoWorkerFailed(StatewrightError):
+    """The demo's worker process failed before it could be killed."""
+
+    code = "demo_worker_failed"

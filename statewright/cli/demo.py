@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-import statewright
 from statewright.cli.loading import import_file
 from statewright.cli.options import Settings
 from statewright.cli.output import emit_json, escape, out, table
@@ -56,7 +55,7 @@ class DemoFiles:
 
 
 def _examples_dir(given: Path | None) -> Path:
-    folder = given or Path(statewright.__file__).resolve().parents[1] / "examples"
+    folder = given or Path(__file__).resolve().parents[2] / "examples"
     if not (folder / "order_fulfilment.py").is_file():
         raise InvalidInput(
             f"the examples are not in {str(folder)!r}: pass --examples with the examples/ "

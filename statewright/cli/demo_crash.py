@@ -20,18 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from statewright.engine import Engine, Recovered, Worker, recover
-from statewright.errors import StatewrightError
+from statewright.errors import DemoWorkerFailed
 
 CAPTURE_LATENCY = 60.0
 """Seconds the gateway's capture answer takes in the child: it is always killed first."""
 WAIT_FOR_PAYMENT = 30.0
 """Give up waiting for a payment in flight after this long (a very slow machine)."""
-
-
-class DemoWorkerFailed(StatewrightError):
-    """The demo's worker process failed before it could be killed."""
-
-    code = "demo_worker_failed"
 
 
 @dataclass

@@ -87,7 +87,7 @@ async def _watch_cancels(w: Holder) -> None:
         for slot in running:
             assert slot.run is not None
             await slot.run.note_cancel(found.get(slot.row.id))
-            if slot.run.cancel_requested is not None:
+            if slot.run.cancel_request is not None:
                 slot.kill_after(w.cancel_grace)
     except StoreError:
         log.exception("cancel check failed", extra={"action": "heartbeat_failed"})

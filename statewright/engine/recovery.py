@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from statewright.engine.cancel import deliver_pending
 from statewright.engine.failures import handle_failure
@@ -33,8 +34,20 @@ class Recovered:
     action: str
 
 
-LIVE_WORKERS: set[str] = set()
-"""Ids of the workers created in this process (see :func:`dead_local_owner`)."""
+class _Identified(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+LIVE_WORKERS: weakref.WeakSet[_Identified] = weakref.WeakSet()
+"""The workers of this process that still exist (see :func:`dead_local_owner`): a worker is
+here from its creation until it is garbage collected (it may run again after a stop), so the
+set does not grow with every worker a long-lived process creates."""
+
+
+def live_here(worker: _Identified) -> None:
+    """Count ``worker`` as alive in this process for as long as it exists."""
+    LIVE_WORKERS.add(worker)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -64,7 +77,7 @@ def dead_local_owner(owner: str) -> bool:
         return False
     pid = int(pid_text)
     if pid == os.getpid():
-        return owner not in LIVE_WORKERS
+        return all(worker.id != owner for worker in list(LIVE_WORKERS))
     return not _pid_alive(pid)
 
 

@@ -239,17 +239,13 @@ class Run:
     # -- cancel --------------------------------------------------------------------------------
 
     @property
-    def cancel_requested(self) -> str | None:
-        """The reason of a pending cancel request, as last seen; None if none was seen.
+    def cancel_request(self) -> CancelRequest | None:
+        """The pending cancel request (reason, requester, time) as last seen; None if none was
+        seen.
 
         Refreshed by :meth:`check_cancel`, before each :meth:`step`, and by the worker's
         heartbeat. A request counts only in a state with an edge for the cancel event.
         """
-        return None if self._cancel is None else self._cancel.reason
-
-    @property
-    def cancel_request(self) -> CancelRequest | None:
-        """The pending request in full (reason, requester, time), as last seen."""
         return self._cancel
 
     async def check_cancel(self) -> None:
@@ -720,7 +716,7 @@ class SyncRun:
 
     def __getattr__(self, name: str) -> Any:
         # Plain attributes and properties (workflow, id, state, context, partial,
-        # fencing_token, cancel_requested, key, now, save_partial, taken) come from the Run.
+        # fencing_token, cancel_request, key, now, save_partial, taken) come from the Run.
         return getattr(self._run, name)
 
     def step(

@@ -97,7 +97,7 @@ def tracer() -> Tracer | None:
     if _global is None or _global[0] is not provider:
         from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider
 
-        from statewright import __version__
+        from statewright._version import __version__
 
         unset = isinstance(provider, ProxyTracerProvider | NoOpTracerProvider)
         _global = (provider, None if unset else provider.get_tracer(SCOPE, __version__))

@@ -29,7 +29,7 @@ from statewright.engine.heartbeat import heartbeat
 from statewright.engine.looplag import LagReport, LoopLagMonitor
 from statewright.engine.pool import UserCodePool
 from statewright.engine.processing import Slot, process
-from statewright.engine.recovery import LIVE_WORKERS, recover_stale
+from statewright.engine.recovery import live_here, recover_stale
 from statewright.engine.retention import check_worker_options, prune_periodically
 from statewright.engine.schedules import fire_due
 from statewright.engine.wakeup import listen
@@ -112,7 +112,7 @@ class Worker:
         self.loop_lag = LoopLagMonitor(threshold=loop_lag_threshold, on_lag=self._lagged)
         self.types = list(types) if types is not None else [t.name for t in self.rt.registry.types]
         self.id = worker_id or new_worker_id()
-        LIVE_WORKERS.add(self.id)
+        live_here(self)
         self.processed = 0
         self.chain_limit = chain_limit
         self.chain_seconds = chain_seconds

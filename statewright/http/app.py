@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 
-from statewright import __version__
+from statewright._version import __version__
 from statewright.access import TokenRegistry
 from statewright.engine.core import Engine
 from statewright.engine.worker import Worker

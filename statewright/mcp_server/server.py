@@ -26,7 +26,8 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
-from statewright import __version__, jsonvalue, paging
+from statewright import jsonvalue, paging
+from statewright._version import __version__
 from statewright.access import LOCAL_AGENT, Access, Principal
 from statewright.definition.formats.document import to_dict
 from statewright.definition.render.mermaid import to_mermaid
@@ -39,6 +40,7 @@ from statewright.errors import (
     InvalidInput,
     OutcomeUnknown,
     StatewrightError,
+    UnknownTool,
     UnknownWorkflowType,
     VersionConflict,
     WorkflowNotFound,
@@ -521,12 +523,6 @@ async def _error_body(
     else:
         body.setdefault("hint", "Nothing was changed.")
     return body
-
-
-class UnknownTool(StatewrightError):
-    """No tool has this name."""
-
-    code = "unknown_tool"
 
 
 def _unknown_tool(access: Access, name: str) -> StatewrightError:

@@ -41,7 +41,7 @@ from typing import Any
 
 import httpx
 
-from statewright import __version__
+from statewright._version import __version__
 from statewright.engine.core import Engine
 from statewright.errors import InvalidInput
 from statewright.observability.alerts import RULES, Alert, AlertThresholds, evaluate_alerts

@@ -24,7 +24,7 @@ from opentelemetry.trace import NoOpTracerProvider, ProxyTracerProvider, SpanKin
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import AttributeValue
 
-from statewright import __version__
+from statewright._version import __version__
 from statewright.engine.core import Engine
 from statewright.engine.hooks import TransitionEvent
 

@@ -27,7 +27,6 @@ from hypothesis import strategies as st
 from statewright.clock import ManualClock
 from statewright.definition.machine import Machine
 from statewright.engine.core import Engine
-from statewright.engine.recovery import LIVE_WORKERS
 from statewright.engine.worker import Worker
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import IllegalTransition, InvalidPayload, WorkflowFinished
@@ -308,7 +307,6 @@ async def _example(
             raise model.fail(f"{type(exc).__name__}: {exc}") from exc
         finally:
             worker.executor.shutdown(wait=True, cancel_futures=True)
-            LIVE_WORKERS.discard(worker.id)
 
 
 async def _drive(

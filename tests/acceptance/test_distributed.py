@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from statewright import Engine, WorkflowFilter, store_from_url
+from statewright import Engine, store_from_url
+from statewright.types import WorkflowFilter
 from tests.acceptance.crash.app import (
     PATH,
     POINTS,

@@ -16,14 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from statewright import (
-    Applied,
-    Engine,
-    StatewrightError,
-    StepUnresolved,
-    WorkflowBusy,
-    store_from_url,
-)
+from statewright import Applied, Engine, StatewrightError, store_from_url
+from statewright.errors import StepUnresolved, WorkflowBusy
 from tests.acceptance.apps.exactly_once import TYPES, Service
 from tests.acceptance.test_exactly_once import eventually, markers, processes, spawn_worker
 

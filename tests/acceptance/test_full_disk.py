@@ -27,7 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from statewright import Engine, OutcomeUnknown, SQLiteStore, StoreError
+from statewright import Engine, SQLiteStore
+from statewright.errors import OutcomeUnknown, StoreError
 from tests.acceptance.apps.exactly_once import TYPES, Service
 from tests.acceptance.test_exactly_once import check_charged_once, processes, spawn_worker
 

@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from statewright import Engine, WorkflowFilter, store_from_url
+from statewright import Engine, store_from_url
 from statewright.clock import ManualClock
+from statewright.types import WorkflowFilter
 from tests.acceptance.apps.scheduled import make_types
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from statewright import Engine, SQLiteStore, WorkflowRow
+from statewright import Engine, SQLiteStore
+from statewright.types import WorkflowRow
 from tests.acceptance.apps.slow import TYPES
 
 ROOT = Path(__file__).resolve().parents[2]

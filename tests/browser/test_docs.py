@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import httpx
-from playwright.sync_api import Browser, Page, Route, expect
+from playwright.sync_api import Browser, ConsoleMessage, Page, Route, expect
 
 from tests.browser.conftest import Server
 from tests.browser.test_dashboard import TIMEOUT, chromium_browser
@@ -47,7 +47,12 @@ def offline_page(browser: Browser, server: Server) -> Iterator[Offline]:
             route.abort()
 
     context.route("**/*", only_the_service)
-    page.on("console", lambda msg: msg.type == "error" and watched.console_error(msg.text))
+
+    def console(msg: ConsoleMessage) -> None:
+        if msg.type == "error":
+            watched.console_error(msg.text)
+
+    page.on("console", console)
     page.on("pageerror", lambda exc: watched.errors.append(f"uncaught: {exc}"))
     try:
         yield watched

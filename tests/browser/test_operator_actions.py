@@ -12,6 +12,7 @@ import contextlib
 import re
 import sqlite3
 import time
+from typing import Any
 
 import httpx
 from playwright.sync_api import expect
@@ -22,9 +23,9 @@ from tests.browser.test_dashboard import _park, _start, _workflow, chromium_brow
 TICKET = "ticket-ops-1"
 
 
-def _history(api: httpx.Client, wid: str) -> list[dict[str, object]]:
+def _history(api: httpx.Client, wid: str) -> list[dict[str, Any]]:
     page = api.get(f"/v1/workflows/{wid}/history", headers=APPROVER.headers).json()
-    items: list[dict[str, object]] = page["items"]
+    items: list[dict[str, Any]] = page["items"]
     return items
 
 

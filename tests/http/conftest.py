@@ -18,14 +18,14 @@ from statewright import Engine, ManualClock, SQLiteStore
 from statewright.access import TokenRegistry
 from statewright.engine.builtin import agent_task_type
 from statewright.http import create_app
-from statewright.store import Store
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 
-from order_fulfilment import order_type  # noqa: E402
-from refund_approval import refund_type  # noqa: E402
+from order_fulfilment import order_type as order_type  # noqa: E402  (re-exported)
+from refund_approval import refund_type as refund_type  # noqa: E402  (re-exported)
 
 TOKENS = {
     "agent": ("agent-token-1", "agent-7", ["agent"], "default"),

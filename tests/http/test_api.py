@@ -84,7 +84,7 @@ async def in_state(
     engine: Engine, client: httpx.AsyncClient, wid: str, state: str, who: str = "agent"
 ) -> None:
     """Start an agent task (or a refund for ``awaiting_approval``) and move it to ``state``."""
-    paths = {
+    paths: dict[str, list[tuple[str, dict[str, Any]]]] = {
         "planned": [],
         "running": [("start", {})],
         "paused": [("start", {}), ("request_approval", {})],

@@ -179,6 +179,7 @@ async def test_a_fork_that_would_call_a_step_again_is_refused_until_said_or_reso
     async with unchanged(engine):
         r = await client.post(url, json={"reason": "r"}, headers=auth("boss"))
         assert "a worker holds workflow 'o-6'" in error_of(r, 409, "workflow_busy")["message"]
+    assert claimed.lease is not None
     await store.step_begin("o-6:label", "o-6", "label", now, claimed.lease)
     await store.release_lease("o-6", claimed.lease)  # the worker died in the call
     async with unchanged(engine):

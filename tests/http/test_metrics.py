@@ -13,12 +13,12 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from statewright import Engine, ManualClock, Next, RetryPolicy, Run, TransientError, Worker
+from statewright.access import OPS
 from statewright.definition.builtin.agent_task import agent_task_machine
 from statewright.engine.hooks import Rejection, RetryEvent
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import IllegalTransition
 from statewright.http import create_app
-from statewright.http.metrics import OPS
 from statewright.observability.metrics import (
     MAX_STEP_NAMES,
     UNKNOWN,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import httpx
 
-from statewright import Engine, ManualClock
+from statewright import Engine, ManualClock, NotApplied
 from statewright.observability.alerts import AlertThresholds, evaluate_alerts
 from statewright.observability.delivery import AlertDelivery
 from statewright.observability.metrics import attach_metrics
@@ -208,9 +208,7 @@ async def test_workflow_parked_alert_fires_at_once_and_is_delivered(
         assert rec.bodies()[-1]["status"] == "resolved"
 
 
-def _not_applied() -> object:
-    from statewright import NotApplied
-
+def _not_applied() -> NotApplied:
     return NotApplied()
 
 

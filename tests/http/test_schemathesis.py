@@ -98,6 +98,9 @@ APP.state.stream_poll_interval = 0.02
 
 schema = schemathesis.openapi.from_dict(APP.openapi())
 schema.app = APP  # what from_asgi does, without starting the app at import
+ASGI_APP: Any = APP
+"""The app for schemathesis's ASGI client, which types an app's callable with ``dict`` where
+Starlette's has ``MutableMapping``: the same call at run time."""
 
 
 @schema.hook("flatmap_path_parameters")
@@ -121,7 +124,7 @@ def app() -> Iterator[FastAPI]:
     """The app, seeded. Schemathesis's ASGI client runs it in its own event loop thread, and
     runs its lifespan there too (which opens the engine; closed by ``shutdown_lifespans``)."""
     try:
-        with asgi.get_client(APP) as client:
+        with asgi.get_client(ASGI_APP) as client:
             for who, type_, wid, events in SEEDS:
                 body = {"type": type_, "id": wid}
                 r = client.post("/v1/workflows", json=body, headers=auth(who))
@@ -147,7 +150,7 @@ def app() -> Iterator[FastAPI]:
     deadline=None,
     database=None,
 )
-def test_openapi_contract(case: schemathesis.Case, app: FastAPI, who: str) -> None:
+def test_openapi_contract(case: schemathesis.Case[Any], app: FastAPI, who: str) -> None:
     """``app`` (seeded) is what ``schema.app`` points the requests at."""
     streaming = case.operation.path == "/v1/stream"
     # (A generated cursor is schema-valid base64url that no page returned: 409 invalid_cursor,
@@ -207,7 +210,7 @@ def test_every_operation_with_a_body_has_hostile_cases() -> None:
     assert len(ANY_JSON) == 7
 
 
-def hostile_case(operation: tuple[str, str], body: bytes) -> schemathesis.Case:
+def hostile_case(operation: tuple[str, str], body: bytes) -> schemathesis.Case[Any]:
     path, method = operation
     names = {p.name for p in schema[path][method].path_parameters}
     return schema[path][method].Case(
@@ -312,7 +315,7 @@ def test_a_schema_valid_value_is_never_refused_as_invalid_input(app: FastAPI) ->
     never 422), and what it refuses is 422: reasons (the engine's 1,000-character limit, and
     text with nothing but whitespace), an approver's name, a timer's event (its default key),
     and cursors (base64url that no page returned is 409 invalid_cursor, not 422)."""
-    with asgi.get_client(APP) as client:
+    with asgi.get_client(ASGI_APP) as client:
         r = client.post("/v1/workflows", json={"type": "agent_task", "id": "edge-1"},
                         headers=auth("admin"))  # fmt: skip
         assert r.status_code == 201, r.text

@@ -19,7 +19,7 @@ from tests.integration.conftest import Cli
 def where(request: pytest.FixtureRequest, tmp_path: Path) -> Cli:
     if request.param == "sqlite":
         return Cli(tmp_path / "sw.db")
-    return Cli(request.getfixturevalue("pg_dsn"))  # type: ignore[arg-type]  # a URL
+    return Cli(request.getfixturevalue("pg_dsn"))  # a URL
 
 
 def app_file(tmp_path: Path) -> str:

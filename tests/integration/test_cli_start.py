@@ -169,7 +169,7 @@ def test_import_statewright_is_lazy_and_complete() -> None:
     code = (
         "import sys, statewright; "
         "assert 'statewright.engine' not in sys.modules, 'engine imported'; "
-        "from statewright import Engine, SQLiteStore, agent_task_type; "
+        "from statewright import Engine, SQLiteStore, Worker; "
         "import statewright.engine as e; assert Engine is e.Engine; "
         "ns = {}; exec('from statewright import *', ns); "
         "missing = set(statewright.__all__) - set(ns); assert not missing, missing; "

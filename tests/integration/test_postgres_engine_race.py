@@ -6,7 +6,8 @@ import asyncio
 import random
 from collections import Counter
 
-from statewright import Engine, MachineBuilder, VersionConflict
+from statewright import Engine, MachineBuilder
+from statewright.errors import VersionConflict
 from statewright.store.postgres import PostgresStore
 
 PINGPONG = (

@@ -21,14 +21,14 @@ from statewright.access import Principal
 from statewright.engine.builtin import agent_task_type
 from statewright.errors import OutcomeUnknown
 from statewright.mcp_server import build_catalogue, create_server
-from statewright.store import Store
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 from statewright.types import DeferWrite, StepFinish, TransitionWrite, WorkflowRow
 from tests.mcp.conftest import ORDER, TOKENS, data, tool_error
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
-from order_fulfilment import order_type
+from order_fulfilment import order_type as order_type  # re-exported (test_hostile_input)
 from refund_approval import refund_type
 
 POLICY = {"amount_cents": 9_000, "auto_approve_under_cents": 5_000, "hard_limit_cents": 100_000}

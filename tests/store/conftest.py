@@ -5,8 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from statewright.store import SQLiteStore, Store
+from statewright.store import SQLiteStore
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 
 BACKENDS = ["sqlite-file", "sqlite-memory", "postgres"]
 

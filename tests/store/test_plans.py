@@ -23,8 +23,9 @@ import psycopg
 import pytest
 from psycopg import sql as pgsql
 
-from statewright.store import SQLiteStore, Store, sqlbuild
+from statewright.store import SQLiteStore, sqlbuild
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 from statewright.store.queries import load_queries
 from statewright.types import StuckCutoff, WorkflowFilter
 from tests.conftest import _admin, _drop, pg_url, run_async
@@ -380,8 +381,8 @@ def _value(name: str, dialect: str) -> Any:
         return json.dumps(value) if dialect == "sqlite" else value
     if name.startswith("timer_"):  # the arrays of timers to arm
         return "[]" if dialect == "sqlite" else []
-    value = PARAM_VALUES.get(name)  # anything else: NULL (an optional value)
-    return int(value) if dialect == "sqlite" and isinstance(value, bool) else value
+    param = PARAM_VALUES.get(name)  # anything else: NULL (an optional value)
+    return int(param) if dialect == "sqlite" and isinstance(param, bool) else param
 
 
 def _scan(dialect: str, sql: str, plan: list[str]) -> list[str]:
@@ -463,7 +464,7 @@ def _built(d: sqlbuild.Dialect) -> list[tuple[str, str, dict[str, Any]]]:
 
 
 async def test_every_built_statement_reads_indexes_only(big_store: Store) -> None:
-    d = "sqlite" if isinstance(big_store, SQLiteStore) else "postgres"
+    d: sqlbuild.Dialect = "sqlite" if isinstance(big_store, SQLiteStore) else "postgres"
     problems = []
     for what, sql, params in _built(d):
         plan = await _plan(big_store, sql, params)

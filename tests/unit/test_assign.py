@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from statewright import DefinitionError, Machine, MachineBuilder
+from statewright import Machine, MachineBuilder
 from statewright.definition.formats import (
     dumps_json,
     dumps_yaml,
@@ -19,6 +19,7 @@ from statewright.definition.formats import (
     to_dict,
     to_xstate,
 )
+from statewright.errors import DefinitionError
 
 
 def payment_machine() -> Machine:

@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from statewright import (
-    Cancelled,
     Engine,
     IllegalTransition,
     InvalidInput,
@@ -22,6 +21,7 @@ from statewright import (
     WorkflowType,
 )
 from statewright.engine.workflow_type import Handler
+from statewright.errors import Cancelled
 from statewright.testing import memory_engine
 from statewright.types import CancelRequest
 
@@ -142,7 +142,7 @@ async def test_stop_lets_the_handler_persist_and_hands_back_unstarted_claims(
                 await b_gate.wait()
             return await real_timers(workflow_id)
 
-        store.timers = timers  # type: ignore[method-assign]
+        store.timers = timers  # type: ignore[method-assign, assignment]
         await engine.start("job", workflow_id="a")
         clock.advance(1)
         await engine.start("job", workflow_id="b")

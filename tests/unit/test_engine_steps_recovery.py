@@ -13,13 +13,13 @@ from statewright import (
     ManualClock,
     NotApplied,
     Run,
-    StepOutcomeUnknown,
     Worker,
     WorkflowType,
-    agent_task_type,
 )
+from statewright.engine import agent_task_type
 from statewright.engine.recovery import recover
 from statewright.engine.workflow_type import Reconciled
+from statewright.errors import StepOutcomeUnknown
 from statewright.testing import memory_engine
 
 PAY = (
@@ -222,6 +222,29 @@ async def test_lease_of_an_earlier_process_with_our_pid_is_recovered(clock: Manu
         await engine.start("pay", workflow_id="q")
         await engine.store.claim_due(live.id, clock.now(), 3600, 10)
         assert await recover(engine) == []  # a live worker of this process keeps its lease
+
+
+async def test_a_worker_that_no_longer_exists_leaves_no_trace(clock: ManualClock) -> None:
+    """The workers this process counts as alive are those that still exist: one that was
+    created and dropped is forgotten (the set does not grow with every worker), and a lease
+    left under its id is recovered at once, as a dead process's would be."""
+    import gc
+
+    from statewright.engine.recovery import LIVE_WORKERS
+
+    async with memory_engine([pay_type(Gateway())], clock) as engine:
+        gc.collect()
+        before = len(LIVE_WORKERS)
+        gone = Worker(engine)
+        gone_id = gone.id
+        assert len(LIVE_WORKERS) == before + 1
+        del gone
+        gc.collect()
+        assert len(LIVE_WORKERS) == before
+        await engine.start("pay", workflow_id="p")
+        await engine.store.claim_due(gone_id, clock.now(), 3600, 10)
+        [rec] = await recover(engine)
+        assert (rec.workflow_id, rec.owner) == ("p", gone_id)
 
 
 def test_a_zombie_child_counts_as_dead() -> None:

@@ -12,18 +12,20 @@ from statewright import (
     Engine,
     IllegalTransition,
     InvalidInput,
-    InvalidPayload,
     MachineBuilder,
     ManualClock,
-    ReplayMismatch,
     SQLiteStore,
-    UnknownWorkflowType,
-    VersionConflict,
-    WorkflowExists,
     WorkflowNotFound,
 )
 from statewright.definition.builtin.agent_task import agent_task_machine
 from statewright.engine.hooks import TransitionEvent
+from statewright.errors import (
+    InvalidPayload,
+    ReplayMismatch,
+    UnknownWorkflowType,
+    VersionConflict,
+    WorkflowExists,
+)
 from statewright.testing import memory_engine
 
 DOC = (

@@ -92,7 +92,12 @@ def test_a_hook_gives_text_data_or_both(caplog: pytest.LogCaptureFixture) -> Non
     text, data, _ = summarize_with(lambda c: (f"ref {SECRET_REF}", {"ref": SECRET_REF}), caplog)
     assert text == f"ref {MASK}" and data == {"ref": MASK}  # masked even if the hook leaks
     seen: list[Mapping[str, Any]] = []
-    summarize_with(lambda c: seen.append(c) or "x", caplog)
+
+    def keep(context: Mapping[str, Any]) -> str:
+        seen.append(context)
+        return "x"
+
+    summarize_with(keep, caplog)
     assert "stripe_secret_ref" not in seen[0] and "_internal" in seen[0]
     assert not logged
 

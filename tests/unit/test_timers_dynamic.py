@@ -13,18 +13,16 @@ from statewright import (
     Engine,
     IllegalTransition,
     InvalidInput,
-    InvalidPayload,
     MachineBuilder,
     ManualClock,
     Next,
     Run,
     SQLiteStore,
     Worker,
-    WorkflowFinished,
     WorkflowType,
 )
 from statewright.definition.formats.document import from_dict, to_dict
-from statewright.errors import DefinitionError
+from statewright.errors import DefinitionError, InvalidPayload, WorkflowFinished
 from statewright.types import TimerSpec
 
 

@@ -130,7 +130,7 @@ async def test_handler_and_step_spans_join_the_request_trace_and_chain(
     assert (step["statewright.attempt"], step["statewright.outcome"]) == (1, "done")
     # Today's span events per transition land on the handler span that made them.
     assert [
-        e.attributes["statewright.event"] for e in charging.events if e.name == EVENT_NAME
+        (e.attributes or {})["statewright.event"] for e in charging.events if e.name == EVENT_NAME
     ] == ["charged"]
 
 
@@ -147,9 +147,9 @@ async def test_a_failing_step_is_recorded_as_an_error_on_both_spans(
     ship, shipping = spans["statewright.step ship"], spans["statewright.handler order.shipping"]
     for span in (ship, shipping):
         assert span.status.status_code is StatusCode.ERROR
-        assert [e.attributes["exception.type"] for e in span.events if e.name == "exception"] == [
-            "statewright.errors.FatalError"
-        ]
+        assert [
+            (e.attributes or {})["exception.type"] for e in span.events if e.name == "exception"
+        ] == ["statewright.errors.FatalError"]
         assert dict(span.attributes or {})["statewright.outcome"] == "failed"
 
 
@@ -205,6 +205,7 @@ def test_the_environment_configures_the_sdk_provider(provider: TracerProvider) -
     configured = otel_setup.configure_from_env("svc", env, warn=warnings.append)
     try:
         assert configured is trace.get_tracer_provider()
+        assert isinstance(configured, TracerProvider)
         assert configured.resource.attributes["service.name"] == "svc"
         assert warnings == ["OTEL_TRACES_EXPORTER: no span exporter 'nosuch' is installed"]
     finally:

@@ -28,7 +28,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from statewright import Engine, Worker, WorkflowFilter, store_from_url
+from statewright import Engine, Worker, store_from_url
+from statewright.types import WorkflowFilter
 from tests.acceptance.crash.app import MODES, Faults, InFlight, Service, make_type
 
 EXIT_STALLED = 3

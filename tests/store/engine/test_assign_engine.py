@@ -6,16 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from statewright import (
-    ActionFailed,
-    Engine,
-    IdempotencyKeyReused,
-    InvalidInput,
-    MachineBuilder,
-    ManualClock,
-    WorkflowFinished,
-)
-from statewright.store import Store
+from statewright import Engine, InvalidInput, MachineBuilder, ManualClock
+from statewright.errors import ActionFailed, IdempotencyKeyReused, WorkflowFinished
+from statewright.store.protocol import FullStore as Store
 from tests.unit.test_assign import payment_machine
 
 

@@ -11,8 +11,8 @@ import pytest
 
 from statewright import Engine, Machine, MachineBuilder, ManualClock, SQLiteStore
 from statewright.errors import DefinitionChanged
-from statewright.store import Store
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 
 
 def order(*, rename: bool = False, extra: bool = False) -> Machine:

@@ -27,8 +27,8 @@ from statewright import (
     WorkflowType,
 )
 from statewright.errors import DefinitionError
-from statewright.store import Store
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 
 T0 = 1_800_000_000.0
 

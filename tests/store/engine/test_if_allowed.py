@@ -20,7 +20,7 @@ from statewright.errors import (
     WorkflowNotFound,
 )
 from statewright.observability.metrics import attach_metrics
-from statewright.store import Store
+from statewright.store.protocol import FullStore as Store
 
 T0 = 1_800_000_000.0
 

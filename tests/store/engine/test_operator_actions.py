@@ -3,6 +3,8 @@ reason, and replay understands it (issue 14, item 3)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from statewright import (
@@ -12,10 +14,10 @@ from statewright import (
     MachineBuilder,
     ManualClock,
     Next,
-    WorkflowFinished,
     WorkflowType,
 )
-from statewright.store import Store
+from statewright.errors import WorkflowFinished
+from statewright.store.protocol import FullStore as Store
 
 
 def machine() -> Machine:
@@ -184,7 +186,7 @@ async def test_fork_from_an_early_version_and_refusals(store: Store) -> None:
         await engine.fork("j4", version=9, actor="a", reason="r")
     with pytest.raises(InvalidInput):
         await engine.fork("j4", actor="a", reason="")
-    from statewright import WorkflowExists
+    from statewright.errors import WorkflowExists
 
     with pytest.raises(WorkflowExists):
         await engine.fork("j4", version=2, new_id="j4-again", actor="a", reason="redo")
@@ -224,7 +226,8 @@ async def test_fork_refuses_a_step_of_unknown_outcome_until_it_is_resolved(store
     """Issue 22, item 3: a fork of a workflow parked on a charge whose call timed out after
     charging would charge again under the fork's key. Refused, naming the step and the way
     out; once resolved on the source, the fork carries the charge's result."""
-    from statewright import Applied, StepUnresolved, Worker
+    from statewright import Applied, Worker
+    from statewright.errors import StepUnresolved
 
     engine, gateway = await _parked_on_an_unknown_charge(store)
     with pytest.raises(StepUnresolved, match="resolve-step p2 charge") as refused:
@@ -252,9 +255,10 @@ async def test_fork_refuses_a_step_left_executing(store: Store) -> None:
     engine = Engine(store, [payment_type(Gateway())], clock=ManualClock())
     await engine.start("pay", {}, workflow_id="p3")
     [claimed] = await store.claim_due("w-1", engine.clock.now(), 30, 1)
+    assert claimed.lease is not None
     await store.step_begin("p3:charge", "p3", "charge", engine.clock.now(), claimed.lease)
     await store.release_lease("p3", claimed.lease)  # the worker died mid-call; lease gone
-    from statewright import StepUnresolved
+    from statewright.errors import StepUnresolved
 
     with pytest.raises(StepUnresolved, match="'charge'"):
         await engine.fork("p3", actor="alice", reason="r")
@@ -264,11 +268,12 @@ async def test_fork_refuses_a_step_left_executing(store: Store) -> None:
 async def test_fork_refuses_while_a_worker_holds_the_source(store: Store) -> None:
     """A claimed workflow may have a step in flight: no fork, like no resume. Also when the
     claim comes between the fork's read of the steps and its write."""
-    from statewright import WorkflowBusy
+    from statewright.errors import WorkflowBusy
 
     engine = Engine(store, [payment_type(Gateway())], clock=ManualClock())
     await engine.start("pay", {}, workflow_id="p4")
     [claimed] = await store.claim_due("w-1", engine.clock.now(), 30, 1)
+    assert claimed.lease is not None
     with pytest.raises(WorkflowBusy, match="worker"):
         await engine.fork("p4", actor="alice", reason="r")
     await store.release_lease("p4", claimed.lease)
@@ -280,7 +285,7 @@ async def test_fork_refuses_while_a_worker_holds_the_source(store: Store) -> Non
         await store.claim_due("w-2", engine.clock.now() + 1, 30, 1)  # a worker claims it now
         return list(found)
 
-    store.steps = claimed_meanwhile  # type: ignore[method-assign]
+    store.steps = claimed_meanwhile  # type: ignore[method-assign, assignment]
     try:
         with pytest.raises(WorkflowBusy, match="worker"):
             await engine.fork("p4", actor="alice", reason="r")
@@ -318,11 +323,12 @@ def shipping_type(gateway: Gateway, clock: ManualClock) -> WorkflowType:
 async def test_fork_from_an_earlier_version_reruns_later_steps_only_when_told(
     store: Store,
 ) -> None:
-    from statewright import StepsWouldRerun, Worker
+    from statewright import Worker
+    from statewright.errors import StepsWouldRerun
 
     gateway, clock = Gateway(), ManualClock()
     engine = Engine(store, [shipping_type(gateway, clock)], clock=clock)
-    why = {"actor": "alice", "reason": "again"}
+    why: dict[str, Any] = {"actor": "alice", "reason": "again"}
     await engine.start("ship", {}, workflow_id="s1")
     await Worker(engine).run_until_idle()
     assert (await engine.get("s1")).state == "shipped" and gateway.charges == ["s1:charge"]

@@ -15,19 +15,18 @@ from statewright import (
     Applied,
     Engine,
     FatalError,
-    IdempotencyKeyReused,
     MachineBuilder,
     ManualClock,
     Next,
     NotApplied,
     RetryPolicy,
     Run,
-    StepUnresolved,
     Worker,
     WorkflowType,
 )
 from statewright.engine.core import ParkedTotal, StuckTotal
-from statewright.store import Store
+from statewright.errors import IdempotencyKeyReused, StepUnresolved
+from statewright.store.protocol import FullStore as Store
 from statewright.types import StepFinish
 
 

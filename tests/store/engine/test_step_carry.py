@@ -23,8 +23,9 @@ from statewright import (
 from statewright.definition.machine import Machine
 from statewright.engine.recovery import recover
 from statewright.errors import StoreError
-from statewright.store import SQLiteStore, Store
+from statewright.store import SQLiteStore
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 from statewright.types import StepFinish
 
 OWNER = "vm-that-is-gone:999999:dead"

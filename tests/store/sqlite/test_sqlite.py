@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from statewright import Engine, IllegalTransition, MachineBuilder, SQLiteStore, StoreError
+from statewright import Engine, IllegalTransition, MachineBuilder, SQLiteStore
+from statewright.errors import StoreError
 
 MACHINE = (
     MachineBuilder("pingpong")

@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from statewright import Engine, MachineBuilder, OutcomeUnknown, SQLiteStore, StoreError
+from statewright import Engine, MachineBuilder, SQLiteStore
+from statewright.errors import OutcomeUnknown, StoreError
 from statewright.store.sqlite.conn import GroupCommitConnection
 
 MACHINE = (

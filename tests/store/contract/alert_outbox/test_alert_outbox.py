@@ -6,8 +6,8 @@ import pytest
 
 from statewright import InvalidInput, ManualClock
 from statewright.observability.delivery import fingerprint, idempotency_key
-from statewright.store import Store
 from statewright.store.alert_outbox import AlertChange
+from statewright.store.protocol import FullStore as Store
 from tests.store.contract.retention.test_retention import DAY, engine_on, id_of
 
 

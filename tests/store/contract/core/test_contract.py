@@ -224,6 +224,7 @@ async def test_step_open_begins_only_a_new_step_with_no_cancel_pending(store: St
     # Another claim's lease: refused, nothing written.
     await store.create_workflow(new("w2", run_at=T0))
     [other] = await store.claim_due("w-2", T0, 30, 10)
+    assert other.lease is not None
     stale = Lease("w-2", other.lease.fence + 1)
     with pytest.raises(LeaseLost):
         await store.step_open("w2:pay", "w2", "pay", T0, stale)

@@ -4,6 +4,7 @@ limit and the token bucket in the claim, lapsed leases freeing the budget."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import cast
 
 import pytest
 
@@ -11,6 +12,7 @@ from statewright import Engine, MachineBuilder, Next, Worker, WorkflowType
 from statewright.clock import ManualClock
 from statewright.errors import DefinitionError
 from statewright.store import Store
+from statewright.store.protocol import FullStore
 from statewright.types import TypeLimit
 
 T0 = datetime(2027, 1, 15, 8, 3, tzinfo=UTC).timestamp()
@@ -46,7 +48,11 @@ async def _due(engine: Engine, type_: str, n: int) -> None:
 async def test_max_concurrent_holds_across_claimers_and_lapsed_leases_free_it(
     store: Store, clock: ManualClock
 ) -> None:
-    engine = Engine(store, [_limited("limited", max_concurrent=2), _machine("free")], clock=clock)
+    engine = Engine(
+        cast(FullStore, store),
+        [_limited("limited", max_concurrent=2), _machine("free")],
+        clock=clock,
+    )
     await _due(engine, "limited", 5)
     await _due(engine, "free", 3)
     limits = {"limited": TypeLimit(max_concurrent=2)}
@@ -69,7 +75,7 @@ async def test_max_concurrent_holds_across_claimers_and_lapsed_leases_free_it(
 async def test_max_per_second_is_a_token_bucket_in_the_store(
     store: Store, clock: ManualClock
 ) -> None:
-    engine = Engine(store, [_limited("rated", max_per_second=2.0)], clock=clock)
+    engine = Engine(cast(FullStore, store), [_limited("rated", max_per_second=2.0)], clock=clock)
     await _due(engine, "rated", 20)
     limits = {"rated": TypeLimit(max_per_second=2.0)}
 
@@ -85,7 +91,7 @@ async def test_max_per_second_is_a_token_bucket_in_the_store(
 
 
 async def test_worker_honours_its_types_limits(store: Store, clock: ManualClock) -> None:
-    engine = Engine(store, [_limited("limited", max_concurrent=1)], clock=clock)
+    engine = Engine(cast(FullStore, store), [_limited("limited", max_concurrent=1)], clock=clock)
     await _due(engine, "limited", 3)
     worker = Worker(engine, concurrency=8)
     assert worker.limits == {"limited": TypeLimit(max_concurrent=1)}
@@ -94,7 +100,7 @@ async def test_worker_honours_its_types_limits(store: Store, clock: ManualClock)
 
 
 async def test_unlimited_types_keep_the_plain_claim(store: Store, clock: ManualClock) -> None:
-    engine = Engine(store, [_machine("free")], clock=clock)
+    engine = Engine(cast(FullStore, store), [_machine("free")], clock=clock)
     assert Worker(engine).limits is None
 
 

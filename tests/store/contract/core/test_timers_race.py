@@ -6,9 +6,11 @@ so a row read or cached before it does not show the timer), and not under real c
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 from statewright import Engine, Machine, MachineBuilder, ManualClock, Run, WorkflowType
 from statewright.store import Store
+from statewright.store.protocol import FullStore
 
 
 def machine() -> Machine:
@@ -39,7 +41,7 @@ def runs_here() -> WorkflowType:
 
 
 async def test_a_row_read_before_a_schedule_still_clears_its_timer(store: Store) -> None:
-    engine = Engine(store, [runs_here()], clock=ManualClock())
+    engine = Engine(cast(FullStore, store), [runs_here()], clock=ManualClock())
     await engine.start("race", {}, workflow_id="w1")
     await engine.get("w1")  # this process has now seen the row without timers
     await engine.schedule("w1", "ping", after=100)
@@ -51,7 +53,7 @@ async def test_a_row_read_before_a_schedule_still_clears_its_timer(store: Store)
 
 
 async def test_schedule_racing_transitions_never_leaks_a_timer(store: Store) -> None:
-    engine = Engine(store, [machine()], clock=ManualClock())
+    engine = Engine(cast(FullStore, store), [machine()], clock=ManualClock())
     n = 40
     for i in range(n):
         await engine.start("race", {}, workflow_id=f"r{i}")
@@ -102,7 +104,7 @@ async def test_postgres_transition_waiting_on_a_schedules_lock_clears_its_timer(
     from statewright.store.postgres import PostgresStore, Q
 
     store = PostgresStore(pg_dsn)
-    engine = Engine(store, [runs_here()], clock=ManualClock())
+    engine = Engine(cast(FullStore, store), [runs_here()], clock=ManualClock())
     async with engine:
         row = await engine.start("race", {}, workflow_id="p1")
         params = {

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from statewright.store import Store
+from statewright.store.protocol import FullStore as Store
 from statewright.types import StepFinish, StuckCutoff, WorkflowFilter, WorkflowRow
 from tests.store.contract.writes import T0, defer, move, new
 
@@ -124,7 +124,7 @@ def _cutoffs(now: float) -> list[StuckCutoff]:
 
 
 def _stuck_by_hand(rows: list[WorkflowRow], now: float) -> list[WorkflowRow]:
-    rules = {
+    rules: dict[tuple[str, str], dict[int | None, float | None]] = {
         ("t", "a"): {None: 3.0},
         ("t", "b"): {None: 10.0, 2: 1.0},
         ("u", "a"): {None: None, 7: 2.0},

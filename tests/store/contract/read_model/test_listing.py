@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from statewright.store import Store
+from statewright.store.protocol import FullStore as Store
 from statewright.types import WorkflowFilter
 from tests.store.contract.writes import T0, move, new
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from statewright import offload
-from statewright.store import Store
+from statewright.store.protocol import FullStore as Store
 from statewright.store.rows import Rows
 from statewright.types import NewWorkflow, TransitionWrite, WorkflowFilter
 

@@ -4,7 +4,7 @@ SQLite (file and memory) and PostgreSQL."""
 
 from __future__ import annotations
 
-from statewright.store import Store
+from statewright.store.protocol import FullStore as Store
 from statewright.types import DeferWrite, WorkflowFilter
 from tests.store.contract.writes import T0, move, new
 

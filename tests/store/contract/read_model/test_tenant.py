@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from statewright.errors import InvalidInput
-from statewright.store import Store
+from statewright.store.protocol import FullStore as Store
 from statewright.types import (
     CancelRequest,
     DeferWrite,
@@ -22,7 +22,7 @@ T0 = 1_800_000_000.0
 
 
 def new(wid: str, tenant: str | None = None, type_: str = "t", state: str = "a") -> NewWorkflow:
-    extra = {} if tenant is None else {"tenant": tenant}
+    extra: dict[str, Any] = {} if tenant is None else {"tenant": tenant}
     return NewWorkflow(
         id=wid,
         type=type_,

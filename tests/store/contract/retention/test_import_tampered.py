@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from statewright import Engine, ManualClock, Next, Worker, WorkflowType
-from statewright.store import Store
+from statewright.store.protocol import FullStore as Store
 from tests.store.contract.retention.test_retention import DAY, machine
 
 YEAR = 365 * DAY

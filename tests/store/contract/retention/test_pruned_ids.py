@@ -14,10 +14,11 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from statewright import Engine, ManualClock, Next, Worker, WorkflowPruned, WorkflowType
+from statewright import Engine, ManualClock, Next, Worker, WorkflowType
 from statewright.engine.core import id_for_key
-from statewright.store import Store
+from statewright.errors import WorkflowPruned
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 from tests.store.contract.retention.test_retention import DAY, machine
 
 

@@ -28,8 +28,9 @@ from statewright import (
 )
 from statewright.engine import retention
 from statewright.engine.retention import parse_duration, read_archive
-from statewright.store import SQLiteStore, Store
+from statewright.store import SQLiteStore
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 
 DAY = 86400.0
 

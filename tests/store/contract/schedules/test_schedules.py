@@ -14,7 +14,7 @@ from statewright import Engine, Worker
 from statewright.clock import ManualClock
 from statewright.engine.schedules import tick_workflow_id
 from statewright.errors import InvalidInput, InvalidSchedule, ScheduleNotFound, UnknownWorkflowType
-from statewright.store import Store
+from statewright.store.protocol import FullStore as Store
 from tests.store.contract.core.test_limits import _machine
 
 T0 = datetime(2027, 1, 15, 8, 3, tzinfo=UTC).timestamp()
