@@ -308,7 +308,7 @@ async def run_engine_async(path: Path, mode: str, clients: int, n: int, schema: 
             for i in range(count):
                 event = "go" if state == "a" else "back"
                 t0 = time.perf_counter()
-                row = await engine.send(wid, event, payload(i))
+                row = (await engine.send(wid, event, payload(i))).row
                 out.append(time.perf_counter() - t0)
                 state = row.state
             states[wid] = state

@@ -97,7 +97,7 @@ class SyncEngine:
         >>> from statewright.definition.builtin import agent_task_machine
         >>> with SyncEngine(Engine(SQLiteStore(":memory:"), [agent_task_machine()])) as eng:
         ...     wf = eng.start("agent_task", {"goal": "triage"}, workflow_id="t1")
-        ...     eng.send("t1", "start").state
+        ...     eng.send("t1", "start").row.state
         'running'
     """
 
@@ -154,17 +154,12 @@ class SyncEngine:
     # -- commands ------------------------------------------------------------------------------
 
     start = blocking(Engine.start)
-    create = blocking(Engine.create)
     send = blocking(Engine.send)
-    dispatch = blocking(Engine.dispatch)
     approve = blocking(Engine.approve)
     deny = blocking(Engine.deny)
     decide = blocking(Engine.decide)
-    decide_ex = blocking(Engine.decide_ex)
     cancel = blocking(Engine.cancel)
-    cancel_ex = blocking(Engine.cancel_ex)
     post_input = blocking(Engine.post_input)
-    put_input = blocking(Engine.put_input)
 
     # -- operator actions ----------------------------------------------------------------------
 
@@ -192,6 +187,7 @@ class SyncEngine:
 
     get = blocking(Engine.get)
     history = blocking(Engine.history)
+    steps = blocking(Engine.steps)
     allowed_events = blocking(Engine.allowed_events)
     list_workflows = blocking(Engine.list_workflows)
     stuck_threshold = forwarded(Engine.stuck_threshold)

@@ -84,9 +84,7 @@ async def run_and_kill(
         crash.states[wid] = row.state
         if row.lease_owner:
             crash.leases[wid] = row.lease_owner
-        crash.executing += [
-            s.key for s in await engine.store.steps(wid) if s.status == "executing"
-        ]
+        crash.executing += [s.key for s in await engine.steps(wid) if s.status == "executing"]
     return crash
 
 
@@ -103,7 +101,7 @@ async def _payment_in_flight(
             )
         charged = {c["key"] for c in gateway.charges()}
         for wid in ids:
-            for s in await engine.store.steps(wid):
+            for s in await engine.steps(wid):
                 if s.status == "executing" and s.key in charged:
                     return True
         await asyncio.sleep(0.05)

@@ -82,13 +82,13 @@ def start(
     nothing new.
     """
     context = parse_json_object(input_, "--input")
-    row, created = with_engine(
+    started = with_engine(
         s,
-        lambda e: e.create(
+        lambda e: e.start(
             type_, context, workflow_id=workflow_id, actor=actor, idempotency_key=key
         ),
     )
-    _emit(s, row, "started", key, key is not None and not created)
+    _emit(s, started.row, "started", key, key is not None and not started.created)
 
 
 def send(
@@ -115,7 +115,7 @@ def send(
     data = parse_json_object(payload, "--payload")
     sent = with_engine(
         s,
-        lambda e: e.dispatch(
+        lambda e: e.send(
             workflow_id,
             event,
             data,
@@ -152,7 +152,7 @@ def _decide(
 ) -> None:
     decided = with_engine(
         s,
-        lambda e: e.decide_ex(
+        lambda e: e.decide(
             workflow_id, approve, approver=approver, comment=comment, idempotency_key=key
         ),
     )
@@ -194,7 +194,7 @@ def cancel(
     """
 
     cancelled = with_engine(
-        s, lambda e: e.cancel_ex(workflow_id, reason=reason, actor=actor, idempotency_key=key)
+        s, lambda e: e.cancel(workflow_id, reason=reason, actor=actor, idempotency_key=key)
     )
     row, replayed = cancelled.row, cancelled.replayed
     if s.json or replayed:
@@ -220,9 +220,8 @@ def input_(
     Refused (exit code 2) once the workflow has finished.
     """
     data = parse_json_object(payload, "--payload")
-    item, created = with_engine(
-        s, lambda e: e.put_input(workflow_id, name, data, idempotency_key=key)
-    )
+    done = with_engine(s, lambda e: e.post_input(workflow_id, name, data, idempotency_key=key))
+    item, created = done.item, done.created
     if s.json:
         posted = {"workflow_id": workflow_id, "name": name, "input_id": item.id}
         emit_json(posted if key is None else {**posted, "replayed": not created})
@@ -245,8 +244,8 @@ async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
         "workflow": row,
         "cancel_request": row.cancel,
         "allowed_events": allowed,
-        "timers": await engine.store.timers(workflow_id),
-        "steps": await engine.store.steps(workflow_id),
+        "timers": await engine.timers(workflow_id),
+        "steps": await engine.steps(workflow_id),
     }
 
 

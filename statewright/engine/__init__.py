@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from statewright.engine.builtin import AGENT_TASK_RECOVERY, agent_task_type
-from statewright.engine.core import Engine, Replayed, Stuck
+from statewright.engine.core import Engine, Posted, Replayed, Started, Stuck
 from statewright.engine.recovery import Recovered, recover
 from statewright.engine.retry import RetryPolicy, classify
 from statewright.engine.steps import Run
@@ -24,11 +24,13 @@ __all__ = [
     "Handler",
     "Next",
     "NotApplied",
+    "Posted",
     "Recovered",
     "RecoveryAction",
     "Replayed",
     "RetryPolicy",
     "Run",
+    "Started",
     "Stuck",
     "Worker",
     "WorkflowType",

@@ -83,8 +83,7 @@ async def cancel(
     expected_version: int | None = None,
     if_allowed: bool = False,
 ) -> Dispatched:
-    """See :meth:`statewright.engine.core.Engine.cancel` (and ``cancel_ex`` for
-    ``if_allowed``)."""
+    """See :meth:`statewright.engine.core.Engine.cancel`."""
     if not isinstance(reason, str) or not reason.strip():
         raise InvalidInput("a cancel needs a reason")
     payload = {"reason": reason}

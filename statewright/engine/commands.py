@@ -10,6 +10,7 @@ import logging
 import re
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from statewright import ids
@@ -41,6 +42,25 @@ from statewright.types import (
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Started:
+    """What a start did: the workflow (``row``) and whether this call created it
+    (``created``; False when it existed already: the same id, or a retry with the same
+    idempotency key)."""
+
+    row: WorkflowRow
+    created: bool
+
+
+@dataclass(frozen=True)
+class Posted:
+    """What posting an input did: the input (``item``) and whether this call posted it
+    (``created``; False for a retry with the same idempotency key)."""
+
+    item: InboxItem
+    created: bool
+
+
 _EVENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,99}$")
 
 
@@ -66,8 +86,10 @@ async def start(
     actor: str = "system",
     tenant: str = "default",
     idempotency_key: str | None = None,
-) -> WorkflowRow:
+) -> Started:
     """Start a workflow in the machine's initial state; ``input`` becomes its context.
+    Returns :class:`Started`: the workflow (``.row``) and whether this call created it
+    (``.created``; False when it existed already).
 
     With a caller-chosen ``workflow_id`` start is idempotent: starting an existing id of
     the same type (and tenant) returns the existing workflow unchanged. With an
@@ -82,29 +104,6 @@ async def start(
     across tenants. ``Access`` (HTTP, MCP) scopes ids per tenant by qualifying them,
     ``acme:order-1`` (:mod:`statewright.ids`); such an id must name ``tenant``.
     """
-    row, _ = await create(
-        rt,
-        workflow_type,
-        input,
-        workflow_id=workflow_id,
-        actor=actor,
-        tenant=tenant,
-        idempotency_key=idempotency_key,
-    )
-    return row
-
-
-async def create(
-    rt: Runtime,
-    workflow_type: str,
-    input: Mapping[str, Any] | None = None,
-    *,
-    workflow_id: str | None = None,
-    actor: str = "system",
-    tenant: str = "default",
-    idempotency_key: str | None = None,
-) -> tuple[WorkflowRow, bool]:
-    """:meth:`start`, also telling whether this call created the workflow."""
     wtype = rt.registry.type_of(workflow_type)
     if input is not None and not isinstance(input, Mapping):
         raise InvalidInput(f"input must be a JSON object, got {type(input).__name__}")
@@ -152,7 +151,7 @@ async def create(
             raise IdempotencyKeyReused(workflow_id, idempotency_key, "a start with another input")
     if created:
         rt.observers.transitioned(TransitionEvent(None, row, "$start", actor))
-    return row, created
+    return Started(row, created)
 
 
 async def send(
@@ -165,9 +164,13 @@ async def send(
     expected_version: int | None = None,
     context: Mapping[str, Any] | None = None,
     idempotency_key: str | None = None,
+    row: WorkflowRow | None = None,
     if_allowed: bool = False,
-) -> WorkflowRow:
-    """Fire ``event`` on a workflow; returns the row after the transition.
+) -> Dispatched:
+    """Fire ``event`` on a workflow. Returns :class:`Dispatched`: the workflow after the
+    transition (``.row``), whether this was an idempotent retry (``.replayed``) and, with
+    ``if_allowed``, whether it was applied (``.applied``; if not, ``.refusal`` says why: its
+    ``reason``, ``state`` and ``allowed`` events).
 
     With ``idempotency_key``, a retry of a send already applied (same key, event and
     payload) applies nothing and returns the workflow as it is now; use it whenever a
@@ -178,46 +181,15 @@ async def send(
     unchanged instead of raising IllegalTransition: for late webhooks and duplicate
     callbacks. It is counted (``statewright_events_not_applied``) and logged, not
     recorded as a rejected transition. An unknown event, an invalid payload, a version
-    conflict or an unknown workflow still raise. :meth:`dispatch` tells which it was.
+    conflict or an unknown workflow still raise.
+
+    ``row``: a fresh read of the workflow the caller already made (saves a read).
 
     Raises:
         WorkflowNotFound, IllegalTransition, InvalidPayload, VersionConflict (the row
         moved since ``expected_version``), IdempotencyKeyReused (the key was used for
         another event or payload), OutcomeUnknown (the connection broke after the write
         left: retry with the same key), StoreError (nothing was changed).
-    """
-    sent = await dispatch(
-        rt,
-        workflow_id,
-        event,
-        payload,
-        actor=actor,
-        expected_version=expected_version,
-        context=context,
-        idempotency_key=idempotency_key,
-        if_allowed=if_allowed,
-    )
-    return sent.row
-
-
-async def dispatch(
-    rt: Runtime,
-    workflow_id: str,
-    event: str,
-    payload: Mapping[str, Any] | None = None,
-    *,
-    actor: str = "system",
-    expected_version: int | None = None,
-    context: Mapping[str, Any] | None = None,
-    idempotency_key: str | None = None,
-    row: WorkflowRow | None = None,
-    if_allowed: bool = False,
-) -> Dispatched:
-    """:meth:`send`, telling also whether it was an idempotent retry (``replayed``) and,
-    with ``if_allowed``, whether it was applied (``applied``; if not, ``refusal`` says
-    why: its ``reason``, ``state`` and ``allowed`` events).
-
-    ``row``: a fresh read of the workflow the caller already made (saves a read).
     """
     if not isinstance(event, str) or not _EVENT.fullmatch(event):
         raise InvalidInput(f"invalid event name {event!r}")
@@ -242,8 +214,8 @@ async def approve(
     comment: str | None = None,
     *,
     idempotency_key: str | None = None,
-) -> WorkflowRow:
-    """Fire the type's approval event with the approver as actor."""
+) -> Dispatched:
+    """Fire the type's approval event with the approver as actor (see :func:`decide`)."""
     return await decide(
         rt, workflow_id, True, approver=approver, comment=comment, idempotency_key=idempotency_key
     )
@@ -256,8 +228,8 @@ async def deny(
     comment: str | None = None,
     *,
     idempotency_key: str | None = None,
-) -> WorkflowRow:
-    """Fire the type's denial event with the approver as actor."""
+) -> Dispatched:
+    """Fire the type's denial event with the approver as actor (see :func:`decide`)."""
     return await decide(
         rt, workflow_id, False, approver=approver, comment=comment, idempotency_key=idempotency_key
     )
@@ -268,59 +240,33 @@ async def decide(
     workflow_id: str,
     approve: bool,
     *,
-    approver: str,
-    comment: str | None = None,
-    actor: str | None = None,
-    expected_version: int | None = None,
-    idempotency_key: str | None = None,
-    row: WorkflowRow | None = None,
-) -> WorkflowRow:
-    """Fire the approval (``approve=True``) or denial event, payload ``{approver, comment}``.
-
-    ``actor`` (default: the approver) is who the log records as firing it, e.g. the
-    service that relayed the decision. Without ``expected_version`` the decision applies
-    to the workflow as read first (``row``, when the caller has just read it).
-    """
-    return (
-        await decide_ex(
-            rt,
-            workflow_id,
-            approve,
-            approver=approver,
-            comment=comment,
-            actor=actor,
-            expected_version=expected_version,
-            idempotency_key=idempotency_key,
-            row=row,
-        )
-    ).row
-
-
-async def decide_ex(
-    rt: Runtime,
-    workflow_id: str,
-    approve: bool,
-    *,
-    approver: str,
+    approver: str | None = None,
     comment: str | None = None,
     actor: str | None = None,
     expected_version: int | None = None,
     idempotency_key: str | None = None,
     row: WorkflowRow | None = None,
 ) -> Dispatched:
-    """:meth:`decide`, telling also whether it was an idempotent retry."""
-    payload = decision_payload(approver, comment)
+    """Fire the approval (``approve=True``) or denial event, payload ``{approver, comment}``.
+    Returns :class:`Dispatched` (the workflow is ``.row``; ``.replayed`` for a retry).
+
+    ``actor`` (default: the approver) is who the log records as firing it, e.g. the
+    service that relayed the decision; ``approver`` (default: the actor) is the person who
+    decided. Without ``expected_version`` the decision applies to the workflow as read
+    first (``row``, when the caller has just read it).
+    """
+    payload = decision_payload(actor if approver is None else approver, comment)
     if row is None:
         row = await get(rt, workflow_id)
     wtype = rt.registry.type_of(row.type, row.machine_version)
     # With a key, a retry whose first attempt moved the version still replays: the key
     # is looked up before the version is compared.
-    return await dispatch(
+    return await send(
         rt,
         workflow_id,
         wtype.approve_event if approve else wtype.deny_event,
         payload,
-        actor=actor or approver,
+        actor=actor or payload["approver"],
         expected_version=row.version if expected_version is None else expected_version,
         idempotency_key=idempotency_key,
         row=row,
@@ -334,8 +280,12 @@ async def cancel(
     reason: str,
     actor: str = "system",
     idempotency_key: str | None = None,
-) -> WorkflowRow:
+    expected_version: int | None = None,
+    if_allowed: bool = False,
+) -> Dispatched:
     """Cancel a workflow: fire its type's ``cancel_event`` with ``{"reason": reason}``.
+    Returns :class:`Dispatched`: the workflow (``.row``) and whether this was an idempotent
+    retry (``.replayed``: the key's cancel fired already, or is pending with the worker).
 
     When no worker holds the workflow the event fires at once (IllegalTransition if the
     current state has no edge for it). When a worker holds it, the request is recorded
@@ -343,32 +293,15 @@ async def cancel(
     the running handler, which may save partial results; the worker then fires the event
     as ``actor`` (carrying ``idempotency_key``).
 
+    With ``expected_version``, refused (VersionConflict) unless the workflow is still at it,
+    or the key's cancel was made already. With ``if_allowed``, a state that does not allow
+    the cancel now (finished, no edge) is no error: ``applied`` False and ``refusal`` says
+    why, nothing changed, as for :func:`send`.
+
     Raises:
         WorkflowNotFound, IllegalTransition, InvalidPayload, InvalidInput,
         IdempotencyKeyReused, StoreError.
     """
-    cancelled = await cancel_ex(
-        rt, workflow_id, reason=reason, actor=actor, idempotency_key=idempotency_key
-    )
-    return cancelled.row
-
-
-async def cancel_ex(
-    rt: Runtime,
-    workflow_id: str,
-    *,
-    reason: str,
-    actor: str = "system",
-    idempotency_key: str | None = None,
-    expected_version: int | None = None,
-    if_allowed: bool = False,
-) -> Dispatched:
-    """:meth:`cancel`, telling also whether it was an idempotent retry (``replayed``:
-    the key's cancel fired already, or is pending with the worker). With
-    ``expected_version``, refused (VersionConflict) unless the workflow is still at it,
-    or the key's cancel was made already. With ``if_allowed``, a state that does not
-    allow the cancel now (finished, no edge) is no error: ``applied`` False and
-    ``refusal`` says why, nothing changed, as for :meth:`dispatch`."""
     return await cancelling.cancel(
         rt,
         workflow_id,
@@ -387,31 +320,21 @@ async def post_input(
     payload: Mapping[str, Any],
     *,
     idempotency_key: str | None = None,
-) -> int:
-    """Post an external input into a workflow's inbox; returns its id.
+    row: WorkflowRow | None = None,
+) -> Posted:
+    """Post an external input into a workflow's inbox. Returns :class:`Posted`: the input
+    (``.item``, its id ``.item.id``) and whether this call posted it (``.created``; False
+    for a retry with an idempotency key already used for the same name and payload).
 
     A handler takes it with ``run.wait_input`` / ``run.next_input``; it is consumed by
     the transition that ends that handler run (a crash before it delivers it again). A
     workflow idle in a state with a handler is made due, so its handler runs now.
 
+    ``row``: a fresh read of the workflow the caller already made (saves a read).
+
     Raises WorkflowNotFound, WorkflowFinished (a terminal workflow takes no inputs),
     InvalidInput, IdempotencyKeyReused.
     """
-    item, _ = await put_input(rt, workflow_id, name, payload, idempotency_key=idempotency_key)
-    return item.id
-
-
-async def put_input(
-    rt: Runtime,
-    workflow_id: str,
-    name: str,
-    payload: Mapping[str, Any],
-    *,
-    idempotency_key: str | None = None,
-    row: WorkflowRow | None = None,
-) -> tuple[InboxItem, bool]:
-    """:meth:`post_input`, returning ``(item, created)``: ``created`` is False for a retry
-    with an idempotency key already used for the same name and payload."""
     if not isinstance(name, str) or not _EVENT.fullmatch(name):
         raise InvalidInput(f"invalid input name {name!r}")
     if not isinstance(payload, Mapping):
@@ -441,7 +364,7 @@ async def put_input(
         raise IdempotencyKeyReused(
             workflow_id, idempotency_key or "", f"input {item.name!r} #{item.id}"
         )
-    return item, created
+    return Posted(item, created)
 
 
 def id_for_key(tenant: str, key: str) -> str:
@@ -451,7 +374,7 @@ def id_for_key(tenant: str, key: str) -> str:
     return f"idem-{digest[:40]}"
 
 
-def decision_payload(approver: str, comment: str | None) -> dict[str, Any]:
+def decision_payload(approver: str | None, comment: str | None) -> dict[str, Any]:
     """The payload of an approval or denial: ``{approver, comment?}``."""
     if not isinstance(approver, str) or not approver.strip():
         raise InvalidInput("an approval needs the approver's name")

@@ -33,7 +33,13 @@ from statewright.engine import fork as forking
 from statewright.engine import replay as replaying
 from statewright.engine import schedules as schedule_ops
 from statewright.engine import timers as timer_ops
-from statewright.engine.commands import check_idempotency_key, decision_payload, id_for_key
+from statewright.engine.commands import (
+    Posted,
+    Started,
+    check_idempotency_key,
+    decision_payload,
+    id_for_key,
+)
 from statewright.engine.hooks import Observers
 from statewright.engine.operator import MAX_REASON, Migration
 from statewright.engine.reads import ParkedTotal, Stuck, StuckTotal
@@ -201,17 +207,12 @@ class Engine:
     # -- commands (statewright.engine.commands) ------------------------------------------------
 
     start = part(commands.start)
-    create = part(commands.create)
     send = part(commands.send)
-    dispatch = part(commands.dispatch)
     approve = part(commands.approve)
     deny = part(commands.deny)
     decide = part(commands.decide)
-    decide_ex = part(commands.decide_ex)
     cancel = part(commands.cancel)
-    cancel_ex = part(commands.cancel_ex)
     post_input = part(commands.post_input)
-    put_input = part(commands.put_input)
 
     # -- operator actions (statewright.engine.operator, statewright.engine.fork) --------------
 
@@ -239,6 +240,7 @@ class Engine:
 
     get = part(reads.get)
     history = part(reads.history)
+    steps = part(reads.steps)
     allowed_events = part(reads.allowed_events)
     list_workflows = part(reads.list_workflows)
     stuck_threshold = part(reads.stuck_threshold)
@@ -266,7 +268,9 @@ __all__ = [
     "Engine",
     "Migration",
     "ParkedTotal",
+    "Posted",
     "Replayed",
+    "Started",
     "StatewrightError",
     "Stuck",
     "StuckTotal",

@@ -18,6 +18,7 @@ from statewright.errors import (
     WorkflowNotFound,
 )
 from statewright.types import (
+    StepRecord,
     StuckCutoff,
     StuckKey,
     TransitionRecord,
@@ -99,6 +100,18 @@ async def history(
     """The workflow's log in version order (after ``after_version``, at most ``limit``)."""
     await get(rt, workflow_id)
     return await rt.store.history(workflow_id, after_version, limit)
+
+
+async def steps(
+    rt: Runtime,
+    workflow_id: str,
+    after: tuple[float, str] | None = None,
+    limit: int | None = None,
+) -> list[StepRecord]:
+    """The workflow's step ledger in ``(started_at, key)`` order (after ``after``, at most
+    ``limit``)."""
+    await get(rt, workflow_id)
+    return await rt.store.steps(workflow_id, after, limit)
 
 
 async def allowed_events(rt: Runtime, workflow_id: str) -> list[str]:

@@ -44,7 +44,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from statewright import ids
-from statewright.engine.commands import create
+from statewright.engine.commands import start
 from statewright.engine.transitions import same_json
 from statewright.errors import (
     InvalidSchedule,
@@ -394,7 +394,7 @@ async def fire_due(
         for tick in ticks:
             workflow_id = tick_workflow_id(schedule, tick)
             try:
-                row, new = await create(
+                started = await start(
                     rt,
                     schedule.type,
                     schedule.input,
@@ -402,6 +402,7 @@ async def fire_due(
                     actor=tick_actor(schedule, actor_prefix),
                     tenant=schedule.tenant,
                 )
+                row, new = started.row, started.created
                 squatted = None if new else await started_by(rt, schedule, row, actor_prefix)
             except StoreError:
                 raise  # nothing advanced: the tick stays due

@@ -167,7 +167,7 @@ _REPLAY = {REPLAYED: "true"}
 
 def _view(access: Access, row: WorkflowRow) -> dict[str, Any]:
     return access.view(row) | {
-        "stuck": access.engine.is_stuck(row),
+        "stuck": access.is_stuck(row),
         "operator_actions": access.operator_actions(row),
     }
 
@@ -218,12 +218,12 @@ def _type_out(access: Access, machine: Machine) -> TypeOut:
 
 
 def _machine(access: Access, name: str, version: int | None) -> Machine:
-    return access.engine.type_of(name, version).machine
+    return access.type_of(name, version).machine
 
 
 @router.get("/types", summary="The registered workflow types")
 async def list_types(access: AccessDep) -> list[TypeOut]:
-    return [_type_out(access, t.machine) for t in access.engine.types]
+    return [_type_out(access, t.machine) for t in access.types]
 
 
 @router.get("/types/{name}", summary="One workflow type: states, events and who may fire them")
@@ -260,10 +260,11 @@ async def type_diagram(
     ),
 )
 async def start_workflow(body: StartIn, access: AccessDep, key: IdempotencyKey = None) -> Response:
-    row, created = await access.start(
+    started = await access.start(
         body.type, body.input, workflow_id=body.id, tenant=body.tenant, idempotency_key=key
     )
-    view = _view(access, row)
+    created = started.created
+    view = _view(access, started.row)
     return _body(view, 201 if created else 200, replayed=not created and key is not None)
 
 
@@ -302,7 +303,7 @@ async def list_workflows(
     ] = 0,
     cursor: Cursor = None,
 ) -> Response:
-    before = None if older_than is None else access.engine.clock.now() - older_than
+    before = None if older_than is None else access.now() - older_than
     where = WorkflowFilter(
         type=type,
         state=state,
@@ -412,7 +413,7 @@ async def send_event(
         ),
     ] = False,
 ) -> Response:
-    sent = await access.dispatch(
+    sent = await access.send(
         workflow_id,
         body.event,
         body.payload,
@@ -500,7 +501,7 @@ async def cancel(
     access: AccessDep,
     key: IdempotencyKey = None,
 ) -> Response:
-    cancelled = await access.cancel_ex(workflow_id, body.reason, idempotency_key=key)
+    cancelled = await access.cancel(workflow_id, reason=body.reason, idempotency_key=key)
     return _body(_view(access, cancelled.row), replayed=cancelled.replayed)
 
 
@@ -520,10 +521,8 @@ async def post_input(
     access: AccessDep,
     key: IdempotencyKey = None,
 ) -> Response:
-    item, created = await access.put_input(
-        workflow_id, body.name, body.payload, idempotency_key=key
-    )
-    return _body({"id": item.id}, 201, replayed=not created)
+    posted = await access.post_input(workflow_id, body.name, body.payload, idempotency_key=key)
+    return _body({"id": posted.item.id}, 201, replayed=not posted.created)
 
 
 @router.post(
@@ -533,7 +532,7 @@ async def post_input(
     responses=_replay_doc("The workflow after the decision (or as it is now, for a retry)."),
 )
 async def approval(body: ApprovalIn, access: AccessDep, key: IdempotencyKey = None) -> Response:
-    decided = await access.decide_ex(
+    decided = await access.decide(
         body.workflow_id,
         body.decision == "approve",
         approver=body.approver,

@@ -20,7 +20,7 @@ from statewright.engine.core import Engine
 from statewright.errors import Forbidden
 from statewright.http.deps import AccessDep, bearer
 from statewright.http.schemas import ErrorOut
-from statewright.observability.alerts import Alert, AlertThresholds, evaluate_alerts
+from statewright.observability.alerts import Alert, AlertThresholds
 from statewright.observability.metrics import EngineMetrics, attach_metrics
 from statewright.observability.tracing import TraceContextMiddleware, attach_tracing
 
@@ -117,7 +117,7 @@ async def _check_ops(request: Request) -> None:
 )
 async def alerts(access: AccessDep, request: Request) -> AlertsOut:
     thresholds: AlertThresholds = request.app.state.alert_thresholds
-    found = await evaluate_alerts(access.engine, thresholds, tenant=access.principal.scope)
+    found = await access.alerts(thresholds)
     alerts = [_alert_out(a, access) for a in found]
     return AlertsOut(status="firing" if found else "ok", alerts=alerts)
 

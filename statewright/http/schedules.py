@@ -1,5 +1,5 @@
 """``/v1/schedules``: cron schedules that start workflows (see
-:mod:`statewright.engine.schedules`; who may do what: :mod:`statewright.access_schedules`)."""
+:mod:`statewright.engine.schedules`; who may do what: :mod:`statewright.access.schedules`)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from statewright import access_schedules as sched
 from statewright import paging
+from statewright.access import schedules as sched
 from statewright.http.api import _ERRORS, Cursor, PageLimit
 from statewright.http.deps import AccessDep, KnownQuery
 from statewright.http.jsonbody import JSONBody

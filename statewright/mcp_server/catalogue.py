@@ -24,14 +24,13 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import mcp_types as types
 
 from statewright.access import Principal
 from statewright.definition.data import plain
 from statewright.definition.machine import Event, Machine
-from statewright.engine.core import Engine
 from statewright.engine.workflow_type import WorkflowType
 from statewright.paging import MAX_CURSOR
 
@@ -90,9 +89,17 @@ def tool_name(machine: str, event: str) -> str:
     return f"{machine}{SEP}{event}"
 
 
-def build_catalogue(engine: Engine, principal: Principal) -> Catalogue:
-    """The tools ``principal`` may call on ``engine``'s workflow types."""
-    wtypes = sorted(engine.types, key=lambda t: t.name)
+class HasTypes(Protocol):
+    """Where the workflow types come from: an :class:`~statewright.access.Access` (or an
+    engine)."""
+
+    @property
+    def types(self) -> list[WorkflowType]: ...
+
+
+def build_catalogue(source: HasTypes, principal: Principal) -> Catalogue:
+    """The tools ``principal`` may call on the workflow types of ``source``."""
+    wtypes = sorted(source.types, key=lambda t: t.name)
     fixed = [_get_state_tool(), _list_tool(wtypes), _wait_tool()]
     if not principal.read_only:
         fixed.insert(2, _start_tool(wtypes))

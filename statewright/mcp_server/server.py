@@ -117,11 +117,17 @@ class _Handlers:
         self.poll_interval = poll_interval
         self._catalogues: dict[Principal, Catalogue] = {}
 
+    def access(self, principal: Principal) -> Access:
+        """The engine as ``principal`` uses it; agents never see what the types redact,
+        whatever their roles."""
+        return Access(self.engine, principal, sees_secrets=False)
+
     def catalogue(self, principal: Principal) -> Catalogue:
         # Types are registered before serving and never change after: one build per caller.
         found = self._catalogues.get(principal)
         if found is None:
-            found = self._catalogues[principal] = build_catalogue(self.engine, principal)
+            access = self.access(principal)
+            found = self._catalogues[principal] = build_catalogue(access, principal)
         return found
 
     # -- tools -------------------------------------------------------------------------------
@@ -135,8 +141,7 @@ class _Handlers:
         self, ctx: Context, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         principal = self.principal_of(ctx)
-        # Agents never see what the types redact, whatever their roles.
-        access = Access(self.engine, principal, sees_secrets=False)
+        access = self.access(principal)
         catalogue = self.catalogue(principal)
         args = dict(params.arguments or {})
         try:
@@ -212,14 +217,14 @@ class _Handlers:
         if not isinstance(data, Mapping):
             raise InvalidInput("'input' must be a JSON object")
         key = _key(args)
-        row, created = await access.start(
+        started = await access.start(
             _text(args, "type"), data, workflow_id=_opt_text(args, "id"), idempotency_key=key
         )
-        replayed = key is not None and not created
+        replayed = key is not None and not started.created
         return {
-            "created": created,
+            "created": started.created,
             "replayed": replayed,
-            **await state_view(access, catalogue, row),
+            **await state_view(access, catalogue, started.row),
         }
 
     async def _post_input(
@@ -231,9 +236,8 @@ class _Handlers:
         payload = args.get("payload")
         if not isinstance(payload, Mapping):
             raise InvalidInput("'payload' must be a JSON object")
-        item, created = await access.put_input(
-            workflow_id, name, payload, idempotency_key=_key(args)
-        )
+        posted = await access.post_input(workflow_id, name, payload, idempotency_key=_key(args))
+        item, created = posted.item, posted.created
         if created:
             done = f"input {name!r} #{item.id} posted"
         else:
@@ -312,7 +316,7 @@ class _Handlers:
             )
         if spec.kind == "decide":
             comment = _opt_text(args, "comment")
-            decided = await access.decide_ex(
+            decided = await access.decide(
                 workflow_id,
                 spec.approve,
                 comment=comment,
@@ -329,7 +333,7 @@ class _Handlers:
                     access, workflow_id, before, spec, payload, expected, key, if_allowed
                 )
             else:
-                sent = await access.dispatch(
+                sent = await access.send(
                     workflow_id,
                     spec.event,
                     payload,
@@ -357,9 +361,9 @@ class _Handlers:
     async def list_resources(
         self, ctx: Context, params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        self.principal_of(ctx)  # only callers who may connect may read
+        access = self.access(self.principal_of(ctx))  # only callers who may connect may read
         resources: list[types.Resource] = []
-        for wtype in sorted(self.engine.types, key=lambda t: t.name):
+        for wtype in sorted(access.types, key=lambda t: t.name):
             m = wtype.machine
             resources.append(
                 types.Resource(
@@ -398,15 +402,15 @@ class _Handlers:
     async def read_resource(
         self, ctx: Context, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        access = Access(self.engine, self.principal_of(ctx), sees_secrets=False)
+        access = self.access(self.principal_of(ctx))
         uri = str(params.uri)
         parts = uri.removeprefix(SCHEME).split("/") if uri.startswith(SCHEME) else []
         try:
             if len(parts) == 3 and parts[0] == "machines" and parts[2] == "definition":
-                machine = self.engine.type_of(parts[1]).machine
+                machine = access.type_of(parts[1]).machine
                 text, mime = json.dumps(to_dict(machine), indent=2), "application/json"
             elif len(parts) == 3 and parts[0] == "machines" and parts[2] == "diagram":
-                text, mime = to_mermaid(self.engine.type_of(parts[1]).machine), DIAGRAM_MIME
+                text, mime = to_mermaid(access.type_of(parts[1]).machine), DIAGRAM_MIME
             elif len(parts) == 3 and parts[0] == "workflows" and parts[2] == "diagram":
                 row = await access.get(parts[1])
                 text, mime = to_mermaid(access.machine_of(row), row.state), DIAGRAM_MIME
@@ -454,8 +458,12 @@ async def _cancel(
     reason = payload.get("reason")
     if not isinstance(reason, str) or not reason.strip():
         reason = f"cancelled by {access.principal.actor}"
-    return await access.cancel_ex(
-        workflow_id, reason, idempotency_key=key, expected_version=expected, if_allowed=if_allowed
+    return await access.cancel(
+        workflow_id,
+        reason=reason,
+        idempotency_key=key,
+        expected_version=expected,
+        if_allowed=if_allowed,
     )
 
 
@@ -530,7 +538,7 @@ def _unknown_tool(access: Access, name: str) -> StatewrightError:
     machine, sep, event = name.partition(cat.SEP)
     if sep:
         try:
-            declared = access.engine.type_of(machine).machine.events.get(event)
+            declared = access.type_of(machine).machine.events.get(event)
         except UnknownWorkflowType:
             declared = None
         if declared is not None:

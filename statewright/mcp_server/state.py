@@ -51,11 +51,11 @@ async def automatic(
         return False
     if row.lease_owner is not None:
         return True
-    wtype = access.engine.type_of(row.type, row.machine_version)
+    wtype = access.type_of(row.type, row.machine_version)
     if row.state not in wtype.handlers or row.next_due_at is None:
         return False
     if timers is None:
-        timers = await access.engine.store.timers(row.id)
+        timers = await access.timers(access.public_id(row.id), row=row)
     # next_due_at is the earliest of the handler's run and the timers: a timer's own due
     # time means nothing but that timer is pending.
     return all(row.next_due_at < t.due_at for t in timers)
@@ -66,11 +66,13 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
     machine = access.known_machine(row)
     if machine is None:
         return _unregistered_view(access, row)
-    store = access.engine.store
-    steps = await store.steps(row.id, limit=STEPS_SHOWN + 1)
-    recent = await store.history(row.id, after_version=max(0, row.version - RECENT))
+    # As stored: the view redacts what it shows with one redactor learnt from all of it.
+    known_as = access.public_id(row.id)
+    steps = await access.steps(known_as, limit=STEPS_SHOWN + 1, row=row, redact=False)
+    since = max(0, row.version - RECENT)
+    recent = await access.history(known_as, since, row=row, redact=False)
     actions = allowed_actions(access, catalogue, row)
-    timers = [] if row.terminal else await store.timers(row.id)
+    timers = [] if row.terminal else await access.timers(known_as, row=row)
     working = await automatic(access, row, timers)
     others = _others(access, row)
     red = access.redactor(
@@ -240,7 +242,7 @@ def _waiting_for(
         )
     if working:
         text = f"a worker: the {row.state!r} step runs automatically"
-        now = access.engine.clock.now()
+        now = access.now()
         if row.lease_owner is None and row.next_due_at is not None and row.next_due_at > now + 1:
             text += f" (next attempt at {iso(row.next_due_at)})"
         return text

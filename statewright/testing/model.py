@@ -245,7 +245,7 @@ class _Model:
     async def refused(self, row: WorkflowRow, event: str, payload: Payload) -> None:
         """``event`` must be refused and change nothing."""
         try:
-            after = await self.engine.send(WORKFLOW_ID, event, payload, actor="model")
+            after = (await self.engine.send(WORKFLOW_ID, event, payload, actor="model")).row
         except REFUSED:
             pass
         else:
@@ -262,7 +262,8 @@ class _Model:
     async def send(self, row: WorkflowRow, event: str, payload: Payload) -> WorkflowRow:
         expected = self.machine.resolve(row.state, event, row.context, payload).target
         self.steps.append(f"send {event} {_text(payload)}   # {row.state} -> {expected}")
-        after = await self.engine.send(WORKFLOW_ID, event, payload, actor="model")
+        sent = await self.engine.send(WORKFLOW_ID, event, payload, actor="model")
+        after = sent.row
         if after.state != expected or after.version != row.version + 1:
             raise AssertionError(
                 f"{event!r} from {row.state!r} went to {after.state!r} (v{after.version}), "
@@ -315,7 +316,8 @@ async def _drive(
     machine = model.machine
     start_input = data.draw(inputs, label="input")
     model.steps.append(f"start {_text(start_input)}   # in {machine.initial.name}")
-    row = await model.engine.start(model.wtype.name, start_input, workflow_id=WORKFLOW_ID)
+    started = await model.engine.start(model.wtype.name, start_input, workflow_id=WORKFLOW_ID)
+    row = started.row
     await model.verify(row)
     for step in range(max_steps):
         if row.terminal:
@@ -484,7 +486,7 @@ async def _walk(
     async with Engine(SQLiteStore(":memory:"), [machine], clock=ManualClock()) as engine:
         done: list[str] = [f"start {_text(inputs)}"]
         try:
-            row = await engine.start(machine.name, inputs, workflow_id=WORKFLOW_ID)
+            row = (await engine.start(machine.name, inputs, workflow_id=WORKFLOW_ID)).row
             for step in sequence:
                 payload = _given_payload(given, step, row.context)
                 if payload is None:
@@ -495,7 +497,8 @@ async def _walk(
                         "context and the payload): pass one in payloads="
                     )
                 done.append(f"send {step.event} {_text(payload)}   # {step}")
-                row = await engine.send(WORKFLOW_ID, step.event, payload, actor="cover")
+                sent = await engine.send(WORKFLOW_ID, step.event, payload, actor="cover")
+                row = sent.row
                 if row.state != step.target:
                     raise AssertionError(f"{step.event!r} went to {row.state!r}, not {step}")
                 await engine.check(WORKFLOW_ID)

@@ -119,8 +119,8 @@ async def test_blocking_sync_code_keeps_its_lease_across_two_workers(
     service = Service(tmp_path / "service.db")
     async with engine:
         ids = [
-            (await engine.start("sync_pay", workflow_id="sync-handler")).id,
-            (await engine.start("slow_action_pay", workflow_id="sync-action")).id,
+            (await engine.start("sync_pay", workflow_id="sync-handler")).row.id,
+            (await engine.start("slow_action_pay", workflow_id="sync-action")).row.id,
         ]
         with processes() as procs:
             for name in ("a", "b"):
@@ -147,7 +147,7 @@ async def test_a_worker_frozen_mid_step_can_write_nothing_and_the_workflow_finis
     engine = Engine(store_from_url(pg_dsn), TYPES)
     service = Service(tmp_path / "service.db", mode)
     async with engine:
-        wid = (await engine.start("frozen_pay", workflow_id="frozen")).id
+        wid = (await engine.start("frozen_pay", workflow_id="frozen")).row.id
         with processes() as procs:
             for name in ("a", "b"):
                 procs.append(
@@ -207,8 +207,8 @@ async def test_a_call_that_timed_out_after_charging_is_reconciled_or_parked_neve
     engine = Engine(store_from_url(pg_dsn), TYPES)
     service = Service(tmp_path / "service.db")
     async with engine:
-        hooked = (await engine.start("timeout_pay", workflow_id="hooked")).id
-        unhooked = (await engine.start("timeout_unhooked_pay", workflow_id="unhooked")).id
+        hooked = (await engine.start("timeout_pay", workflow_id="hooked")).row.id
+        unhooked = (await engine.start("timeout_unhooked_pay", workflow_id="unhooked")).row.id
 
         async def settled() -> bool:
             a, b = await engine.get(hooked), await engine.get(unhooked)
@@ -239,8 +239,8 @@ async def test_an_input_taken_by_a_killed_worker_is_delivered_again(tmp_path: Pa
     db = str(tmp_path / "inbox.db")
     engine = Engine(store_from_url(db), TYPES)
     async with engine:
-        wid = (await engine.start("inbox_pay", workflow_id="inbox")).id
-        posted = await engine.post_input(wid, "answer", {"approved": True})
+        wid = (await engine.start("inbox_pay", workflow_id="inbox")).row.id
+        posted = (await engine.post_input(wid, "answer", {"approved": True})).item.id
         with processes() as procs:
             procs.append(spawn_worker(db, tmp_path, "a", EO_KILL_AFTER_TAKE="1"))
             assert procs[0].wait(timeout=30) == -signal.SIGKILL

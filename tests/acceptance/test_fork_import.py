@@ -35,7 +35,7 @@ async def test_a_parked_charge_forked_is_charged_once(pg_dsn: str, tmp_path: Pat
     engine = Engine(store_from_url(pg_dsn), TYPES)
     service = Service(tmp_path / "service.db")
     async with engine:
-        wid = (await engine.start("timeout_unhooked_pay", workflow_id="parked")).id
+        wid = (await engine.start("timeout_unhooked_pay", workflow_id="parked")).row.id
 
         async def parked() -> bool:
             return (await engine.get(wid)).parked == "step_outcome_unknown"
@@ -76,7 +76,7 @@ async def test_a_workflow_a_worker_holds_is_not_forked(pg_dsn: str, tmp_path: Pa
     engine = Engine(store_from_url(pg_dsn), TYPES)
     service = Service(tmp_path / "service.db")
     async with engine:
-        wid = (await engine.start("frozen_pay", workflow_id="in-flight")).id
+        wid = (await engine.start("frozen_pay", workflow_id="in-flight")).row.id
         with processes() as procs:
             procs.append(spawn_worker(pg_dsn, tmp_path, "a", EO_WINDOW="3"))
 

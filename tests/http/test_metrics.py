@@ -252,7 +252,7 @@ async def test_refused_event_names_nobody_declared_share_one_label(
 async def test_labels_come_only_from_what_the_registered_machines_declare() -> None:
     async with memory_engine([agent_task_machine()]) as engine:
         metrics = attach_metrics(engine)
-        row = await engine.start("agent_task", workflow_id="a")
+        row = (await engine.start("agent_task", workflow_id="a")).row
         ghost = replace(row, type="ghost")  # a type this process has not registered
         odd = replace(row, state="nowhere")  # a state the machine does not declare
         refused = IllegalTransition("planned", "start")

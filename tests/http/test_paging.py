@@ -186,7 +186,7 @@ async def test_listings_page_with_a_cursor(
 async def test_a_long_history_and_many_steps_are_read_in_pages(
     client: httpx.AsyncClient, engine: Engine, limit: int
 ) -> None:
-    row, _ = await engine.create("agent_task", workflow_id="long-one", actor="setup")
+    row = (await engine.start("agent_task", workflow_id="long-one", actor="setup")).row
     await bulk.insert(
         engine.store,
         "transitions",

@@ -46,13 +46,15 @@ async def test_sixteen_engines_race_on_one_hundred_workflows(pg_dsn: str) -> Non
                     row = await engine.get(wid)
                     event = "go" if row.state == "a" else "back"
                     try:
-                        after = await engine.send(
-                            wid,
-                            event,
-                            {"tag": tag},
-                            actor=f"client-{n}",
-                            expected_version=row.version,
-                        )
+                        after = (
+                            await engine.send(
+                                wid,
+                                event,
+                                {"tag": tag},
+                                actor=f"client-{n}",
+                                expected_version=row.version,
+                            )
+                        ).row
                     except VersionConflict:
                         conflicts += 1  # the loser re-reads and decides again
                         continue

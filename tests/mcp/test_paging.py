@@ -56,7 +56,7 @@ async def test_the_list_tool_pages_with_a_cursor(engine: Engine) -> None:
 
 
 async def test_the_state_view_carries_a_bounded_number_of_steps(engine: Engine) -> None:
-    row = await engine.start("agent_task", workflow_id="t-1", actor="setup")
+    row = (await engine.start("agent_task", workflow_id="t-1", actor="setup")).row
     await bulk.insert(
         engine.store,
         "steps",

@@ -240,7 +240,7 @@ async def test_a_handler_turning_shutdown_into_cancelled_does_not_cancel_the_wor
 async def test_cancel_of_an_idle_workflow_fires_at_once(clock: ManualClock) -> None:
     async with memory_engine([JOB], clock) as engine:  # no handlers: nobody leases it
         await engine.start("job", workflow_id="j")
-        row = await engine.cancel("j", reason="not needed", actor="ops")
+        row = (await engine.cancel("j", reason="not needed", actor="ops")).row
         assert (row.state, row.terminal, row.cancel_requested) == ("cancelled", True, None)
         last = (await engine.history("j"))[-1]
         assert (last.event, last.actor, last.payload) == (
@@ -333,7 +333,7 @@ async def test_cancel_reaches_the_running_handler_which_saves_partial_results(
         await engine.start("job", workflow_id="j", input={"order": 7})
         async with Running(engine, cancel_grace=60.0):
             await asyncio.wait_for(halfway.wait(), 2.0)
-            requested = await engine.cancel("j", reason="customer withdrew", actor="alice")
+            requested = (await engine.cancel("j", reason="customer withdrew", actor="alice")).row
             assert (requested.state, requested.cancel_requested is not None) == ("working", True)
             gate.set()
             await in_state(engine, "j", "cancelled")

@@ -240,7 +240,7 @@ async def test_approval_cancels_the_timeout(tmp_path: Path, clock: ManualClock) 
     engine = await _run(tmp_path / "a.db", clock, wtype)
     await engine.start("agent_task", workflow_id="a")
     await Worker(engine).run_until_idle()
-    row = await engine.approve("a", "maria", "looks fine")
+    row = (await engine.approve("a", "maria", "looks fine")).row
     assert row.state == "running"
     assert await engine.store.timers("a") == []
     await Worker(engine).run_until_idle()

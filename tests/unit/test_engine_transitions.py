@@ -52,12 +52,14 @@ DOC = (
 
 async def test_start_send_and_read(clock: ManualClock) -> None:
     async with memory_engine([agent_task_machine(), DOC], clock) as engine:
-        wf = await engine.start("doc", {"title": "x"}, workflow_id="d1", actor="ann")
+        wf = (await engine.start("doc", {"title": "x"}, workflow_id="d1", actor="ann")).row
         assert (wf.state, wf.version, wf.machine_version, wf.type) == ("draft", 1, 1, "doc")
         assert await engine.allowed_events("d1") == ["submit"]
-        wf = await engine.send(
-            "d1", "submit", {"by": "ann"}, actor="ann", context={"approved": True}
-        )
+        wf = (
+            await engine.send(
+                "d1", "submit", {"by": "ann"}, actor="ann", context={"approved": True}
+            )
+        ).row
         assert (wf.state, wf.version, wf.context) == (
             "review",
             2,
@@ -126,8 +128,8 @@ async def test_bad_inputs_are_typed_errors_and_change_nothing(clock: ManualClock
 
 async def test_start_with_an_id_is_idempotent(clock: ManualClock) -> None:
     async with memory_engine([DOC, agent_task_machine()], clock) as engine:
-        first = await engine.start("doc", {"a": 1}, workflow_id="same")
-        again = await engine.start("doc", {"a": 2}, workflow_id="same")
+        first = (await engine.start("doc", {"a": 1}, workflow_id="same")).row
+        again = (await engine.start("doc", {"a": 2}, workflow_id="same")).row
         assert again == first
         assert len(await engine.history("same")) == 1
         with pytest.raises(WorkflowExists):
@@ -171,14 +173,14 @@ async def test_machine_versions_are_recorded_and_kept(clock: ManualClock) -> Non
         .build()
     )
     async with memory_engine([DOC], clock) as engine:
-        old = await engine.start("doc", workflow_id="old")
+        old = (await engine.start("doc", workflow_id="old")).row
         engine.register(v2)
-        new = await engine.start("doc", workflow_id="new")
+        new = (await engine.start("doc", workflow_id="new")).row
         assert (old.machine_version, new.machine_version) == (1, 2)
-        assert (await engine.send("new", "publish")).state == "published"
+        assert (await engine.send("new", "publish")).row.state == "published"
         with pytest.raises(IllegalTransition):
             await engine.send("old", "publish")  # v1 has no such edge from draft
-        assert (await engine.send("old", "submit", {"by": "x"})).state == "review"
+        assert (await engine.send("old", "submit", {"by": "x"})).row.state == "review"
 
 
 async def test_replay_detects_a_tampered_row(tmp_path: Path) -> None:
@@ -204,5 +206,5 @@ async def test_observers_never_break_a_transition(clock: ManualClock) -> None:
         engine.observers.transition.append(broken)
         engine.observers.transition.append(lambda ev: seen.append(ev.after.state))
         await engine.start("doc", workflow_id="d1")
-        assert (await engine.send("d1", "submit", {"by": "x"})).state == "review"
+        assert (await engine.send("d1", "submit", {"by": "x"})).row.state == "review"
         assert seen == ["draft", "review"]

@@ -487,8 +487,8 @@ async def test_a_late_thread_cannot_overwrite_the_result_of_the_worker_that_took
 async def test_a_send_retried_with_its_key_applies_once(clock: ManualClock) -> None:
     async with memory_engine([WorkflowType(PAY)], clock) as engine:
         await engine.start("pay", workflow_id="p")
-        first = await engine.dispatch("p", "charged", {"id": 7}, idempotency_key="k-1")
-        again = await engine.dispatch("p", "charged", {"id": 7}, idempotency_key="k-1")
+        first = await engine.send("p", "charged", {"id": 7}, idempotency_key="k-1")
+        again = await engine.send("p", "charged", {"id": 7}, idempotency_key="k-1")
         assert (first.replayed, again.replayed, again.applied_version) == (False, True, 2)
         assert again.row.version == 2 and len(await engine.history("p")) == 2
         with pytest.raises(IdempotencyKeyReused):
@@ -500,13 +500,14 @@ async def test_a_send_retried_with_its_key_applies_once(clock: ManualClock) -> N
 
 async def test_starts_approvals_cancels_and_inputs_take_keys(clock: ManualClock) -> None:
     async with memory_engine([WorkflowType(PAY)], clock) as engine:
-        a = await engine.start("pay", {"n": 1}, idempotency_key="start-1")
-        b = await engine.start("pay", {"n": 1}, idempotency_key="start-1")
+        a = (await engine.start("pay", {"n": 1}, idempotency_key="start-1")).row
+        b = (await engine.start("pay", {"n": 1}, idempotency_key="start-1")).row
         assert a.id == b.id and a.id.startswith("idem-")
         with pytest.raises(IdempotencyKeyReused):
             await engine.start("pay", {"n": 2}, idempotency_key="start-1")
-        first = await engine.post_input(a.id, "doc", {"page": 1}, idempotency_key="in-1")
-        assert await engine.post_input(a.id, "doc", {"page": 1}, idempotency_key="in-1") == first
+        first = (await engine.post_input(a.id, "doc", {"page": 1}, idempotency_key="in-1")).item
+        again = await engine.post_input(a.id, "doc", {"page": 1}, idempotency_key="in-1")
+        assert (again.item.id, again.created) == (first.id, False)
         with pytest.raises(IdempotencyKeyReused):
             await engine.post_input(a.id, "doc", {"page": 2}, idempotency_key="in-1")
         await engine.send(a.id, "fatal_error")
@@ -525,19 +526,19 @@ async def test_a_cancel_retried_with_its_key_applies_once(clock: ManualClock) ->
     )
     async with memory_engine([job], clock) as engine:
         await engine.start("job", workflow_id="j")
-        row = await engine.cancel("j", reason="stop", actor="ops", idempotency_key="c-1")
-        again = await engine.cancel("j", reason="stop", actor="ops", idempotency_key="c-1")
+        row = (await engine.cancel("j", reason="stop", actor="ops", idempotency_key="c-1")).row
+        again = (await engine.cancel("j", reason="stop", actor="ops", idempotency_key="c-1")).row
         assert row.state == again.state == "cancelled" and len(await engine.history("j")) == 2
         with pytest.raises(IdempotencyKeyReused):
             await engine.cancel("j", reason="other", actor="ops", idempotency_key="c-1")
         # A retry carries the version its first try read: the key, not the version, decides.
-        retried = await engine.cancel_ex(
+        retried = await engine.cancel(
             "j", reason="stop", actor="ops", idempotency_key="c-1", expected_version=1
         )
         assert retried.replayed and retried.applied_version == 2
         await engine.start("job", workflow_id="k")
         with pytest.raises(VersionConflict):
-            await engine.cancel_ex("k", reason="stop", expected_version=7)
+            await engine.cancel("k", reason="stop", expected_version=7)
         assert (await engine.get("k")).state == "working"
 
 
@@ -561,7 +562,7 @@ async def test_a_stale_cached_row_costs_a_reread_never_a_wrong_write(tmp_path: P
         await one.send("c", "tick")  # one caches version 2
         await two.send("c", "tick")  # now at 3, unknown to one
         await two.send("c", "tick")
-        row = await one.send("c", "tick", {"n": 4})
+        row = (await one.send("c", "tick", {"n": 4})).row
         assert row.version == 5
         assert [t.version for t in await one.history("c")] == [1, 2, 3, 4, 5]
         await two.send("c", "stop")
@@ -595,7 +596,7 @@ async def test_an_input_is_consumed_only_with_the_transition_of_the_run_that_too
         worker = Worker(engine)
         await worker.run_until_idle()
         assert (await engine.get("p")).next_due_at is None  # idle
-        posted = await engine.post_input("p", "answer", {"ok": True})
+        posted = (await engine.post_input("p", "answer", {"ok": True})).item.id
         assert (await engine.get("p")).next_due_at == clock.now()  # the input woke it
         await worker.run_until_idle()
         clock.advance(10)

@@ -345,7 +345,7 @@ async def test_plugin_fixtures_give_an_open_engine_on_the_manual_clock(
 ) -> None:
     assert statewright_engine.clock is statewright_clock
     statewright_engine.register(review_type)
-    row = await statewright_engine.start("review", workflow_id="r1")
+    row = (await statewright_engine.start("review", workflow_id="r1")).row
     assert row.created_at == statewright_clock.now()
     await statewright_engine.send("r1", "submit")
     await statewright_engine.check("r1")

@@ -37,7 +37,7 @@ def test_every_engine_operation_is_on_the_sync_engine_with_its_signature() -> No
 def test_a_script_runs_the_engine_without_await() -> None:
     with SyncEngine(Engine(SQLiteStore(":memory:"), [agent_task_machine()])) as eng:
         started = eng.start("agent_task", {"goal": "triage"}, workflow_id="t1")
-        assert (started.state, eng.send("t1", "start").state) == ("planned", "running")
+        assert (started.row.state, eng.send("t1", "start").row.state) == ("planned", "running")
         assert eng.get("t1").version == 2
         assert [r.event for r in eng.history("t1")] == ["$start", "start"]
         assert eng.is_stuck(eng.get("t1")) is False  # a part that is not async

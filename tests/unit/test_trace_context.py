@@ -62,9 +62,9 @@ async def test_a_start_and_a_send_inside_a_span_store_its_context(
 ) -> None:
     tracer = provider.get_tracer("test")
     async with memory_engine(TYPES, ManualClock()) as engine:
-        assert (await engine.start("order", workflow_id="untraced")).trace is None
+        assert (await engine.start("order", workflow_id="untraced")).row.trace is None
         with tracer.start_as_current_span("request") as request:
-            row = await engine.start("order", workflow_id="o1")
+            row = (await engine.start("order", workflow_id="o1")).row
         ctx = request.get_span_context()
         want = f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}"
         assert traceparent(row.trace) == want
@@ -73,7 +73,7 @@ async def test_a_start_and_a_send_inside_a_span_store_its_context(
         await engine.patch_context("o1", {"x": 1}, reason="test", actor="ops")
         assert traceparent((await engine.get("o1")).trace) == want
         with tracer.start_as_current_span("second") as second:
-            moved = await engine.send("o1", "fail")
+            moved = (await engine.send("o1", "fail")).row
         other = second.get_span_context()
         assert traceparent(moved.trace) == f"00-{other.trace_id:032x}-{other.span_id:016x}"
         assert traceparent((await engine.get("o1")).trace) == traceparent(moved.trace)

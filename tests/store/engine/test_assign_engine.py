@@ -24,7 +24,7 @@ async def test_a_counter_assigned_by_an_action_is_read_by_a_guard_and_replays(
         await engine.start("payment", {}, workflow_id="p1")
         states = []
         for _ in range(3):
-            row = await engine.send("p1", "payment_failed")
+            row = (await engine.send("p1", "payment_failed")).row
             states.append((row.state, row.context["failed_attempts"]))
         assert states == [("charging", 1), ("charging", 2), ("cancelled", 3)]
         history = await engine.history("p1")
@@ -47,13 +47,13 @@ async def test_a_failing_action_refuses_the_transition_and_changes_nothing(store
     )
     engine = engine_on(store, m)
     if True:
-        before = await engine.start("strict", {"total": 1}, workflow_id="s1")
+        before = (await engine.start("strict", {"total": 1}, workflow_id="s1")).row
         with pytest.raises(ActionFailed, match="cannot add") as info:
             await engine.send("s1", "go", {"amount": "ten"})
         assert info.value.code == "action_failed"
         after = await engine.get("s1")
         assert (after.state, after.version, after.context) == ("a", before.version, {"total": 1})
-        row = await engine.send("s1", "go", {"amount": 2})
+        row = (await engine.send("s1", "go", {"amount": 2})).row
         assert row.context == {"total": 3}
 
 
@@ -77,7 +77,7 @@ async def test_rejected_actions_are_logged_as_rejections(store: Store) -> None:
 
 async def test_an_operator_context_patch_is_one_logged_transition(store: Store) -> None:
     engine = engine_on(store)
-    started = await engine.start("payment", {"failed_attempts": 2}, workflow_id="c1")
+    started = (await engine.start("payment", {"failed_attempts": 2}, workflow_id="c1")).row
     row = await engine.patch_context(
         "c1", {"failed_attempts": 0}, actor="alice", reason="card replaced by the customer"
     )
@@ -96,7 +96,7 @@ async def test_an_operator_context_patch_is_one_logged_transition(store: Store) 
     assert last.payload == {"reason": "card replaced by the customer"}
     assert last.context_patch == {"failed_attempts": 0}
     # The guard reads the patched counter: two more failures are needed now.
-    assert (await engine.send("c1", "payment_failed")).state == "charging"
+    assert (await engine.send("c1", "payment_failed")).row.state == "charging"
     assert (await engine.check("c1")).context == {"failed_attempts": 1}
     # A keyed retry applies nothing twice.
     again = await engine.patch_context(
@@ -114,7 +114,7 @@ async def test_an_operator_context_patch_is_one_logged_transition(store: Store) 
 
 async def test_bad_context_patches_are_refused_and_change_nothing(store: Store) -> None:
     engine = engine_on(store)
-    before = await engine.start("payment", {}, workflow_id="c2")
+    before = (await engine.start("payment", {}, workflow_id="c2")).row
     for patch, reason in (({}, "r"), ({"a": 1}, ""), ([1], "r"), ({"": 1}, "r")):
         with pytest.raises(InvalidInput):
             await engine.patch_context("c2", patch, actor="a", reason=reason)  # type: ignore[arg-type]

@@ -137,7 +137,7 @@ async def test_a_state_without_a_handler_is_claimed_once_then_waits_for_its_time
     worker = Worker(served, concurrency=4)
     await client.start("parcel", {}, workflow_id="p2")
     await worker.run_until_idle()
-    held = await client.send("p2", "hold", actor="maria")
+    held = (await client.send("p2", "hold", actor="maria")).row
     assert held.state == "on_hold" and held.next_due_at == clock.now()
     assert await worker.run_once() == 1  # claimed once: no handler here, let go
     row = await client.get("p2")
@@ -216,10 +216,10 @@ async def test_the_worker_engine_still_decides_from_its_handlers(
     """A process that has the handlers writes a state without one not due, as before: only a
     process that does not run the type leaves the decision to the worker."""
     _, served, _ = pair
-    row = await served.start("parcel", {}, workflow_id="p7")
+    row = (await served.start("parcel", {}, workflow_id="p7")).row
     assert row.next_due_at is not None
     await Worker(served).run_until_idle()
-    held = await served.send("p7", "hold")
+    held = (await served.send("p7", "hold")).row
     assert held.state == "on_hold" and held.next_due_at == held.updated_at + 3600
 
 
@@ -228,7 +228,7 @@ async def test_a_type_with_no_handler_anywhere_may_say_so(reopen: Callable[[], S
     decides: a state without a handler is not due, and no worker claims it for nothing."""
     clock = ManualClock(T0)
     async with Engine(reopen(), [WorkflowType(parcel(), runs_here=True)], clock=clock) as e:
-        row = await e.start("parcel", {}, workflow_id="p8")
+        row = (await e.start("parcel", {}, workflow_id="p8")).row
         assert row.next_due_at is None
         assert await Worker(e).run_once() == 0
         row = await e.move_to("p8", "on_hold", actor="root", reason="no stock")
@@ -265,7 +265,7 @@ async def test_a_backoff_planned_without_the_handlers_still_arms_its_retry_timer
     )
     clock = ManualClock(T0)
     async with Engine(reopen(), [machine], clock=clock) as bare:
-        row = await bare.start("job", {}, workflow_id="j1")
+        row = (await bare.start("job", {}, workflow_id="j1")).row
         fire = Fire("error_transient", {}, "engine", retry_delay=5.0)
         write = bare.transitions.plan(row, fire)
         assert write.run_at == T0 + 5.0

@@ -84,9 +84,9 @@ async def test_a_late_webhook_is_not_applied_and_not_a_rejection(
 
     late = {"charge_id": "ch_1"}
     with caplog.at_level(logging.INFO, logger="statewright.transitions"):
-        row = await engine.send("w1", "payment_captured", late, if_allowed=True)
+        row = (await engine.send("w1", "payment_captured", late, if_allowed=True)).row
     assert row == before
-    sent = await engine.dispatch("w1", "payment_captured", late, if_allowed=True)
+    sent = await engine.send("w1", "payment_captured", late, if_allowed=True)
     assert (sent.applied, sent.replayed, sent.row) == (False, False, before)
     assert sent.refusal is not None
     assert (sent.refusal.state, sent.refusal.reason, sent.refusal.allowed) == (
@@ -116,16 +116,16 @@ async def test_a_late_webhook_is_not_applied_and_not_a_rejection(
 
 async def test_no_edge_and_no_guard_passed_are_not_applied_either(engine: Engine) -> None:
     await engine.start("webhook", {}, workflow_id="w1")
-    sent = await engine.dispatch("w1", "ship", if_allowed=True)  # no edge from pending
+    sent = await engine.send("w1", "ship", if_allowed=True)  # no edge from pending
     assert not sent.applied and sent.refusal is not None and sent.refusal.reason is None
     assert sent.refusal.allowed == ["payment_captured", "cancel"]
     await engine.send("w1", "payment_captured", {"charge_id": "ch_1"})
-    sent = await engine.dispatch("w1", "ship", if_allowed=True)  # the guard says no
+    sent = await engine.send("w1", "ship", if_allowed=True)  # the guard says no
     assert not sent.applied and sent.refusal is not None
     assert sent.refusal.reason is not None and sent.refusal.reason.startswith("no guard passed")
     assert sent.row.state == "paid" and sent.row.version == 2
     # Allowed: applied as usual.
-    sent = await engine.dispatch("w1", "cancel", if_allowed=True)
+    sent = await engine.send("w1", "cancel", if_allowed=True)
     assert sent.applied and sent.refusal is None and sent.row.state == "cancelled"
 
 
@@ -151,21 +151,21 @@ async def test_what_is_wrong_whatever_the_state_is_still_refused(
 
 async def test_idempotency_keys_keep_working_with_it(engine: Engine) -> None:
     await engine.start("webhook", {}, workflow_id="w1")
-    first = await engine.dispatch(
+    first = await engine.send(
         "w1", "payment_captured", {"charge_id": "ch_1"}, idempotency_key="k1", if_allowed=True
     )
     assert first.applied and not first.replayed and first.row.version == 2
     # The webhook's retry: a replay (applied before), not "not applied".
-    again = await engine.dispatch(
+    again = await engine.send(
         "w1", "payment_captured", {"charge_id": "ch_1"}, idempotency_key="k1", if_allowed=True
     )
     assert again.applied and again.replayed and again.applied_version == 2
     with pytest.raises(IdempotencyKeyReused):
-        await engine.dispatch(
+        await engine.send(
             "w1", "payment_captured", {"charge_id": "ch_2"}, idempotency_key="k1", if_allowed=True
         )
     # A new key for an event not allowed now: not applied, and the key stays unused.
-    late = await engine.dispatch(
+    late = await engine.send(
         "w1", "payment_captured", {"charge_id": "ch_2"}, idempotency_key="k2", if_allowed=True
     )
     assert not late.applied and late.row.version == 2
@@ -183,9 +183,9 @@ async def test_a_stale_cached_row_is_confirmed_on_a_fresh_read(
     # This engine's cache still has w1 in pending, where "ship" has no edge.
     cached = engine.transitions.rows.get("w1")
     assert cached is not None and cached.state == "pending"
-    sent = await engine.dispatch("w1", "ship", if_allowed=True)
+    sent = await engine.send("w1", "ship", if_allowed=True)
     assert sent.applied and sent.row.state == "shipped"
     # And the other way round: other's cache says paid, the workflow has moved on.
     await engine.send("w1", "cancel")
-    stale = await other.dispatch("w1", "ship", if_allowed=True)
+    stale = await other.send("w1", "ship", if_allowed=True)
     assert not stale.applied and stale.row.state == "cancelled"

@@ -69,7 +69,7 @@ async def test_move_to_enters_the_state_like_a_transition_and_is_logged(store: S
 
 async def test_move_refuses_unknown_states_and_missing_reasons(store: Store) -> None:
     engine = engine_on(store)
-    before = await engine.start("job", {}, workflow_id="j2")
+    before = (await engine.start("job", {}, workflow_id="j2")).row
     with pytest.raises(InvalidInput, match="no state 'nowhere'"):
         await engine.move_to("j2", "nowhere", actor="root", reason="r")
     with pytest.raises(InvalidInput, match="needs a reason"):

@@ -232,7 +232,7 @@ async def test_a_batch_whose_commit_answer_is_lost_is_outcome_unknown_for_every_
         # Each client retries with its key (the pool reconnects): applied once, in all.
         sent = await asyncio.gather(
             *(
-                engine.dispatch(wid, "go", {"event_id": f"e-{wid}"}, idempotency_key=f"key-{wid}")
+                engine.send(wid, "go", {"event_id": f"e-{wid}"}, idempotency_key=f"key-{wid}")
                 for wid in ids
             )
         )

@@ -147,7 +147,7 @@ async def test_a_commit_whose_answer_was_lost_is_outcome_unknown_and_a_keyed_ret
         assert (applied.version, applied.payload) == (2, {"n": 1})
 
         # The client retries with the same key (the pool reconnects): applied once, in all.
-        sent = await engine.dispatch("c", "tick", {"n": 1}, idempotency_key="tick-1")
+        sent = await engine.send("c", "tick", {"n": 1}, idempotency_key="tick-1")
         assert (sent.replayed, sent.applied_version, sent.row.version) == (True, 2, 2)
         assert [t.version for t in await direct.history("c")] == [1, 2]
 

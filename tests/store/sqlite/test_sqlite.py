@@ -58,7 +58,7 @@ async def test_persistence_failure_fails_closed(tmp_path: Path) -> None:
         assert (row.state, row.version) == ("a", 1)
         assert len(await engine.history("w")) == 1
         # and it works again once the store is available
-        assert (await engine.send("w", "go")).state == "b"
+        assert (await engine.send("w", "go")).row.state == "b"
         await engine.check("w")
 
 

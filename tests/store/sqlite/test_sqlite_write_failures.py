@@ -262,4 +262,4 @@ async def test_a_lone_write_that_meets_a_full_file_changes_nothing(tmp_path: Pat
         await store.conn.read(lambda c: c.execute("PRAGMA max_page_count=1000000"))
         assert (await engine.get("w")).state == "a"
         await engine.check("w")
-        assert (await engine.send("w", "go", {"blob": "x" * 200_000})).state == "b"
+        assert (await engine.send("w", "go", {"blob": "x" * 200_000})).row.state == "b"

@@ -106,7 +106,7 @@ async def test_postgres_transition_waiting_on_a_schedules_lock_clears_its_timer(
     store = PostgresStore(pg_dsn)
     engine = Engine(cast(FullStore, store), [runs_here()], clock=ManualClock())
     async with engine:
-        row = await engine.start("race", {}, workflow_id="p1")
+        row = (await engine.start("race", {}, workflow_id="p1")).row
         params = {
             "id": "p1",
             "due_at": engine.clock.now() + 100,
@@ -127,7 +127,7 @@ async def test_postgres_transition_waiting_on_a_schedules_lock_clears_its_timer(
                 send = asyncio.ensure_future(engine.send("p1", "go", expected_version=row.version))
                 await asyncio.sleep(0.3)
                 assert not send.done()  # waiting on the row lock
-            after = await send
+            after = (await send).row
         assert after.state == "b"
         assert await engine.timers("p1") == []
         assert (await engine.get("p1")).next_due_at is None

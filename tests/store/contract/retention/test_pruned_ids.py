@@ -42,7 +42,7 @@ def engine_on(store: Store, gateway: Gateway) -> Engine:
 
 async def paid_and_pruned(engine: Engine, archive: Path | None = None) -> str:
     """A job started with an idempotency key, charged, finished and pruned; its id."""
-    row = await engine.start("job", {"order": 1}, idempotency_key="order-1", tenant="acme")
+    row = (await engine.start("job", {"order": 1}, idempotency_key="order-1", tenant="acme")).row
     await engine.send(row.id, "go")
     await Worker(engine).run_until_idle()
     assert (await engine.get(row.id)).state == "done"
@@ -67,7 +67,7 @@ async def test_a_start_retried_after_its_workflow_was_pruned_is_refused(store: S
     await Worker(engine).run_until_idle()
     assert gateway.charges == [f"{wid}:charge"]  # charged once, not again
     # Other ids are untouched.
-    assert (await engine.start("job", {}, workflow_id="other", tenant="acme")).version == 1
+    assert (await engine.start("job", {}, workflow_id="other", tenant="acme")).row.version == 1
 
 
 async def test_import_gives_the_id_back_to_its_workflow(store: Store, tmp_path: Path) -> None:
@@ -75,9 +75,8 @@ async def test_import_gives_the_id_back_to_its_workflow(store: Store, tmp_path: 
     archive = tmp_path / "old.jsonl.gz"
     wid = await paid_and_pruned(engine, archive)
     assert (await engine.import_archive(archive)).imported == [wid]
-    row, created = await engine.create(
-        "job", {"order": 1}, idempotency_key="order-1", tenant="acme"
-    )
+    started = await engine.start("job", {"order": 1}, idempotency_key="order-1", tenant="acme")
+    row, created = started.row, started.created
     assert (row.id, row.state, created) == (wid, "done", False)  # the retry finds it again
     # Pruned again: refused again.
     assert isinstance(engine.clock, ManualClock)
@@ -104,7 +103,7 @@ async def test_prune_forgets_pruned_ids_only_when_told(store: Store) -> None:
         await engine.start("job", {"order": 1}, idempotency_key="order-1", tenant="acme")
     assert (await engine.prune(DAY, pruned_ids_older_than=5 * DAY)).pruned_ids == 1
     # Forgotten: the key starts a new workflow, as documented.
-    row = await engine.start("job", {"order": 1}, idempotency_key="order-1", tenant="acme")
+    row = (await engine.start("job", {"order": 1}, idempotency_key="order-1", tenant="acme")).row
     assert (row.id, row.version) == (wid, 1)
 
 
@@ -116,7 +115,7 @@ async def test_a_start_waiting_on_the_row_a_prune_deletes_is_refused(pg_dsn: str
     await store.open()
     try:
         engine = engine_on(store, Gateway())
-        wid = (await engine.start("job", {}, workflow_id="racing")).id
+        wid = (await engine.start("job", {}, workflow_id="racing")).row.id
         await engine.send(wid, "go")
         await Worker(engine).run_until_idle()
         row = await engine.get(wid)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from statewright import ids
-from statewright.access import ADMIN, OPERATOR, Access
+from statewright.access.core import OPERATORS, Access
 from statewright.engine import schedules as schedule_ops
 from statewright.errors import Forbidden, ScheduleNotFound, UnknownWorkflowType
 from statewright.redaction import Redactor
@@ -25,10 +25,7 @@ from statewright.types import ScheduleRecord
 
 
 def _operator(access: Access, what: str) -> None:
-    if not access.principal.roles & {OPERATOR, ADMIN}:
-        raise Forbidden(
-            f"{access.principal.actor!r} may not {what} (needs the operator or admin role)"
-        )
+    access.principal.check_role(what, *OPERATORS)
 
 
 def _store_id(access: Access, schedule_id: str) -> str:
@@ -42,7 +39,7 @@ def _store_id(access: Access, schedule_id: str) -> str:
 
 async def get(access: Access, schedule_id: str) -> ScheduleRecord:
     """The schedule the caller knows as ``schedule_id``; ScheduleNotFound otherwise."""
-    found = await access.engine.store.get_schedule(_store_id(access, schedule_id))
+    found = await access.runtime.store.get_schedule(_store_id(access, schedule_id))
     scope = access.principal.scope
     if found is None or (scope is not None and found.tenant != scope):
         raise ScheduleNotFound(schedule_id)
@@ -53,7 +50,9 @@ async def listing(
     access: Access, *, after: str | None = None, limit: int | None = None
 ) -> list[ScheduleRecord]:
     """The caller's tenant's schedules by store id, after the store id ``after``."""
-    return await access.engine.schedules(tenant=access.principal.scope, after=after, limit=limit)
+    return await schedule_ops.listing(
+        access.runtime, tenant=access.principal.scope, after=after, limit=limit
+    )
 
 
 async def declare(
@@ -84,7 +83,8 @@ async def declare(
         prefix, sep, _ = store_id.rpartition(ids.SEPARATOR)
         tenant = tenant or (prefix if sep else ids.DEFAULT_TENANT)
     access.check_start(workflow_type, tenant)
-    return await access.engine.schedule_start(
+    return await schedule_ops.put(
+        access.runtime,
         workflow_type,
         cron,
         input,
@@ -100,15 +100,13 @@ async def declare(
 async def remove(access: Access, schedule_id: str) -> None:
     found = await get(access, schedule_id)
     _operator(access, "remove schedules")
-    await access.engine.unschedule(found.id)
+    await schedule_ops.remove(access.runtime, found.id)
 
 
 async def set_paused(access: Access, schedule_id: str, paused: bool) -> ScheduleRecord:
     found = await get(access, schedule_id)
     _operator(access, "pause or resume schedules")
-    if paused:
-        return await access.engine.pause_schedule(found.id)
-    return await access.engine.resume_schedule(found.id)
+    return await schedule_ops.set_paused(access.runtime, found.id, paused)
 
 
 def view(access: Access, s: ScheduleRecord) -> dict[str, Any]:
@@ -118,9 +116,9 @@ def view(access: Access, s: ScheduleRecord) -> dict[str, Any]:
     body = dict(s.input)
     if not access.sees_secrets:
         try:
-            paths = access.engine.type_of(s.type).redact
+            paths = access.type_of(s.type).redact
         except UnknownWorkflowType:
-            paths = tuple(dict.fromkeys(p for t in access.engine.types for p in t.redact))
+            paths = tuple(dict.fromkeys(p for t in access.types for p in t.redact))
         body = Redactor(paths, body).mapping(body) or {}
     return {
         "id": access.public_id(s.id),
