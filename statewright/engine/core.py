@@ -50,7 +50,7 @@ from statewright.engine.transitions import FORK_EVENT, Dispatched, Transitions
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import StatewrightError
 from statewright.jsonvalue import Limits
-from statewright.store.protocol import Store
+from statewright.store.protocol import FullStore as Store
 
 P = ParamSpec("P")
 R = TypeVar("R")

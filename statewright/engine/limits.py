@@ -2,7 +2,7 @@
 across every worker process.
 
 Declared on the type (``WorkflowType(machine, max_concurrent=2, max_per_second=10.0)``) and
-enforced where work is handed out, in the store's claim (:mod:`statewright.store.schedules`):
+enforced where work is handed out, in the store's claim (:mod:`statewright.store.core`):
 the claims of a limited type are serialized (a row lock on PostgreSQL, the single writer on
 SQLite), each counts the type's live leases and takes tokens from the type's durable token
 bucket before leasing. A workflow counts against ``max_concurrent`` while a worker holds its

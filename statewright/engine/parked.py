@@ -22,7 +22,7 @@ from statewright.errors import StepUnresolved
 from statewright.types import WorkflowRow
 
 if TYPE_CHECKING:
-    from statewright.store.protocol import Store
+    from statewright.store.protocol import ReadModel
 
 PARKED_CANCEL_REFUSED = "cancel_refused"
 REASONS = (PARKED_UNKNOWN, PARKED_FATAL, PARKED_REFUSED, PARKED_CANCEL_REFUSED)
@@ -56,7 +56,7 @@ def hint(row: WorkflowRow, step: str | None) -> str:
     return f"in {row.state!r} past its threshold: see why it has not moved"
 
 
-async def unresolved_steps(store: Store, rows: Sequence[WorkflowRow]) -> dict[str, list[str]]:
+async def unresolved_steps(store: ReadModel, rows: Sequence[WorkflowRow]) -> dict[str, list[str]]:
     """Per workflow parked with ``step_outcome_unknown`` among ``rows`` (by store id), the
     names of its steps whose outcome is unknown, in the order they started (one read for all
     of them; none for rows parked otherwise)."""
@@ -67,7 +67,7 @@ async def unresolved_steps(store: Store, rows: Sequence[WorkflowRow]) -> dict[st
     return found
 
 
-async def check_resumable(store: Store, row: WorkflowRow) -> None:
+async def check_resumable(store: ReadModel, row: WorkflowRow) -> None:
     """Refuse (:class:`StepUnresolved`) to resume ``row`` while it is parked because a step's
     outcome is unknown and that step is still unresolved: its handler would meet the step
     again, ask the same reconcile hook and park again."""

@@ -19,7 +19,7 @@ from statewright.engine.hooks import Observers
 from statewright.engine.registry import Registry
 from statewright.engine.transitions import Transitions
 from statewright.jsonvalue import Limits
-from statewright.store.protocol import Store
+from statewright.store.protocol import FullStore as Store
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from statewright.engine.looplag import LagReport
 from statewright.engine.parked import REASONS as PARKED_REASONS
 from statewright.errors import UnknownWorkflowType
 from statewright.observability.oldest import OldestAges
-from statewright.store.protocol import Store
+from statewright.store.protocol import ReadModel
 from statewright.types import WorkflowRow
 
 log = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ class EngineMetrics:
     ) -> None:
         # No reference to the engine itself: the engine holds this object through its
         # observers, and attach_metrics keys a weak mapping by the engine.
-        self.store: Store = engine.store
+        self.store: ReadModel = engine.store
         self.names = _Names(engine)
         self._engine = weakref.ref(engine)
         self.registry = registry if registry is not None else CollectorRegistry()

@@ -17,7 +17,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from statewright.clock import Clock
-from statewright.store.protocol import Store
+from statewright.store.protocol import ReadModel
 from statewright.types import WorkflowFilter
 
 NAME = "statewright_workflow_oldest_age_seconds"
@@ -29,7 +29,7 @@ class OldestAges(Collector):
     def __init__(self) -> None:
         self.ages: Sequence[tuple[str, str, float]] = ()
 
-    async def refresh(self, store: Store, clock: Clock) -> None:
+    async def refresh(self, store: ReadModel, clock: Clock) -> None:
         self.ages = ()
         now = clock.now()
         groups = [(t, s) for t, s, n in await store.count_by_state(terminal=False) if n > 0]

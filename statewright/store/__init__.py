@@ -1,17 +1,21 @@
-"""Stores: where workflows live. ``open_store`` picks one from a URL."""
+"""Stores: where workflows live. :func:`store_from_url` picks one from a URL.
+
+The protocols a store implements, in parts (the core :class:`Store` and the others), are in
+:mod:`statewright.store.protocol`; each dialect's code is in its own package
+(:mod:`statewright.store.sqlite`, :mod:`statewright.store.postgres`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from statewright.errors import InvalidInput
-from statewright.store.protocol import Store
+from statewright.store.protocol import FullStore, Store
 from statewright.store.sqlite import SQLiteStore
 
 DEFAULT_DB = ".statewright/statewright.db"
 
 
-def store_from_url(url: str | None = None) -> Store:
+def store_from_url(url: str | None = None) -> FullStore:
     """A store for ``url``: ``sqlite:///path/to.db``, ``sqlite://:memory:``, a plain path, or
     ``postgresql://user:password@host:port/dbname`` (also ``postgres://``).
 

@@ -1,5 +1,6 @@
 """Records of alert delivery's tables (``alert_states`` and ``alert_outbox``), shared by the
-stores and :mod:`statewright.observability.delivery`."""
+stores and :mod:`statewright.observability.delivery` (the stores' part that keeps them:
+:mod:`statewright.store.outbox`)."""
 
 from __future__ import annotations
 
@@ -86,24 +87,6 @@ def finish_query(delivered: bool, retry_at: float | None) -> str:
     return "alert_delivered" if delivered else "alert_dead" if retry_at is None else "alert_retry"
 
 
-def outbox_record(r: Mapping[str, Any], alert: Mapping[str, Any]) -> OutboxRecord:
-    return OutboxRecord(
-        id=int(r["id"]),
-        receiver=r["receiver"],
-        fingerprint=r["fingerprint"],
-        status=r["status"],
-        idempotency_key=r["idempotency_key"],
-        alert=alert,
-        created_at=r["created_at"],
-        attempts=r["attempts"],
-        next_at=r["next_at"],
-        claim=r["claim"],
-        delivered_at=r["delivered_at"],
-        dead_at=r["dead_at"],
-        last_error=r["last_error"],
-    )
-
-
 __all__ = [
     "AlertChange",
     "AlertStateRecord",
@@ -111,6 +94,5 @@ __all__ = [
     "OutboxRecord",
     "enqueue_params",
     "finish_query",
-    "outbox_record",
     "state_write",
 ]

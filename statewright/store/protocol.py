@@ -1,4 +1,11 @@
-"""The store port: one async, domain-level interface every backend implements.
+"""The store port: async, domain-level interfaces every backend implements, in parts.
+
+:class:`Store` is the **core**: what running workflows needs (its methods are all a worker,
+``start`` and ``send`` call). The other parts are protocols of their own that a store may
+implement: :class:`ReadModel` (listings, counts, the log feed), :class:`Schedules`,
+:class:`AlertOutbox` and :class:`Retention`. Each is ``runtime_checkable``, so
+``isinstance(store, Schedules)`` tells whether a store has a part; :data:`PARTS` names them
+all and :class:`FullStore` is a store with every part (both built-in stores are).
 
 Operations are what the engine means (``apply_transition`` with an expected version,
 ``claim_due``, ``step_begin``), never ``execute(sql)``: compare-and-swap, locking and
@@ -47,7 +54,11 @@ def fork_source_busy(source_id: str) -> str:
 
 @runtime_checkable
 class Store(Protocol):
-    """Durable storage for workflows, their transition log, step ledger, timers and inbox."""
+    """The core: what running workflows needs (start, send, the worker, steps, timers, cancel,
+    recovery). A new backend implements this part first (the contract suite's core part,
+    ``tests/store/contract/core``, runs against it alone); the others are separate protocols."""
+
+    # -- lifecycle ----------------------------------------------------------------------------
 
     async def open(self) -> None:
         """Connect and apply pending migrations."""
@@ -59,14 +70,14 @@ class Store(Protocol):
         """Return once the database answers a trivial query, on a path of its own that the
         store's reads and writes cannot hold up (readiness probes); StoreError if it fails."""
 
-    # -- workflows and transitions ---------------------------------------------------------
+    # -- workflows and their log --------------------------------------------------------------
 
     async def create_workflow(self, new: NewWorkflow) -> tuple[WorkflowRow, bool]:
         """Insert the row (version 1) and its first log entry, or return the existing row.
 
         Returns ``(row, created)``; an existing id is not an error here (idempotent start),
         the engine decides whether the existing row matches. WorkflowPruned when a workflow of
-        that id was pruned (its tombstone is kept: see :meth:`delete_workflows`). A fork
+        that id was pruned (its tombstone is kept: see :meth:`Retention.delete_workflows`). A fork
         (``new.fork_of``) whose source a worker holds, or claimed since it was read, is
         refused with WorkflowBusy (:func:`fork_source_busy`), checked in the transaction that
         would create it.
@@ -102,6 +113,274 @@ class Store(Protocol):
         self, workflow_id: str, after_version: int = 0, limit: int | None = None
     ) -> list[TransitionRecord]:
         """The workflow's log entries in version order."""
+
+    async def record_rejection(
+        self,
+        *,
+        workflow_id: str,
+        type: str,
+        tenant: str,
+        state: str,
+        event: str,
+        code: str,
+        actor: str,
+        message: str,
+        at: float,
+    ) -> None:
+        """Append a refused event to the rejections log (its own write: the refusal itself
+        changed nothing)."""
+
+    # -- workers: claims, leases and recovery -------------------------------------------------
+
+    async def claim_due(
+        self,
+        worker_id: str,
+        now: float,
+        lease_seconds: float,
+        limit: int,
+        types: Sequence[str] | None = None,
+        limits: Mapping[str, TypeLimit] | None = None,
+    ) -> list[WorkflowRow]:
+        """Lease up to ``limit`` unleased workflows whose ``next_due_at`` has come.
+
+        Each claim increments the workflow's fencing token (``fence``): the returned rows
+        carry the new one, and :attr:`WorkflowRow.lease` is the claim.
+
+        ``limits``: type name -> :class:`~statewright.types.TypeLimit` for the limited ones
+        among ``types`` (which must then be given): never more of such a type leased at once
+        (live leases, every worker counted) or claimed per second than it allows. Types
+        without limits keep the one-statement claim.
+        """
+
+    async def renew_leases(
+        self, worker_id: str, held: Mapping[str, int], until: float
+    ) -> list[str]:
+        """Extend the leases ``worker_id`` holds (workflow id -> fencing token); returns the
+        ids whose lease still held and was extended."""
+
+    async def release_lease(self, workflow_id: str, lease: Lease) -> None:
+        """Give a lease back (nothing happens if it is no longer held)."""
+
+    async def defer(self, write: DeferWrite) -> WorkflowRow:
+        """Keep the workflow in its state: counters, error, next due time, parked reason;
+        releases the lease. See :class:`~statewright.types.DeferWrite`.
+
+        Raises VersionConflict (the workflow moved on), LeaseLost (``write.lease`` is gone).
+        """
+
+    async def take_over(
+        self,
+        workflow_id: str,
+        owner: str,
+        worker_id: str,
+        until: float,
+        *,
+        expired_before: float | None = None,
+    ) -> WorkflowRow | None:
+        """Move ``owner``'s lease on a workflow to ``worker_id`` as a new claim (new fencing
+        token), only while ``owner`` holds it (and it expired before ``expired_before``, when
+        given); None if that no longer holds."""
+
+    async def expired_leases(self, now: float, limit: int = 100) -> list[WorkflowRow]:
+        """Workflows whose lease expired (their worker died, hung or was frozen)."""
+
+    async def leased_by(self, owner: str) -> list[WorkflowRow]:
+        """Workflows a given worker holds leases on."""
+
+    async def lease_owners(self) -> list[str]:
+        """Distinct workers holding leases now."""
+
+    async def break_leases(
+        self,
+        owner: str,
+        ids: Sequence[str] | None = None,
+        *,
+        expired_before: float | None = None,
+    ) -> int:
+        """Clear leases held by ``owner`` (all, or only ``ids``; with ``expired_before``
+        only those that expired before it, so a lease renewed meanwhile survives); returns
+        how many. The owner's later writes for those workflows are refused (fencing)."""
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return soon after work may have become due, or after ``timeout`` seconds.
+
+        PostgreSQL wakes idle workers with LISTEN/NOTIFY sent by the transaction that made
+        work due; SQLite wakes workers of this process and otherwise polls. Either way the
+        caller then claims; a wake-up is a hint, never a promise.
+        """
+
+    # -- cancel, progress and definitions -----------------------------------------------------
+
+    async def request_cancel(self, workflow_id: str, request: CancelRequest) -> WorkflowRow:
+        """Record a cancel request on a live workflow (not a transition; wakes its worker).
+
+        The request stays until the workflow reaches a terminal state; a newer one replaces
+        it. Returns the row either way. Raises WorkflowNotFound.
+        """
+
+    async def cancel_requests(self, ids: Sequence[str]) -> dict[str, CancelRequest]:
+        """Among ``ids``, the workflows with a pending cancel request, with the request."""
+
+    async def record_progress(
+        self, workflow_id: str, progress: dict[str, Any], at: float, lease: Lease | None = None
+    ) -> None:
+        """Keep the latest progress report of the running step (cleared on state change).
+
+        Raises WorkflowNotFound, or LeaseLost when ``lease`` no longer holds.
+        """
+
+    async def record_definition(
+        self,
+        name: str,
+        version: int,
+        fingerprint: str,
+        document: Mapping[str, Any],
+        at: float,
+        *,
+        replace: bool = False,
+    ) -> tuple[str, Any]:
+        """Record the definition an engine registers for ``(name, version)``, unless one is
+        recorded already; returns the recorded ``(fingerprint, document)`` (the one given,
+        or the earlier one: the caller compares). With ``replace``, the given one replaces
+        the earlier one (an edit the caller allows)."""
+
+    # -- timers -------------------------------------------------------------------------------
+
+    async def timers(
+        self,
+        workflow_id: str,
+        *,
+        after: tuple[float, int] | None = None,
+        limit: int | None = None,
+    ) -> list[TimerRecord]:
+        """The workflow's pending timers, earliest first (by ``(due_at, id)``): those after
+        ``after``, at most ``limit`` (default: all)."""
+
+    async def schedule_timer(
+        self,
+        workflow_id: str,
+        timer: TimerSpec,
+        *,
+        state: str,
+        entered_at: float,
+        at: float,
+        scheduled_by: str | None = None,
+    ) -> TimerRecord | None:
+        """Arm one timer on its own (not with a transition), atomically, only while the
+        workflow is still in the visit of a state it was read in: in ``state``, entered at
+        ``entered_at``, and not terminal. None (nothing written) otherwise; the caller reads
+        the workflow again. A ``timer.key`` replaces the workflow's pending timer of that key
+        (a new id). The workflow's version is not changed (a running handler's result still
+        applies); ``next_due_at`` becomes the earlier of it and the new timer (a replaced
+        timer's time is dropped when provably nothing else is due then). ``at``: now.
+        ``scheduled_by``: who scheduled it, kept with it (None: the system).
+
+        Serialised with transitions: a transition that leaves the state either sees the new
+        timer (and clears it, unless ``keep``) or made the visit check fail.
+
+        Raises WorkflowNotFound, InvalidInput (a payload the store cannot hold).
+        """
+
+    async def cancel_timer(self, workflow_id: str, key: str, *, at: float) -> bool:
+        """Delete the workflow's pending timer of ``key``; whether there was one.
+        ``next_due_at`` is recomputed as for :meth:`schedule_timer`. Raises WorkflowNotFound.
+        """
+
+    # -- step ledger --------------------------------------------------------------------------
+
+    async def step_begin(
+        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+    ) -> StepRecord:
+        """Durably record that a step is executing before its action runs.
+
+        A new key starts at attempt 1; an existing key whose status is ``executing`` or
+        ``failed`` becomes ``executing`` again with ``attempts`` incremented (a re-run); a
+        ``done`` record is returned unchanged (the caller must use its result). With
+        ``lease``, refused with LeaseLost once the lease no longer holds.
+        """
+
+    async def step_open(
+        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+    ) -> StepOpening:
+        """A step's usual start in one trip: when the workflow has no pending cancel request
+        and the step no ledger entry, record it *executing* at attempt 1 as
+        :meth:`step_begin` does (``begun``). Otherwise write nothing and return the cancel
+        request and the ledger entry found: the caller decides (reconcile, refuse) and then
+        calls :meth:`step_begin`. Raises WorkflowNotFound; with ``lease``, LeaseLost when it
+        no longer holds and there is neither a request nor an entry to report.
+        """
+
+    async def step_finish(self, finish: StepFinish, lease: Lease | None = None) -> StepRecord:
+        """Record the outcome of one step attempt.
+
+        Refused with LeaseLost (nothing written) when ``lease`` no longer holds, or when the
+        ledger entry is no longer that attempt *executing* (a newer attempt or a result
+        recorded meanwhile): a late writer never overwrites a newer result.
+        """
+
+    async def resolve_step(
+        self,
+        key: str,
+        status: str,
+        result: Any,
+        outcome: StepOutcome | None,
+        note: str,
+        at: float,
+    ) -> StepRecord:
+        """An operator's verdict on a step whose outcome is unknown: ``done`` with the
+        result it had, or ``failed`` with outcome ``not_applied``. Refused with StepDone on a
+        ``done`` step, WorkflowBusy while a worker holds the workflow, StepNotFound.
+        """
+
+    async def get_step(self, key: str) -> StepRecord | None: ...
+
+    async def steps(
+        self,
+        workflow_id: str,
+        after: tuple[float, str] | None = None,
+        limit: int | None = None,
+    ) -> list[StepRecord]:
+        """The workflow's step ledger in ``(started_at, key)`` order, after ``after`` (keyset
+        paging). A step run again moves to its new start time: while paging, it may show up
+        twice, never not at all."""
+
+    # -- inbox --------------------------------------------------------------------------------
+
+    async def post_input(
+        self,
+        workflow_id: str,
+        name: str,
+        payload: dict[str, Any],
+        at: float,
+        *,
+        idempotency_key: str | None = None,
+        wake_in_state: str | None = None,
+    ) -> tuple[InboxItem, bool]:
+        """Append an external input for a live workflow; returns ``(item, created)``.
+
+        With ``idempotency_key`` an input already posted under that key is returned instead
+        (``created`` False). With ``wake_in_state``, a workflow still in that state and not
+        leased becomes due now (its handler runs and can take the input).
+
+        Raises WorkflowNotFound, WorkflowFinished (terminal workflows take no inputs),
+        IdempotencyKeyReused (the key produced an entry of this workflow's log: an event,
+        checked in the same statement or transaction as the post).
+        """
+
+    async def next_input(
+        self, workflow_id: str, name: str | None = None, skip: Sequence[int] = ()
+    ) -> InboxItem | None:
+        """The oldest unconsumed input (optionally of one name), other than ``skip``.
+
+        Reading consumes nothing: an input is consumed by the transition (or the deferral)
+        that ends the handler run which took it, in the same transaction.
+        """
+
+
+@runtime_checkable
+class ReadModel(Protocol):
+    """Listings, counts and feeds for operators, dashboards, metrics and alerts: every read
+    here is a range of an index (:mod:`statewright.store.sqlbuild`)."""
 
     async def transitions_since(
         self, seq: int, limit: int = 500, tenant: str | None = None
@@ -168,23 +447,11 @@ class Store(Protocol):
         """``(workflow_id, type, event, count)``: how often each non-terminal workflow took
         one of ``events`` in log entries at or after ``since`` (ordered by id, event)."""
 
-    # -- rejections log --------------------------------------------------------------------
-
-    async def record_rejection(
-        self,
-        *,
-        workflow_id: str,
-        type: str,
-        tenant: str,
-        state: str,
-        event: str,
-        code: str,
-        actor: str,
-        message: str,
-        at: float,
-    ) -> None:
-        """Append a refused event to the rejections log (its own write: the refusal itself
-        changed nothing)."""
+    async def live_versions_between(
+        self, workflow_type: str, lo: int, hi: int
+    ) -> list[tuple[int, int]]:
+        """``(machine_version, count)`` of the live workflows of a type on versions strictly
+        between ``lo`` and ``hi`` (one index range)."""
 
     async def count_rejections(
         self, since: float, tenant: str | None = None
@@ -196,29 +463,10 @@ class Store(Protocol):
     ) -> list[RejectionRecord]:
         """The latest rejections at or after ``since``, newest first."""
 
-    # -- workers ---------------------------------------------------------------------------
 
-    async def claim_due(
-        self,
-        worker_id: str,
-        now: float,
-        lease_seconds: float,
-        limit: int,
-        types: Sequence[str] | None = None,
-        limits: Mapping[str, TypeLimit] | None = None,
-    ) -> list[WorkflowRow]:
-        """Lease up to ``limit`` unleased workflows whose ``next_due_at`` has come.
-
-        Each claim increments the workflow's fencing token (``fence``): the returned rows
-        carry the new one, and :attr:`WorkflowRow.lease` is the claim.
-
-        ``limits``: type name -> :class:`~statewright.types.TypeLimit` for the limited ones
-        among ``types`` (which must then be given): never more of such a type leased at once
-        (live leases, every worker counted) or claimed per second than it allows. Types
-        without limits keep the one-statement claim.
-        """
-
-    # -- schedules (statewright.store.schedules) ----------------------------------------------
+@runtime_checkable
+class Schedules(Protocol):
+    """Cron schedules that start workflows (:mod:`statewright.engine.schedules`)."""
 
     async def put_schedule(self, schedule: ScheduleRecord) -> ScheduleRecord:
         """Create a schedule, or replace the definition and next tick of the one of its id."""
@@ -256,107 +504,10 @@ class Store(Protocol):
     ) -> ScheduleRecord | None:
         """Pause or resume a schedule (its next tick set to ``next_at``); None if absent."""
 
-    async def renew_leases(
-        self, worker_id: str, held: Mapping[str, int], until: float
-    ) -> list[str]:
-        """Extend the leases ``worker_id`` holds (workflow id -> fencing token); returns the
-        ids whose lease still held and was extended."""
 
-    async def release_lease(self, workflow_id: str, lease: Lease) -> None:
-        """Give a lease back (nothing happens if it is no longer held)."""
-
-    async def defer(self, write: DeferWrite) -> WorkflowRow:
-        """Keep the workflow in its state: counters, error, next due time, parked reason;
-        releases the lease. See :class:`~statewright.types.DeferWrite`.
-
-        Raises VersionConflict (the workflow moved on), LeaseLost (``write.lease`` is gone).
-        """
-
-    async def take_over(
-        self,
-        workflow_id: str,
-        owner: str,
-        worker_id: str,
-        until: float,
-        *,
-        expired_before: float | None = None,
-    ) -> WorkflowRow | None:
-        """Move ``owner``'s lease on a workflow to ``worker_id`` as a new claim (new fencing
-        token), only while ``owner`` holds it (and it expired before ``expired_before``, when
-        given); None if that no longer holds."""
-
-    async def expired_leases(self, now: float, limit: int = 100) -> list[WorkflowRow]:
-        """Workflows whose lease expired (their worker died, hung or was frozen)."""
-
-    async def leased_by(self, owner: str) -> list[WorkflowRow]:
-        """Workflows a given worker holds leases on."""
-
-    async def lease_owners(self) -> list[str]:
-        """Distinct workers holding leases now."""
-
-    async def break_leases(
-        self,
-        owner: str,
-        ids: Sequence[str] | None = None,
-        *,
-        expired_before: float | None = None,
-    ) -> int:
-        """Clear leases held by ``owner`` (all, or only ``ids``; with ``expired_before``
-        only those that expired before it, so a lease renewed meanwhile survives); returns
-        how many. The owner's later writes for those workflows are refused (fencing)."""
-
-    async def wait_for_work(self, timeout: float) -> None:
-        """Return soon after work may have become due, or after ``timeout`` seconds.
-
-        PostgreSQL wakes idle workers with LISTEN/NOTIFY sent by the transaction that made
-        work due; SQLite wakes workers of this process and otherwise polls. Either way the
-        caller then claims; a wake-up is a hint, never a promise.
-        """
-
-    # -- cancel and progress ---------------------------------------------------------------
-
-    async def request_cancel(self, workflow_id: str, request: CancelRequest) -> WorkflowRow:
-        """Record a cancel request on a live workflow (not a transition; wakes its worker).
-
-        The request stays until the workflow reaches a terminal state; a newer one replaces
-        it. Returns the row either way. Raises WorkflowNotFound.
-        """
-
-    async def cancel_requests(self, ids: Sequence[str]) -> dict[str, CancelRequest]:
-        """Among ``ids``, the workflows with a pending cancel request, with the request."""
-
-    async def record_progress(
-        self, workflow_id: str, progress: dict[str, Any], at: float, lease: Lease | None = None
-    ) -> None:
-        """Keep the latest progress report of the running step (cleared on state change).
-
-        Raises WorkflowNotFound, or LeaseLost when ``lease`` no longer holds.
-        """
-
-    async def live_versions_between(
-        self, workflow_type: str, lo: int, hi: int
-    ) -> list[tuple[int, int]]:
-        """``(machine_version, count)`` of the live workflows of a type on versions strictly
-        between ``lo`` and ``hi`` (one index range)."""
-
-    # -- definitions ------------------------------------------------------------------------
-
-    async def record_definition(
-        self,
-        name: str,
-        version: int,
-        fingerprint: str,
-        document: Mapping[str, Any],
-        at: float,
-        *,
-        replace: bool = False,
-    ) -> tuple[str, Any]:
-        """Record the definition an engine registers for ``(name, version)``, unless one is
-        recorded already; returns the recorded ``(fingerprint, document)`` (the one given,
-        or the earlier one: the caller compares). With ``replace``, the given one replaces
-        the earlier one (an edit the caller allows)."""
-
-    # -- alert delivery (statewright.observability.delivery) --------------------------------
+@runtime_checkable
+class AlertOutbox(Protocol):
+    """Alert delivery's state and outbox (:mod:`statewright.observability.delivery`)."""
 
     async def alert_states(self) -> list[AlertStateRecord]:
         """The alerts recorded as firing now."""
@@ -393,139 +544,18 @@ class Store(Protocol):
     async def alert_notifications(self, after: int = 0, limit: int = 1000) -> list[OutboxRecord]:
         """The outbox in the order written, after id ``after``."""
 
-    # -- timers ----------------------------------------------------------------------------
+    async def prune_alert_notifications(
+        self, before: float, *, limit: int, dry_run: bool = False
+    ) -> int:
+        """Delete up to ``limit`` alert notifications delivered or dead-lettered and created
+        before ``before``, oldest first; how many (with ``dry_run``: how many there are,
+        nothing deleted). Pending ones are never deleted."""
 
-    async def timers(
-        self,
-        workflow_id: str,
-        *,
-        after: tuple[float, int] | None = None,
-        limit: int | None = None,
-    ) -> list[TimerRecord]:
-        """The workflow's pending timers, earliest first (by ``(due_at, id)``): those after
-        ``after``, at most ``limit`` (default: all)."""
 
-    async def schedule_timer(
-        self,
-        workflow_id: str,
-        timer: TimerSpec,
-        *,
-        state: str,
-        entered_at: float,
-        at: float,
-        scheduled_by: str | None = None,
-    ) -> TimerRecord | None:
-        """Arm one timer on its own (not with a transition), atomically, only while the
-        workflow is still in the visit of a state it was read in: in ``state``, entered at
-        ``entered_at``, and not terminal. None (nothing written) otherwise; the caller reads
-        the workflow again. A ``timer.key`` replaces the workflow's pending timer of that key
-        (a new id). The workflow's version is not changed (a running handler's result still
-        applies); ``next_due_at`` becomes the earlier of it and the new timer (a replaced
-        timer's time is dropped when provably nothing else is due then). ``at``: now.
-        ``scheduled_by``: who scheduled it, kept with it (None: the system).
-
-        Serialised with transitions: a transition that leaves the state either sees the new
-        timer (and clears it, unless ``keep``) or made the visit check fail.
-
-        Raises WorkflowNotFound, InvalidInput (a payload the store cannot hold).
-        """
-
-    async def cancel_timer(self, workflow_id: str, key: str, *, at: float) -> bool:
-        """Delete the workflow's pending timer of ``key``; whether there was one.
-        ``next_due_at`` is recomputed as for :meth:`schedule_timer`. Raises WorkflowNotFound.
-        """
-
-    # -- step ledger -----------------------------------------------------------------------
-
-    async def step_begin(
-        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
-    ) -> StepRecord:
-        """Durably record that a step is executing before its action runs.
-
-        A new key starts at attempt 1; an existing key whose status is ``executing`` or
-        ``failed`` becomes ``executing`` again with ``attempts`` incremented (a re-run); a
-        ``done`` record is returned unchanged (the caller must use its result). With
-        ``lease``, refused with LeaseLost once the lease no longer holds.
-        """
-
-    async def step_open(
-        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
-    ) -> StepOpening:
-        """A step's usual start in one trip: when the workflow has no pending cancel request
-        and the step no ledger entry, record it *executing* at attempt 1 as
-        :meth:`step_begin` does (``begun``). Otherwise write nothing and return the cancel
-        request and the ledger entry found: the caller decides (reconcile, refuse) and then
-        calls :meth:`step_begin`. Raises WorkflowNotFound; with ``lease``, LeaseLost when it
-        no longer holds and there is neither a request nor an entry to report.
-        """
-
-    async def step_finish(self, finish: StepFinish, lease: Lease | None = None) -> StepRecord:
-        """Record the outcome of one step attempt.
-
-        Refused with LeaseLost (nothing written) when ``lease`` no longer holds, or when the
-        ledger entry is no longer that attempt *executing* (a newer attempt or a result
-        recorded meanwhile): a late writer never overwrites a newer result.
-        """
-
-    async def resolve_step(
-        self,
-        key: str,
-        status: str,
-        result: Any,
-        outcome: StepOutcome | None,
-        note: str,
-        at: float,
-    ) -> StepRecord:
-        """An operator's verdict on a step whose outcome is unknown: ``done`` with the
-        result it had, or ``failed`` with outcome ``not_applied``. Refused with StepDone on a
-        ``done`` step, WorkflowBusy while a worker holds the workflow, StepNotFound.
-        """
-
-    async def get_step(self, key: str) -> StepRecord | None: ...
-
-    async def steps(
-        self,
-        workflow_id: str,
-        after: tuple[float, str] | None = None,
-        limit: int | None = None,
-    ) -> list[StepRecord]:
-        """The workflow's step ledger in ``(started_at, key)`` order, after ``after`` (keyset
-        paging). A step run again moves to its new start time: while paging, it may show up
-        twice, never not at all."""
-
-    # -- inbox -----------------------------------------------------------------------------
-
-    async def post_input(
-        self,
-        workflow_id: str,
-        name: str,
-        payload: dict[str, Any],
-        at: float,
-        *,
-        idempotency_key: str | None = None,
-        wake_in_state: str | None = None,
-    ) -> tuple[InboxItem, bool]:
-        """Append an external input for a live workflow; returns ``(item, created)``.
-
-        With ``idempotency_key`` an input already posted under that key is returned instead
-        (``created`` False). With ``wake_in_state``, a workflow still in that state and not
-        leased becomes due now (its handler runs and can take the input).
-
-        Raises WorkflowNotFound, WorkflowFinished (terminal workflows take no inputs),
-        IdempotencyKeyReused (the key produced an entry of this workflow's log: an event,
-        checked in the same statement or transaction as the post).
-        """
-
-    async def next_input(
-        self, workflow_id: str, name: str | None = None, skip: Sequence[int] = ()
-    ) -> InboxItem | None:
-        """The oldest unconsumed input (optionally of one name), other than ``skip``.
-
-        Reading consumes nothing: an input is consumed by the transition (or the deferral)
-        that ends the handler run which took it, in the same transaction.
-        """
-
-    # -- retention (statewright.engine.retention; rows as in statewright.store.retention_sql) --
+@runtime_checkable
+class Retention(Protocol):
+    """Prune, archive and restore finished workflows (:mod:`statewright.engine.retention`;
+    archive records as in :mod:`statewright.store.retention_sql`)."""
 
     async def prunable(
         self, before: float, *, tenant: str | None, after: tuple[float, str] | None, limit: int
@@ -544,7 +574,7 @@ class Store(Protocol):
         workflow of ``(id, version)`` still at that version, whole; the ids deleted and the
         rows deleted per table. A workflow another prune is deleting is skipped. Each one
         deleted leaves its tombstone (id, tenant, type, ``at``: default now) in the same
-        transaction: :meth:`create_workflow` of that id raises WorkflowPruned."""
+        transaction: :meth:`Store.create_workflow` of that id raises WorkflowPruned."""
 
     async def forget_pruned_ids(
         self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
@@ -559,13 +589,6 @@ class Store(Protocol):
         """Delete up to ``limit`` refused events older than ``before``; how many (with
         ``dry_run``: how many there are, nothing deleted)."""
 
-    async def prune_alert_notifications(
-        self, before: float, *, limit: int, dry_run: bool = False
-    ) -> int:
-        """Delete up to ``limit`` alert notifications delivered or dead-lettered and created
-        before ``before``, oldest first; how many (with ``dry_run``: how many there are,
-        nothing deleted). Pending ones are never deleted."""
-
     async def restore_workflow(
         self,
         record: Mapping[str, Any],
@@ -578,3 +601,20 @@ class Store(Protocol):
         workflow, unleased, not due, its id and tenant consistent, its columns of their
         types) and ``check`` (the engine's limits and replay): else what they raise, nothing
         written."""
+
+
+@runtime_checkable
+class FullStore(Store, ReadModel, Schedules, AlertOutbox, Retention, Protocol):
+    """A store with every part (:class:`~statewright.store.SQLiteStore` and
+    :class:`~statewright.store.postgres.PostgresStore` are)."""
+
+
+PARTS: dict[str, type] = {
+    "core": Store,
+    "read model": ReadModel,
+    "schedules": Schedules,
+    "alert outbox": AlertOutbox,
+    "retention": Retention,
+}
+"""Each part by name, core first (``isinstance(store, PARTS[name])`` tells whether a store
+implements it)."""

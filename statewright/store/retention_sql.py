@@ -11,21 +11,19 @@ Deleting goes through the one sanctioned path of the append-only log (migration
 ``retention``): on SQLite a ``prune_tokens`` row inserted and removed by the deleting
 transaction itself, on PostgreSQL ``statewright.prune`` set for that transaction only. The
 triggers still refuse any other delete or update of the log, and prune's own delete of the log
-of a live workflow.
+of a live workflow. Each dialect's deleting and restoring is in its own package
+(``sqlite/retention.py``, ``postgres/retention.py``); what they share is here.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import sqlite3
-import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from statewright import ids, jsonvalue
 from statewright.errors import InvalidInput
-from statewright.store.queries import load_queries
+from statewright.store.base import Plan, SQLStore
 
 RELATED = ("transitions", "steps", "timers", "inbox", "rejections")
 """The tables keyed by ``workflow_id`` that a workflow is archived and deleted with."""
@@ -49,14 +47,7 @@ Counts = dict[str, int]
 PruneKey = tuple[str, int, float]
 """``(id, version, state_entered_at)`` of a workflow prune may delete."""
 
-if TYPE_CHECKING:  # psycopg only for PostgreSQL: an SQLite store does not import it
-    from psycopg import AsyncConnection
-    from psycopg.rows import DictRow
-
-    PgConn = AsyncConnection[DictRow]
-
-SQ = load_queries("sqlite")
-PQ = load_queries("postgres")
+T = TypeVar("T")
 _FIRST = (-1e300, "")
 """A page key before every workflow."""
 
@@ -269,270 +260,93 @@ def comparable(rec: Mapping[str, Any], columns: Mapping[str, set[str]]) -> Recor
     }
 
 
-# -- SQLite (functions run on the store's connection thread, inside its write transaction) ----
-
-
-def sqlite_prunable(
-    conn: sqlite3.Connection,
-    before: float,
-    tenant: str | None,
-    after: tuple[float, str] | None,
-    limit: int,
-) -> list[PruneKey]:
-    since, after_id = after or _FIRST
-    params = {"until": before, "since": since, "id": after_id, "limit": limit, "tenant": tenant}
-    query = SQ["prunable"] if tenant is None else SQ["prunable_tenant"]
-    return [(r[0], int(r[1]), float(r[2])) for r in conn.execute(query, params)]
-
-
-def sqlite_export(conn: sqlite3.Connection, ids: Sequence[str]) -> list[Record]:
-    params = {"ids": json.dumps(list(ids))}
-    rows = {
-        t: [
-            _normalise(t, dict(r), parse_json=True)
-            for r in conn.execute(SQ[f"export_{t}"], params)
-        ]
-        for t in TABLES
-    }
-    return _by_workflow(ids, rows)
-
-
-def sqlite_delete(
-    conn: sqlite3.Connection, held: Sequence[tuple[str, int]], at: float
-) -> tuple[list[str], Counts]:
-    token = uuid.uuid4().hex
-    conn.execute(SQ["prune_token_add"], {"key": token})
-    deleted = []
-    for wid, version in held:
-        gone = conn.execute(SQ["prune_workflow"], {"id": wid, "version": version}).fetchall()
-        if gone:  # its tombstone, in the same transaction: the id is not started again
-            tenant, type_ = gone[0]
-            conn.execute(
-                SQ["add_pruned_id"], {"id": wid, "tenant": tenant, "type": type_, "at": at}
-            )
-            deleted.append(wid)
-    counts: Counts = {"workflows": len(deleted)}
-    params = {"ids": json.dumps(deleted)}
-    for table in RELATED:
-        name = "prune_workflow_rejections" if table == "rejections" else f"prune_{table}"
-        counts[table] = conn.execute(SQ[name], params).rowcount if deleted else 0
-    conn.execute(SQ["prune_token_drop"], {"key": token})
-    return deleted, counts
-
-
-def sqlite_prune_rejections(
-    conn: sqlite3.Connection, before: float, tenant: str | None, limit: int, dry_run: bool
-) -> int:
-    params = {"until": before, "tenant": tenant, "limit": limit}
-    if dry_run:
-        query = SQ["count_old_rejections"] if tenant is None else SQ["count_old_rejections_tenant"]
-        return int(conn.execute(query, params).fetchone()[0])
-    query = SQ["prune_rejections"] if tenant is None else SQ["prune_rejections_tenant"]
-    return conn.execute(query, params).rowcount
-
-
-def sqlite_forget_pruned_ids(
-    conn: sqlite3.Connection, before: float, tenant: str | None, limit: int, dry_run: bool
-) -> int:
-    params = {"until": before, "tenant": tenant, "limit": limit}
-    if dry_run:
-        return int(conn.execute(SQ["count_old_pruned_ids"], params).fetchone()[0])
-    return conn.execute(SQ["forget_pruned_ids"], params).rowcount
-
-
-def sqlite_prune_alert_notifications(
-    conn: sqlite3.Connection, before: float, limit: int, dry_run: bool
-) -> int:
-    params = {"until": before, "limit": limit}
-    if dry_run:
-        return int(conn.execute(SQ["count_old_alert_notifications"], params).fetchone()[0])
-    return conn.execute(SQ["prune_alert_notifications"], params).rowcount
-
-
-def _sqlite_columns(conn: sqlite3.Connection, table: str) -> list[str]:
-    return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]  # table: a constant
-
-
-def sqlite_columns(conn: sqlite3.Connection) -> dict[str, set[str]]:
-    return {t: set(_sqlite_columns(conn, t)) - {GENERATED.get(t)} for t in TABLES}
-
-
 Check = Callable[[Record], None]
 """The engine's own checks of a record (limits, replay), run by restore in its transaction."""
 
 
-def sqlite_restore(conn: sqlite3.Connection, rec: Record, check: Check | None = None) -> bool:
-    """Insert the record's rows, once :func:`check_restorable` and ``check`` passed (in this
-    transaction, before anything is written); False (nothing written) when the workflow
-    exists."""
+def checked(rec: Record, check: Check | None) -> Record:
+    """``rec`` once :func:`check_restorable` and ``check`` passed (restore runs this in the
+    transaction that writes it, before anything is written)."""
     check_restorable(rec)
     if check is not None:
         check(rec)
-    conn.execute(SQ["drop_pruned_id"], {"id": rec["id"]})  # the id names a workflow again
-    columns = sqlite_columns(conn)
+    return rec
+
+
+def restore_rows(
+    rec: Record, columns: Mapping[str, set[str]], value: Callable[[Any, bool], Any]
+) -> Iterator[tuple[str, list[str], list[list[Any]]]]:
+    """``(table, columns, rows)`` to insert for a record, the workflow's row first: the
+    columns of the record's rows that the table has (a column of a later migration is left
+    to its default; one the archive has and the table not, dropped), and each row's values
+    in that order as ``value(v, is_json)`` binds them."""
     for table in TABLES:
         rows = [rec["workflow"]] if table == "workflows" else rec[table]
-        if not rows:
-            continue
-        cols = [c for c in rows[0] if c in columns[table]]
-        json_cols = JSON_COLUMNS[table]
-        text = (
-            f"INSERT INTO {table} ({', '.join(cols)}) "  # names from the table's own columns
-            f"VALUES ({', '.join('?' for _ in cols)})"
-            + (" ON CONFLICT (id) DO NOTHING" if table == "workflows" else "")
-        )
-        values = [[_sqlite_value(r.get(c), c in json_cols) for c in cols] for r in rows]
-        cur = conn.executemany(text, values)
-        if table == "workflows" and cur.rowcount == 0:
-            return False
-    return True
+        if rows:
+            cols = [c for c in rows[0] if c in columns[table]]
+            json_cols = JSON_COLUMNS[table]
+            yield table, cols, [[value(r.get(c), c in json_cols) for c in cols] for r in rows]
 
 
-def _sqlite_value(value: Any, is_json: bool) -> Any:
-    if value is None:
-        return None
-    if is_json:
-        return jsonvalue.dumps(value, allow_nan=False)
-    if isinstance(value, bool):
-        return int(value)
-    return value
+def prune_query(table: str) -> str:
+    """The named query deleting a table's rows of the workflows a prune deletes."""
+    return "prune_workflow_rejections" if table == "rejections" else f"prune_{table}"
 
 
-# -- PostgreSQL ------------------------------------------------------------------------------
+def without_generated(columns: Mapping[str, set[str]]) -> dict[str, set[str]]:
+    """Each table's columns, but the keys the database generates."""
+    return {t: set(columns[t]) - {GENERATED.get(t)} for t in TABLES}
 
 
-async def pg_prunable(
-    conn: PgConn, before: float, tenant: str | None, after: tuple[float, str] | None, limit: int
-) -> list[PruneKey]:
-    since, after_id = after or _FIRST
-    params = {"until": before, "since": since, "id": after_id, "limit": limit, "tenant": tenant}
-    query = PQ["prunable"] if tenant is None else PQ["prunable_tenant"]
-    cur = await conn.execute(query, params)
-    return [
-        (r["id"], int(r["version"]), float(r["state_entered_at"])) for r in await cur.fetchall()
-    ]
-
-
-async def pg_export(conn: PgConn, ids: Sequence[str]) -> list[Record]:
-    params = {"ids": list(ids)}
+def export_plan(
+    queries: Mapping[str, str], ids: Sequence[str], listed: Any, *, parse_json: bool
+) -> Plan[list[Record]]:
+    """Read each table's rows of the workflows ``ids`` (``listed``: the ids' parameter), one
+    record per workflow found."""
     rows: dict[str, list[Record]] = {}
-    async with conn.transaction():  # one snapshot for the row and its tables
-        await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        for t in TABLES:
-            cur = await conn.execute(PQ[f"export_{t}"], params)
-            rows[t] = [_normalise(t, r, parse_json=False) for r in await cur.fetchall()]
+    for t in TABLES:
+        found = yield queries[f"export_{t}"], {"ids": listed}
+        rows[t] = [_normalise(t, dict(r), parse_json=parse_json) for r in found]
     return _by_workflow(ids, rows)
 
 
-async def pg_delete(
-    conn: PgConn, held: Sequence[tuple[str, int]], at: float
-) -> tuple[list[str], Counts]:
-    counts: Counts = {}
-    async with conn.transaction():
-        await conn.execute(PQ["prune_begin"])
-        cur = await conn.execute(  # and their tombstones: their ids are not started again
-            PQ["prune_workflows"],
-            {"ids": [h[0] for h in held], "versions": [h[1] for h in held], "at": at},
-        )
-        deleted = [r["id"] for r in await cur.fetchall()]
-        counts["workflows"] = len(deleted)
-        versions = dict(held)
-        params = {"ids": deleted, "versions": [versions[w] for w in deleted]}
-        for table in RELATED:
-            name = "prune_workflow_rejections" if table == "rejections" else f"prune_{table}"
-            if deleted:
-                cur = await conn.execute(PQ[name], params)
-                counts[table] = cur.rowcount
-            else:
-                counts[table] = 0
-    return deleted, counts
+class RetentionSQL(SQLStore):
+    """Retention over a SQL dialect (its hooks and own methods complete it)."""
 
+    async def prunable(
+        self, before: float, *, tenant: str | None, after: tuple[float, str] | None, limit: int
+    ) -> list[PruneKey]:
+        since, after_id = after or _FIRST
+        params = {
+            "until": before,
+            "since": since,
+            "id": after_id,
+            "limit": limit,
+            "tenant": tenant,
+        }
+        query = self.queries["prunable"] if tenant is None else self.queries["prunable_tenant"]
+        rows = await self._all(query, params)
+        return [(r["id"], int(r["version"]), float(r["state_entered_at"])) for r in rows]
 
-async def pg_prune_rejections(
-    conn: PgConn, before: float, tenant: str | None, limit: int, dry_run: bool
-) -> int:
-    params = {"until": before, "tenant": tenant, "limit": limit}
-    if dry_run:
-        query = PQ["count_old_rejections"] if tenant is None else PQ["count_old_rejections_tenant"]
-        row = await (await conn.execute(query, params)).fetchone()
-        return 0 if row is None else int(row["n"])
-    query = PQ["prune_rejections"] if tenant is None else PQ["prune_rejections_tenant"]
-    return (await conn.execute(query, params)).rowcount
+    async def export_workflows(self, ids: Sequence[str]) -> list[dict[str, Any]]:
+        json_text = self.dialect == "sqlite"  # TEXT columns there, decoded JSON on PostgreSQL
+        listed = self.enc.array(ids)
+        plan = export_plan(self.queries, ids, listed, parse_json=json_text)
+        return await self._reads(plan, snapshot=True)  # a workflow's tables as of one moment
 
+    async def forget_pruned_ids(
+        self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
+    ) -> int:
+        params = {"until": before, "tenant": tenant, "limit": limit}
+        if dry_run:
+            return await self._count(self.queries["count_old_pruned_ids"], params)
+        return await self._rowcount(self.queries["forget_pruned_ids"], params)
 
-async def pg_forget_pruned_ids(
-    conn: PgConn, before: float, tenant: str | None, limit: int, dry_run: bool
-) -> int:
-    params = {"until": before, "tenant": tenant, "limit": limit}
-    if dry_run:
-        row = await (await conn.execute(PQ["count_old_pruned_ids"], params)).fetchone()
-        return 0 if row is None else int(row["n"])
-    return (await conn.execute(PQ["forget_pruned_ids"], params)).rowcount
-
-
-async def pg_prune_alert_notifications(
-    conn: PgConn, before: float, limit: int, dry_run: bool
-) -> int:
-    params = {"until": before, "limit": limit}
-    if dry_run:
-        row = await (await conn.execute(PQ["count_old_alert_notifications"], params)).fetchone()
-        return 0 if row is None else int(row["n"])
-    return (await conn.execute(PQ["prune_alert_notifications"], params)).rowcount
-
-
-async def pg_columns(conn: PgConn) -> dict[str, set[str]]:
-    cur = await conn.execute(
-        "SELECT table_name, column_name FROM information_schema.columns"
-        " WHERE table_schema = current_schema() AND table_name = ANY(%(t)s::text[])",
-        {"t": list(TABLES)},
-    )
-    out: dict[str, set[str]] = {t: set() for t in TABLES}
-    for r in await cur.fetchall():
-        out[r["table_name"]].add(r["column_name"])
-    for t, col in GENERATED.items():
-        out[t].discard(col)
-    return out
-
-
-async def pg_restore(conn: PgConn, rec: Record, check: Check | None = None) -> bool:
-    """Insert the record's rows in one transaction, once :func:`check_restorable` and
-    ``check`` passed (in it, before anything is written); False (nothing written) when the
-    workflow exists."""
-    from psycopg import sql
-
-    from statewright.store.postgres_rows import dumps
-
-    columns = await pg_columns(conn)
-    async with conn.transaction():
-        check_restorable(rec)
-        if check is not None:
-            check(rec)
-        # The id names a workflow again (before the insert, whose trigger refuses a pruned id).
-        await conn.execute(PQ["drop_pruned_id"], {"id": rec["id"]})
-        for table in TABLES:
-            rows = [rec["workflow"]] if table == "workflows" else rec[table]
-            if not rows:
-                continue
-            cols = [c for c in rows[0] if c in columns[table]]
-            json_cols = JSON_COLUMNS[table]
-            query = sql.SQL("INSERT INTO {} ({}) VALUES ({}){}").format(
-                sql.Identifier(table),
-                sql.SQL(", ").join(sql.Identifier(c) for c in cols),
-                sql.SQL(", ").join(sql.SQL("%s::jsonb" if c in json_cols else "%s") for c in cols),
-                sql.SQL(" ON CONFLICT (id) DO NOTHING" if table == "workflows" else ""),
-            )
-            values = [
-                [
-                    dumps(r.get(c)) if c in json_cols and r.get(c) is not None else r.get(c)
-                    for c in cols
-                ]
-                for r in rows
-            ]
-            if table == "workflows":
-                cur = await conn.execute(query, values[0])
-                if cur.rowcount == 0:
-                    return False
-            else:
-                async with conn.cursor() as c:
-                    await c.executemany(query, values)
-    return True
+    async def prune_rejections(
+        self, before: float, *, tenant: str | None, limit: int, dry_run: bool = False
+    ) -> int:
+        params = {"until": before, "tenant": tenant, "limit": limit}
+        of = "" if tenant is None else "_tenant"
+        if dry_run:
+            return await self._count(self.queries[f"count_old_rejections{of}"], params)
+        return await self._rowcount(self.queries[f"prune_rejections{of}"], params)

@@ -274,6 +274,31 @@ def stuck_parked_page(
     return f"SELECT * FROM {table} WHERE {clause}{ORDER} LIMIT {p(int(limit))}", p.values
 
 
+@dataclass(frozen=True)
+class StuckPage:
+    """What a page of stuck workflows asks for, whatever the group: each group's share of
+    it is read by :meth:`statements`, merged by :meth:`take`."""
+
+    dialect: Dialect
+    tenant: str | None
+    after: StuckKey | None
+    parked: bool
+
+    def statements(self, group: StuckGroup, want: int) -> list[tuple[str, dict[str, Any]]]:
+        """The group's stuck workflows after ``after`` (and, with ``parked``, its parked
+        ones: :func:`stuck_parked_page`), ``want`` of each at most."""
+        pages = [stuck_page(group, self.dialect, self.tenant, self.after, want)]
+        if self.parked:
+            pages.append(stuck_parked_page(group, self.dialect, self.tenant, self.after, want))
+        return [page for page in pages if page is not None]
+
+    @staticmethod
+    def take(rows: list[Any], want: int) -> list[Any]:
+        """The first ``want`` of a group's rows in the listing's order."""
+        rows.sort(key=lambda r: (r["state_entered_at"], r["id"]))
+        return rows[:want]
+
+
 def count_parked(dialect: Dialect, tenant: str | None) -> tuple[str, dict[str, Any]]:
     """Parked workflows by ``(type, state, parked)``, with the oldest one's time entered (from
     the partial index ``workflows_parked``)."""

@@ -35,8 +35,9 @@ from typing import TypeVar
 import pytest
 
 from statewright.observability.delivery import fingerprint, idempotency_key
-from statewright.store import Store, store_from_url
+from statewright.store import store_from_url
 from statewright.store.alert_outbox import AlertChange, AlertStateRecord, OutboxRecord
+from statewright.store.protocol import FullStore as Store
 from tests.alerting.receiver import Receiver, receiver
 
 T = TypeVar("T")

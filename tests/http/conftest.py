@@ -18,8 +18,8 @@ from statewright import Engine, ManualClock, SQLiteStore
 from statewright.access import TokenRegistry
 from statewright.engine.builtin import agent_task_type
 from statewright.http import create_app
-from statewright.store import Store
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 sys.path.insert(0, str(EXAMPLES))

@@ -21,8 +21,8 @@ from statewright import Engine, ManualClock, SQLiteStore, jsonvalue
 from statewright.engine.builtin import agent_task_type
 from statewright.http import create_app
 from statewright.jsonvalue import NO_LIMITS
-from statewright.store import Store
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 from tests.http.conftest import auth, registry
 from tests.http.test_api import error_of, unchanged
 

@@ -14,8 +14,8 @@ import pytest
 
 from statewright import Engine, ManualClock, SQLiteStore, Worker
 from statewright.http import create_app
-from statewright.store import Store
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 from tests.http.conftest import auth, registry
 from tests.mcp.redact_app import CARD, DECLINED_CARD, HIDDEN, SECRET_REF, SECRETS, context
 from tests.mcp.redact_app import TYPES as PAYMENT_TYPES

@@ -16,8 +16,8 @@ from statewright import Engine, Machine, MachineBuilder, ManualClock, SQLiteStor
 from statewright.access import Principal
 from statewright.http import create_app
 from statewright.mcp_server import create_server
-from statewright.store import Store
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 from tests.http.conftest import auth, registry
 from tests.mcp.conftest import data
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from statewright.definition.formats import save_path
 from tests.integration.conftest import Cli
-from tests.store.test_definitions import shop
+from tests.store.engine.test_definitions import shop
 
 
 def test_migrate_from_the_command_line(cli: Cli, tmp_path: Path) -> None:

@@ -12,8 +12,8 @@ import pytest
 from statewright import Engine, SQLiteStore, ids
 from statewright.engine.builtin import agent_task_type
 from statewright.jsonvalue import NO_LIMITS
-from statewright.store import Store
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 from tests.mcp.conftest import data, tool_error
 from tests.mcp.test_idempotency import client, order_type
 

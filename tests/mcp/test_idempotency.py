@@ -21,8 +21,8 @@ from statewright.access import Principal
 from statewright.engine.builtin import agent_task_type
 from statewright.errors import OutcomeUnknown
 from statewright.mcp_server import build_catalogue, create_server
-from statewright.store import Store
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 from statewright.types import DeferWrite, StepFinish, TransitionWrite, WorkflowRow
 from tests.mcp.conftest import ORDER, TOKENS, data, tool_error
 

@@ -17,8 +17,8 @@ from statewright import Engine, SQLiteStore, Worker, ids
 from statewright.access import LOCAL, Principal
 from statewright.engine.builtin import agent_task_type
 from statewright.mcp_server import build_catalogue, create_server
-from statewright.store import Store
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 from tests.mcp.conftest import ORDER, TOKENS, Progress, data, tool_error
 from tests.mcp.report_app import TYPES as REPORT_TYPES
 

@@ -17,8 +17,8 @@ from statewright import Engine, SQLiteStore
 from statewright.access import Principal
 from statewright.engine.builtin import agent_task_type
 from statewright.mcp_server import create_server
-from statewright.store import Store
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 from tests.mcp.conftest import ORDER, TOKENS, data, tool_error
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))

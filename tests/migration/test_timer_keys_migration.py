@@ -11,8 +11,9 @@ from pathlib import Path
 
 import psycopg
 
-from statewright.store import SQLiteStore, Store
+from statewright.store import SQLiteStore
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 from statewright.store.queries import migrations
 from statewright.types import TimerSpec, TransitionWrite
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import psycopg
 
-from statewright.store import SQLiteStore, Store
+from statewright.store import SQLiteStore
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 
 WORKFLOW_COLUMNS = (
     "id",

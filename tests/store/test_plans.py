@@ -23,8 +23,9 @@ import psycopg
 import pytest
 from psycopg import sql as pgsql
 
-from statewright.store import SQLiteStore, Store, sqlbuild
+from statewright.store import SQLiteStore, sqlbuild
 from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
 from statewright.store.queries import load_queries
 from statewright.types import StuckCutoff, WorkflowFilter
 from tests.conftest import _admin, _drop, alone_section, pg_url, run_async

@@ -50,7 +50,7 @@ PRELOAD = (
     "statewright.definition.graph",
     "statewright.definition.validate",
     "statewright.store.postgres",
-    "statewright.store.postgres_listen",
+    "statewright.store.postgres.listen",
     "statewright.store.sqlite",
     "tests.acceptance.crash.worker",
 )

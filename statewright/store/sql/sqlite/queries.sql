@@ -7,7 +7,7 @@ SELECT * FROM workflows WHERE id = :id;
 INSERT INTO workflows (id, type, machine_version, state, context, version, attempts, terminal,
                        created_at, updated_at, state_entered_at, next_due_at, tenant, trace)
 VALUES (:id, :type, :machine_version, :state, :context, 1, 0, :terminal,
-        :at, :at, :at, :next_due_at, :tenant, :trace)
+        :at, :at, :at, :run_at, :tenant, :trace)
 ON CONFLICT (id) DO NOTHING;
 
 -- name: append_transition
@@ -310,7 +310,7 @@ RETURNING *;
 -- An idle workflow (not leased, parked or backing off) in the given state becomes due now:
 -- its handler runs and can take the input.
 UPDATE workflows SET next_due_at = :at
- WHERE id = :id AND state = :state AND terminal = 0 AND lease_owner IS NULL
+ WHERE id = :id AND state = :wake_state AND terminal = 0 AND lease_owner IS NULL
    AND parked IS NULL AND attempts = 0 AND (next_due_at IS NULL OR next_due_at > :at);
 
 -- name: next_input
@@ -599,7 +599,7 @@ DELETE FROM alert_outbox
 
 -- name: count_old_alert_notifications
 -- How many prune_alert_notifications would delete.
-SELECT count(*) FROM alert_outbox WHERE next_at IS NULL AND created_at < :until;
+SELECT count(*) AS n FROM alert_outbox WHERE next_at IS NULL AND created_at < :until;
 
 -- name: count_old_rejections
 -- Refused events older than :until (prune's dry run).
