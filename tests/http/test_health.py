@@ -116,4 +116,6 @@ async def test_ready_answers_at_once_while_the_stores_reads_hold_it_up(
             start = time.monotonic()
             r = await client.get(path)
             assert r.status_code == 200, r.text
-            assert time.monotonic() - start < 1.0, path
+            # The reads hold the store for up to 10 s: a probe that queued behind them would
+            # take that long; 3 s leaves room for a loaded machine (1.2 s seen under xdist).
+            assert time.monotonic() - start < 3.0, path
