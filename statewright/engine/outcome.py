@@ -38,6 +38,7 @@ from statewright.errors import (
     LeaseLost,
     StatewrightError,
     StepOutcomeUnknown,
+    StoreError,
     VersionConflict,
 )
 from statewright.types import CancelRequest, Lease, WorkflowRow
@@ -277,6 +278,8 @@ def decide(claim: Claim, happened: Happened) -> Outcome:
         return Release()
     if isinstance(exc, LeaseLost) or happened.lost:
         return Drop(logged=True)
+    if isinstance(exc, StoreError):
+        return _store_failed(claim, exc)
     if exc is not None:
         log.warning(
             "handler failed",
@@ -458,6 +461,32 @@ def _cancel_refused(claim: Claim, fire: Fire, exc: StatewrightError) -> Park:
         error,
         {"action": "workflow_parked", "workflow_id": claim.row.id},
     )
+
+
+def _store_failed(claim: Claim, exc: StoreError) -> Outcome:
+    """The engine's own store failed under the handler (a step's record on a full disk, a lost
+    connection, a commit whose outcome is unknown): not the handler's failure, so it spends
+    neither retry budget (a full disk must not fail the workflows it holds up). The state runs
+    again after the first backoff; the step ledger decides what the re-run may repeat (a step
+    whose record may have committed is reconciled or parks, as after a crash)."""
+    row, policy, now = claim.row, claim.wtype.retry, claim.rt.clock.now()
+    error = describe(exc)
+    log.warning(
+        "store failed under the handler; it runs again",
+        extra={"action": "handler_store_failed", "workflow_id": row.id, "error": error},
+    )
+    delay = policy.delay(1, None, claim.rt.rng)
+    defer = Defer(
+        attempts=row.attempts,
+        total_attempts=row.total_attempts,
+        next_due_at=now + delay,
+        last_error=error,
+        lease=claim.lease,
+    )
+    refused = Defer(
+        attempts=row.attempts, last_error=error, parked=PARKED_REFUSED, lease=claim.lease
+    )
+    return Retry(defer, delay, refused)
 
 
 def _failure(claim: Claim, exc: BaseException, *, traced: bool = False) -> Outcome:

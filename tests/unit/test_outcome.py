@@ -40,6 +40,8 @@ from statewright.errors import (
     FatalError,
     IllegalTransition,
     LeaseLost,
+    OutcomeUnknown,
+    StoreError,
     TransientError,
     VersionConflict,
 )
@@ -93,6 +95,20 @@ async def test_a_transient_failure_retries_after_the_backoff_then_fails(engine: 
     failed = decide(spent, Ended(raised=TransientError("503")))
     assert isinstance(failed, Fail) and failed.fire.event == "fatal_error"
     assert "retry budget of 2 attempts spent" in str(failed.fire.last_error)
+
+
+async def test_the_stores_own_failure_under_a_handler_spends_no_retry_budget(
+    engine: Engine,
+) -> None:
+    # A step's record on a full disk: the handler is run again after the first backoff, with
+    # its budget as it was (a full disk that outlasts the budget failed workflows before).
+    spent = replace((c := await claimed(engine)), row=replace(c.row, attempts=2))
+    for raised in (StoreError("SQLite failed: database or disk is full"), OutcomeUnknown("x")):
+        retry = decide(spent, Ended(raised=raised))
+        assert isinstance(retry, Retry) and retry.delay == 4.0, raised
+        assert isinstance(retry.change, Defer) and retry.change.attempts == 2
+        assert retry.change.total_attempts == spent.row.total_attempts
+        assert retry.change.next_due_at == 1004.0
 
 
 async def test_a_fatal_error_without_an_edge_parks(engine: Engine) -> None:
