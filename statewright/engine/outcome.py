@@ -463,6 +463,17 @@ def _cancel_refused(claim: Claim, fire: Fire, exc: StatewrightError) -> Park:
     )
 
 
+def _refused_park(claim: Claim, error: str, total_attempts: int) -> Defer:
+    """The park written when the machine refuses the event a failure fires."""
+    return Defer(
+        attempts=claim.row.attempts,
+        total_attempts=total_attempts,
+        last_error=error,
+        parked=PARKED_REFUSED,
+        lease=claim.lease,
+    )
+
+
 def _store_failed(claim: Claim, exc: StoreError) -> Outcome:
     """The engine's own store failed under the handler (a step's record on a full disk, a lost
     connection, a commit whose outcome is unknown): not the handler's failure, so it spends
@@ -483,10 +494,7 @@ def _store_failed(claim: Claim, exc: StoreError) -> Outcome:
         last_error=error,
         lease=claim.lease,
     )
-    refused = Defer(
-        attempts=row.attempts, last_error=error, parked=PARKED_REFUSED, lease=claim.lease
-    )
-    return Retry(defer, delay, refused)
+    return Retry(defer, delay, _refused_park(claim, error, row.total_attempts))
 
 
 def _failure(claim: Claim, exc: BaseException, *, traced: bool = False) -> Outcome:
@@ -509,22 +517,13 @@ def _failure(claim: Claim, exc: BaseException, *, traced: bool = False) -> Outco
     error = describe(exc)
     total = row.total_attempts + 1
 
-    def refused_park(error: str) -> Defer:
-        return Defer(
-            attempts=row.attempts,
-            total_attempts=total,
-            last_error=error,
-            parked=PARKED_REFUSED,
-            lease=lease,
-        )
-
     if isinstance(exc, StepOutcomeUnknown):
         event = wtype.step_outcome_unknown
         if event is not None and machine.can(row.state, event):
             fire = Fire(
                 event, {"key": exc.key, "error": error}, "engine", last_error=error, lease=lease
             )
-            return Fail(fire, refused_park(error))
+            return Fail(fire, _refused_park(claim, error, total))
         return Park(
             Defer(attempts=row.attempts, last_error=error, parked=PARKED_UNKNOWN, lease=lease),
             "workflow parked: a step's outcome is unknown; an operator must resolve it",
@@ -534,7 +533,7 @@ def _failure(claim: Claim, exc: BaseException, *, traced: bool = False) -> Outco
                 "parked": PARKED_UNKNOWN,
                 "key": exc.key,
             },
-            fallback=refused_park(error),
+            fallback=_refused_park(claim, error, total),
         )
     row_attempts = row.attempts
     if policy.classify(exc) == "transient":
@@ -563,7 +562,7 @@ def _failure(claim: Claim, exc: BaseException, *, traced: bool = False) -> Outco
                 last_error=error,
                 lease=lease,
             )
-            return Retry(fire, delay, refused_park(error))
+            return Retry(fire, delay, _refused_park(claim, error, total))
         elif attempt <= policy.max_attempts:
             defer = Defer(
                 attempts=attempt,
@@ -572,7 +571,7 @@ def _failure(claim: Claim, exc: BaseException, *, traced: bool = False) -> Outco
                 last_error=error,
                 lease=lease,
             )
-            return Retry(defer, delay, refused_park(error))
+            return Retry(defer, delay, _refused_park(claim, error, total))
         else:
             error = f"retry budget of {policy.max_attempts} attempts spent; last: {error}"
     if wtype.on_fatal and machine.can(row.state, wtype.on_fatal):
@@ -585,7 +584,7 @@ def _failure(claim: Claim, exc: BaseException, *, traced: bool = False) -> Outco
             last_error=error,
             lease=lease,
         )
-        return Fail(fire, refused_park(error))
+        return Fail(fire, _refused_park(claim, error, total))
     return Park(
         Defer(
             attempts=row_attempts,
@@ -596,5 +595,5 @@ def _failure(claim: Claim, exc: BaseException, *, traced: bool = False) -> Outco
         ),
         "workflow parked after a fatal error",
         {"action": "workflow_parked", "workflow_id": row.id, "error": error},
-        fallback=refused_park(error),
+        fallback=_refused_park(claim, error, total),
     )
