@@ -19,6 +19,7 @@ from statewright.engine.core import Engine
 from statewright.engine.worker import Worker
 from statewright.http import api, dashboard, docs, errors, health, limits, schedules, stream
 from statewright.http import metrics as observability
+from statewright.http.routes import add_routes
 from statewright.mcp_server import http as mcp_http
 
 log = logging.getLogger("statewright.http")
@@ -107,12 +108,12 @@ def create_app(
     )
     limits.document(app)
     errors.install(app)
-    app.include_router(api.router)
-    app.include_router(schedules.router)
-    app.include_router(health.router)
+    add_routes(app, api.router)
+    add_routes(app, schedules.router)
+    add_routes(app, health.router)
     observability.install(app, engine)  # /metrics, /v1/alerts, transition span events
     dashboard.install(app)  # / and /ui/: the operator dashboard
     docs.install(app)  # /docs and /redoc, their assets under /ui/vendor/
-    app.include_router(stream.router)
+    add_routes(app, stream.router)
     mcp_http.mount(app, engine)  # /mcp: the MCP server over streamable HTTP
     return app

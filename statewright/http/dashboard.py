@@ -19,6 +19,8 @@ from fastapi.responses import RedirectResponse
 from starlette.responses import Response
 from starlette.staticfiles import StaticFiles
 
+from statewright.http.routes import add_routes
+
 __all__ = ["STATIC_DIR", "UI_PATH", "install", "router"]
 
 STATIC_DIR = Path(__file__).resolve().with_name("static")
@@ -57,5 +59,5 @@ class DashboardFiles(StaticFiles):
 
 def install(app: FastAPI) -> None:
     """Serve the dashboard from ``app``: ``/`` redirects to ``/ui/``."""
-    app.include_router(router)
+    add_routes(app, router)
     app.mount(UI_PATH, DashboardFiles(directory=STATIC_DIR, html=True), name="dashboard")

@@ -22,6 +22,7 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.responses import HTMLResponse
 
 from statewright.http.dashboard import UI_PATH
+from statewright.http.routes import add_routes
 
 __all__ = ["ASSETS", "install"]
 
@@ -95,4 +96,4 @@ def _secured(page: HTMLResponse) -> HTMLResponse:
 
 def install(app: FastAPI) -> None:
     """Serve ``/docs`` and ``/redoc`` (the dashboard's static files serve their assets)."""
-    app.include_router(router)
+    add_routes(app, router)

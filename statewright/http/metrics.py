@@ -19,6 +19,7 @@ from statewright.access import ADMIN, LOCAL, OPS, Access, Principal, TokenRegist
 from statewright.engine.core import Engine
 from statewright.errors import Forbidden
 from statewright.http.deps import AccessDep, bearer
+from statewright.http.routes import add_routes
 from statewright.http.schemas import ErrorOut
 from statewright.observability.alerts import Alert, AlertThresholds
 from statewright.observability.metrics import EngineMetrics, attach_metrics
@@ -129,5 +130,5 @@ def install(app: FastAPI, engine: Engine, thresholds: AlertThresholds | None = N
     app.state.alert_thresholds = thresholds or AlertThresholds()
     attach_tracing(engine)
     app.add_middleware(TraceContextMiddleware)
-    app.include_router(router)
-    app.include_router(alerts_router)
+    add_routes(app, router)
+    add_routes(app, alerts_router)
