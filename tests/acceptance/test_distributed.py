@@ -187,7 +187,7 @@ async def test_three_workers_one_killed_one_terminated(pg_dsn: str, tmp_path: Pa
 SLOTS = 3
 TORTURE_LEASE = 2.0
 """Short, so that the orphans of a worker posing as remote are taken over soon."""
-KILLS = 80
+KILLS = 40
 TORTURE_KILLS = 220
 KILL_GAP = (0.05, 0.35)
 """Seconds between kills from outside (each aimed at a call in flight)."""

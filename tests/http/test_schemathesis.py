@@ -47,7 +47,7 @@ from statewright.engine.builtin import agent_task_type
 from statewright.http import create_app
 from tests.http.conftest import auth, order_type, refund_type, registry
 
-MAX_EXAMPLES = 25
+MAX_EXAMPLES = 12
 BODY_LIMIT = 64 * 1024
 STREAM_TIMEOUT = 0.3
 """Seconds a stream is read before it is cut (the stream polls every 0.02 s here)."""
