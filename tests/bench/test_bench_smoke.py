@@ -62,13 +62,13 @@ def test_bench_workflows(tmp_path: Path, request: pytest.FixtureRequest) -> None
 
 
 def test_bench_scale(tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    options = "--workflows 4000 --small 1000 --repeat 2 --check 20"
+    options = "--workflows 2000 --small 500 --repeat 1 --check 20"
     more = ("--dsn", _dsn(request), "--dir", str(tmp_path))
     _run(tmp_path, f"bench/bench_scale.py {options}", *more)
 
 
 def test_bench_health(tmp_path: Path) -> None:
-    _run(tmp_path, "bench/bench_health.py --workflows 3000 --repeat 2", "--dir", str(tmp_path))
+    _run(tmp_path, "bench/bench_health.py --workflows 1000 --repeat 1", "--dir", str(tmp_path))
 
 
 def test_bench_http(tmp_path: Path) -> None:

@@ -67,6 +67,10 @@ class _Imported:
         self.__name__ = name
 
     def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_") or attr.startswith("pytest"):
+            # What pytest's collection asks of every name in a module (``__test__``,
+            # ``pytestmark``...): not a reason to import the SDK on every worker.
+            raise AttributeError(attr)
         return getattr(importlib.import_module(self.__name__), attr)
 
 
