@@ -212,8 +212,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # ordinary tests and exclusive by an ``alone`` one. A test waiting for it exclusively first
 # takes a turnstile that ordinary tests pass on their way in, so that it is not starved by
 # them. A test that measures in one part only (after a long setup) runs that part alone with
-# the ``run_alone`` fixture instead. These tests are handed out last, when the other workers
-# only have short tests left to finish. Without xdist every test runs alone anyway.
+# the ``run_alone`` fixture instead. The ``alone`` tests are handed out last, when the other
+# workers only have short tests left to finish; the ``run_alone`` ones first, so that their long
+# setup runs next to the other tests instead of in the tail of the run, where the other workers
+# would wait. Without xdist every test runs alone anyway.
 #
 # A module marked ``one_worker`` sets up something costly once for all its tests (a server, a
 # filled store, in a module-scoped fixture): its tests run on one worker, which sets it up
@@ -263,10 +265,12 @@ def _group(item: pytest.Item) -> str | None:
     return None
 
 
-def _alone_last(item: pytest.Item) -> int:
+def _run_order(item: pytest.Item) -> int:
     if item.get_closest_marker(ALONE) is not None:
         return 2
-    return 1 if "run_alone" in getattr(item, "fixturenames", ()) else 0
+    if "run_alone" in getattr(item, "fixturenames", ()):
+        return 0
+    return 1 if _group(item) is None else 0
 
 
 @pytest.hookimpl(trylast=True)
@@ -275,9 +279,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if workerinput is None or RUN_DIR not in workerinput:
         return
     # Every worker collects, and orders, the same way: the tests that run alone in part
-    # (``run_alone``) near the end, where they only wait for short tests to finish; the
-    # ``alone`` ones last.
-    items.sort(key=_alone_last)
+    # (``run_alone``: a long setup, a short measure) and the groups (one unit of work each,
+    # the longest ones) first; the ``alone`` ones last.
+    items.sort(key=_run_order)
     groups = {item.nodeid: group for item in items if (group := _group(item)) is not None}
     folder = Path(workerinput[RUN_DIR])
     done = folder / f"groups-{workerinput['workerid']}.json"
@@ -295,7 +299,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
         """``--dist loadgroup``: a group's tests are one unit of work, handed to one worker;
         every other test is a unit of its own. The units go out in the order of the
-        collection (the long acceptance tests first, the ``alone`` ones last)."""
+        collection (see ``pytest_collection_modifyitems``: the ``alone`` ones last)."""
 
         def __init__(self, config: pytest.Config, log: Any, folder: Path) -> None:
             config.option.loadscopereorder = False  # not the largest groups first

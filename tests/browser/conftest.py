@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from playwright.sync_api import expect
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -30,6 +31,11 @@ APPS = [
 START_TIMEOUT = 60.0
 """A hang, not a slow start: `serve` imports for seconds on a busy 2-core machine."""
 STOP_TIMEOUT = 10.0
+EXPECT_TIMEOUT = 15.0
+"""Seconds an ``expect`` waits for the page (Playwright's default is 5): a click's request,
+the server's answer and the page's refresh share two cores with the rest of the parallel
+suite; what is expected is the same, only a slow page is no longer a failure."""
+expect.set_options(timeout=EXPECT_TIMEOUT * 1000)
 
 
 @dataclass(frozen=True)
