@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +56,11 @@ GROWTH_MB = 150
 """The server's peak resident memory over its size before the load. Measured here: 44-84 MB
 (before: 219-328 MB)."""
 RunAlone = Callable[[], AbstractContextManager[None]]
+
+pytestmark = pytest.mark.one_worker
+"""Both tests on one worker, one after the other: each runs its load alone after a long
+setup, and one waiting to run alone while the other is still setting up would hold every
+other test of the run back for the whole of that setup."""
 
 
 def _payload(i: int) -> dict[str, Any]:
