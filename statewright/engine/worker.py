@@ -34,6 +34,7 @@ from statewright.engine.retention import check_worker_options, prune_periodicall
 from statewright.engine.schedules import fire_due
 from statewright.engine.wakeup import listen
 from statewright.errors import LeaseLost, StoreError
+from statewright.store.protocol import Schedules
 
 if TYPE_CHECKING:
     from statewright.engine.runtime import HasRuntime
@@ -302,7 +303,10 @@ class Worker:
 
     async def _fire_schedules(self) -> None:
         """Start the workflows of the due ticks of this worker's types' schedules (every
-        worker does: one start per tick wins, see :mod:`statewright.engine.schedules`)."""
+        worker does: one start per tick wins, see :mod:`statewright.engine.schedules`).
+        A store without the schedules part has none to fire."""
+        if not isinstance(self.rt.store, Schedules):
+            return
         try:
             await fire_due(self.rt, types=self.types)
         except Exception:  # the ticks stay due; claiming and running workflows go on

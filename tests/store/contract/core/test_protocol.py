@@ -5,11 +5,15 @@ a store that implements the core alone (``conftest.CoreOnly``)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import cast
+
+import pytest
 
 from statewright.store import SQLiteStore, Store
 from statewright.store.postgres import PostgresStore
-from statewright.store.protocol import PARTS, FullStore, ReadModel
+from statewright.store.protocol import PARTS, FullStore, ReadModel, Schedules
 
 CORE_MOST = 34
 """The core protocol stays under 35 methods: what a new backend writes before anything runs."""
@@ -47,3 +51,31 @@ async def test_the_core_only_store_has_no_other_part(tmp_path: Path) -> None:
     assert isinstance(only, Store)
     assert not any(isinstance(only, part) for name, part in PARTS.items() if name != "core")
     assert not isinstance(only, ReadModel) and not isinstance(only, FullStore)
+
+
+async def test_a_worker_runs_workflows_on_the_core_alone_without_complaint(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker on a store without the schedules part fires no schedules, and says nothing
+    about it (it logged "firing schedules failed" on every round)."""
+    from statewright import Engine, MachineBuilder, Next, Worker, WorkflowType
+    from tests.store.contract.core.conftest import CoreOnly
+
+    b = MachineBuilder("greeting")
+    b.state("new", initial=True).state("done", terminal=True)
+    b.event("greet").transition("greet", "new", "done")
+
+    async def greet(run: object) -> Next:
+        return Next("greet")
+
+    inner = SQLiteStore(tmp_path / "core.db")
+    store = cast(Store, CoreOnly(inner))
+    assert not isinstance(store, Schedules)
+    async with Engine(store, [WorkflowType(b.build(), handlers={"new": greet})]) as engine:
+        await engine.start("greeting", workflow_id="g-1")
+        with caplog.at_level(logging.DEBUG, logger="statewright"):
+            assert await Worker(engine).run_until_idle() == 1
+            await Worker(engine).run_once()
+        row = await store.get_workflow("g-1")
+        assert row is not None and row.state == "done"
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
