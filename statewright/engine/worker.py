@@ -112,6 +112,8 @@ class Worker:
         """The threads that run synchronous user code."""
         self.loop_lag = LoopLagMonitor(threshold=loop_lag_threshold, on_lag=self._lagged)
         self.types = list(types) if types is not None else [t.name for t in self.rt.registry.types]
+        self._fires_schedules = isinstance(self.rt.store, Schedules)
+        """A store without the schedules part has none to fire."""
         self.id = worker_id or new_worker_id()
         live_here(self)
         self.processed = 0
@@ -303,9 +305,8 @@ class Worker:
 
     async def _fire_schedules(self) -> None:
         """Start the workflows of the due ticks of this worker's types' schedules (every
-        worker does: one start per tick wins, see :mod:`statewright.engine.schedules`).
-        A store without the schedules part has none to fire."""
-        if not isinstance(self.rt.store, Schedules):
+        worker does: one start per tick wins, see :mod:`statewright.engine.schedules`)."""
+        if not self._fires_schedules:
             return
         try:
             await fire_due(self.rt, types=self.types)

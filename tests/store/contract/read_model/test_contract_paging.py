@@ -141,9 +141,9 @@ def _stuck_by_hand(rows: list[WorkflowRow], now: float) -> list[WorkflowRow]:
     return sorted(out, key=lambda r: (r.type, r.state, r.state_entered_at, r.id))
 
 
-async def test_stuck_counts_and_pages_follow_the_cutoffs_of_each_version(
-    store: Store,
-) -> None:
+async def _forty_in_groups(store: Store) -> list[WorkflowRow]:
+    """Forty workflows over two types, three states, two tenants and three versions, entered
+    at tied instants: the stuck tests' store."""
     rows = []
     for i in range(40):
         row, _ = await store.create_workflow(
@@ -157,6 +157,13 @@ async def test_stuck_counts_and_pages_follow_the_cutoffs_of_each_version(
             )
         )
         rows.append(row)
+    return rows
+
+
+async def test_stuck_counts_and_pages_follow_the_cutoffs_of_each_version(
+    store: Store,
+) -> None:
+    rows = await _forty_in_groups(store)
     now = T0 + 9
     expected = _stuck_by_hand(rows, now)
     assert len(expected) > 10
@@ -242,19 +249,7 @@ async def test_parked_workflows_are_counted_by_type_state_and_reason(store: Stor
 
 
 async def test_parked_workflows_are_stuck_from_the_moment_they_park(store: Store) -> None:
-    rows = []
-    for i in range(40):
-        row, _ = await store.create_workflow(
-            new(
-                f"s{i:02d}"[::-1],
-                type="t" if i % 2 else "u",
-                state=["a", "b", "c"][i % 3],
-                at=T0 + i // 5,  # ties
-                tenant="acme" if i % 4 else "globex",
-                machine_version={7: 2, 14: 2, 22: 2, 6: 7, 18: 7}.get(i, 1),
-            )
-        )
-        rows.append(row)
+    rows = await _forty_in_groups(store)
     # Park every third one, young and old, in every group (versions with their own cutoffs
     # and the versions a group's default calls never stuck included), and one in a state no
     # cutoff names.
