@@ -43,7 +43,7 @@ from tests.alerting.receiver import Receiver, receiver
 T = TypeVar("T")
 N = 10
 """Alerts firing when the deliverer first starts (each also gets resolved by it)."""
-KILLS = 8
+KILLS = 6
 ROUND = 10
 """Alerts recorded before each restart, so every kill finds notifications to send."""
 TOTAL = N + KILLS * ROUND

@@ -68,7 +68,7 @@ def test_bench_scale(tmp_path: Path, request: pytest.FixtureRequest) -> None:
 
 
 def test_bench_health(tmp_path: Path) -> None:
-    _run(tmp_path, "bench/bench_health.py --workflows 1000 --repeat 1", "--dir", str(tmp_path))
+    _run(tmp_path, "bench/bench_health.py --workflows 500 --repeat 1", "--dir", str(tmp_path))
 
 
 def test_bench_http(tmp_path: Path) -> None:
@@ -79,4 +79,4 @@ def test_bench_http(tmp_path: Path) -> None:
 
 
 def test_bench_cli(tmp_path: Path) -> None:
-    _run(tmp_path, "bench/bench_cli.py --runs 2")
+    _run(tmp_path, "bench/bench_cli.py --runs 1")

@@ -10,16 +10,16 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 from playwright.sync_api import expect
+
+from tests.serving import wait_until_up
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -101,18 +101,11 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
     """True once /ready answers 200; False if the process exited (e.g. the port was taken)."""
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        try:
-            if httpx.get(f"{url}/ready", timeout=2.0).status_code == 200:
-                return True
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    _stop(proc)
-    pytest.fail(f"statewright serve was not ready in {START_TIMEOUT:g}s:\n{log.read_text()}")
+    try:
+        return wait_until_up(url, proc, log, path="/ready", timeout=START_TIMEOUT, every=0.1)
+    except TimeoutError as exc:
+        _stop(proc)
+        pytest.fail(f"statewright serve was not ready: {exc}")
 
 
 @contextmanager

@@ -19,6 +19,7 @@ import httpx
 import yaml
 
 from statewright.http.limits import MAX_BODY_BYTES, MAX_HEADER_BYTES, parser_limit
+from tests.serving import wait_until_up
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 60.0
@@ -67,15 +68,7 @@ def serve(tmp_path: Path, *options: str, env: dict[str, str] | None = None) -> I
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            assert proc.poll() is None, f"serve exited:\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"serve did not start:\n{log.read_text()}"
-            try:
-                if httpx.get(f"{url}/livez", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
+        assert wait_until_up(url, proc, log, timeout=TIMEOUT), f"serve exited:\n{log.read_text()}"
         yield Served(url, proc, log)
     finally:
         proc.terminate()

@@ -37,6 +37,8 @@ import httpx
 import pytest
 import yaml
 
+from tests.serving import wait_until_up
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = 4
 ROUNDS = 30
@@ -44,7 +46,7 @@ ROUNDS = 30
 LINES = 2500
 READERS = 8
 SSE_EVENTS = 200
-LOAD_SECONDS = 6.0
+LOAD_SECONDS = 4.0
 PROBE_EVERY = 0.05
 TIMEOUT = 60.0
 PROBE_P50 = 0.5
@@ -160,15 +162,7 @@ def _serve(tmp_path: Path, db: str) -> Iterator[Served]:
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            assert proc.poll() is None, f"serve exited:\n{log.read_text()}"
-            assert time.monotonic() < deadline, f"serve did not start:\n{log.read_text()}"
-            try:
-                if httpx.get(f"{url}/livez", timeout=1.0).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.05)
+        assert wait_until_up(url, proc, log, timeout=TIMEOUT), f"serve exited:\n{log.read_text()}"
         yield Served(url, proc)
     finally:
         proc.terminate()

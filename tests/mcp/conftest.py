@@ -14,14 +14,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import httpx
 import httpx2
 import mcp_types as types
 import pytest
@@ -31,6 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from statewright import SQLiteStore, ids
 from statewright.types import TransitionRecord
+from tests.serving import wait_until_up
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -213,15 +212,8 @@ def _serve(base: Path, tokens: Path | None) -> Iterator[Served]:
         )
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + TIMEOUT
-            while True:
-                assert proc.poll() is None, f"serve exited early:\n{log.read_text()}"
-                assert time.monotonic() < deadline, f"serve did not start:\n{log.read_text()}"
-                try:
-                    if httpx.get(f"{url}/livez", timeout=1.0).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.05)
+            up = wait_until_up(url, proc, log, timeout=TIMEOUT)
+            assert up, f"serve exited early:\n{log.read_text()}"
             yield Served(url, db, log)
         finally:
             proc.terminate()
