@@ -26,8 +26,9 @@ from statewright.cli.options import Settings
 from statewright.cli.output import LogFormat, LogFormatOption, err, use_log_format
 from statewright.errors import InvalidInput
 
-# uvicorn and statewright.http (FastAPI, Starlette, pydantic, the MCP SDK) are imported by
-# serve() itself: every other command, and `statewright --help`, would pay for them here.
+# uvicorn and statewright.http (FastAPI, Starlette, pydantic; the MCP SDK only with the first
+# request to /mcp) are imported by serve() itself: every other command, and `statewright --help`,
+# would pay for them here.
 log = logging.getLogger("statewright.http")
 
 # statewright.http.limits' defaults, repeated for the options below: importing that module
