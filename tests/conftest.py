@@ -214,6 +214,15 @@ SELECT md5(string_agg(part, E'\\n' ORDER BY part)) FROM parts
 """What a test may change in a database besides its rows: its schema (the catalog rows of its
 own schemas, by name), its settings, and the rows the migrations put in it (``{seeded}``)."""
 
+WRITTEN = """
+SELECT oid::regclass::text FROM pg_class t WHERE oid = ANY(%s::regclass[])
+  AND (pg_relation_size(oid) > 0 OR EXISTS (
+    SELECT FROM pg_depend JOIN pg_class s ON s.oid = objid WHERE refobjid = t.oid
+      AND CASE s.relkind WHEN 'S' THEN pg_sequence_last_value(s.oid) END IS NOT NULL))
+"""
+"""The tables (of those given) that a test wrote to: the template's are empty files, and their
+identity sequences unused."""
+
 
 class PgPool:
     """The migrated databases of one worker's server, used again by test after test.
@@ -222,9 +231,9 @@ class PgPool:
     and every backend of a new database rebuilds its catalog caches: a test's store opens and
     closes for 204 ms of server CPU on a fresh copy, 13 ms on a database used before. So
     ``give_back`` empties a database for the next test instead, after ending every connection
-    to it: every table of the template that the template leaves empty is truncated (as a
-    superuser, with ``session_replication_role = replica``: ``transitions`` refuses TRUNCATE
-    with a trigger otherwise), its identities restarted and its planner statistics deleted; the
+    to it: every table the test wrote to (``WRITTEN``) is truncated (as a superuser, with
+    ``session_replication_role = replica``: ``transitions`` refuses TRUNCATE with a trigger
+    otherwise), its identities restarted, and the planner statistics of all are deleted; the
     rows the migrations insert (``schema_migrations``) stay as the template has them. A
     database whose schema, settings or migration rows are no longer the template's
     (``FINGERPRINT``) is dropped instead, and so is one whose emptying fails for any reason.
@@ -255,12 +264,7 @@ class PgPool:
             rows = "".join(f"UNION ALL SELECT format('{t} %s', t) FROM {t} t " for t in seeded)
             self.fingerprint_sql = FINGERPRINT.format(seeded=rows)
             self.fingerprint = conn.execute(self.fingerprint_sql).fetchone()
-        emptied = ", ".join(table for table in tables if table not in seeded)
-        statistics = ", ".join(f"'{table}'::regclass" for table in tables)
-        self.empty = (
-            f"TRUNCATE {emptied} RESTART IDENTITY;"
-            f" DELETE FROM pg_statistic WHERE starelid IN ({statistics})"
-        )
+        self.emptied = [table for table in tables if table not in seeded]
 
     def take(self) -> str:
         """The name of an empty, migrated database of the caller's own."""
@@ -297,8 +301,14 @@ class PgPool:
             with psycopg.connect(pg_url(self.dsn, fresh)) as conn:
                 if conn.execute(self.fingerprint_sql).fetchone() != self.fingerprint:
                     raise LookupError("not the template's schema any more")
+                # Only the tables the test wrote to (truncating costs 4 ms of CPU each).
+                written = [row[0] for row in conn.execute(WRITTEN, [self.emptied])]
                 conn.execute("SET LOCAL session_replication_role = replica")
-                conn.execute(self.empty)
+                if written:
+                    conn.execute(f"TRUNCATE {', '.join(written)} RESTART IDENTITY")
+                conn.execute(
+                    "DELETE FROM pg_statistic WHERE starelid = ANY(%s::regclass[])", [self.emptied]
+                )
         except (psycopg.Error, LookupError, TimeoutError):
             _drop(self.dsn, name)
             _drop(self.dsn, fresh)

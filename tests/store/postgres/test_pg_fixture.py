@@ -16,6 +16,10 @@ TRANSITION = (
     "INSERT INTO transitions (workflow_id, version, to_state, event, payload, actor, at)"
     " VALUES ('w', %s, 's', 'e', '{}', 'a', 0) RETURNING seq"
 )
+INBOX = (
+    "INSERT INTO inbox (workflow_id, name, payload, posted_at) VALUES ('w', 'n', '{}', 0)"
+    " RETURNING id"
+)
 DATABASE_OID = "SELECT oid FROM pg_database WHERE datname = current_database()"
 
 
@@ -31,6 +35,7 @@ def test_a_database_given_back_is_emptied_and_renamed(pg_pool: PgPool, pg_server
         conn.execute(WORKFLOW)
         assert [conn.execute(TRANSITION, [v]).fetchone() for v in (1, 2)] == [(1,), (2,)]
         conn.execute("ANALYZE workflows, transitions")
+        conn.execute("SELECT nextval(pg_get_serial_sequence('inbox', 'id'))")  # no row written
     left = psycopg.connect(url)  # left behind by the test, in a transaction holding a lock
     left.execute("LOCK TABLE timers")
     free = len(pg_pool.free)
@@ -58,6 +63,7 @@ def test_a_database_given_back_is_emptied_and_renamed(pg_pool: PgPool, pg_server
         ).fetchone() == (0,)
         conn.execute(WORKFLOW)
         assert conn.execute(TRANSITION, [1]).fetchone() == (1,)  # identities restart
+        assert conn.execute(INBOX).fetchone() == (1,)
     pg_pool.give_back(again)
 
 
