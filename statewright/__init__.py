@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from statewright import _lazy
 from statewright._version import __version__
 
 if TYPE_CHECKING:
@@ -80,18 +80,7 @@ _LAZY: dict[str, str] = {
 
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and flag unknown names
-
-    def __getattr__(name: str) -> Any:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # later lookups do not come back here
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    __getattr__, __dir__ = _lazy.attributes(__name__, _LAZY)
 
 
 # A library does not configure logging; this keeps Python's last-resort handler from printing

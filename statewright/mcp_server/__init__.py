@@ -7,8 +7,9 @@ one per event, and :mod:`statewright.mcp_server.state` for the view a model read
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from statewright import _lazy
 
 if TYPE_CHECKING:
     from statewright.mcp_server.catalogue import (
@@ -31,18 +32,7 @@ _LAZY: dict[str, str] = {
 }
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and flag unknown names
-
-    def __getattr__(name: str) -> Any:
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value  # later lookups do not come back here
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+    __getattr__, __dir__ = _lazy.attributes(__name__, _LAZY)
 
 
 __all__ = ["Catalogue", "EventTool", "build_catalogue", "create_server", "tool_name"]

@@ -39,6 +39,8 @@ from tests.mcp.conftest import (
     http_client,
     write_tokens,
 )
+from tests.mcp.test_http import HEADERS as ACCEPT
+from tests.mcp.test_http import INIT
 
 SDK = ("mcp", "mcp_types", "httpx2", "statewright.mcp_server.server")
 """What ``/mcp`` needs and nothing else in ``serve`` does."""
@@ -56,18 +58,6 @@ finally:
         json.dump(sorted(sys.modules), f)
 """
 """``statewright ARGS`` that writes the modules it loaded when it stops."""
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "0"},
-    },
-}
-ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 
 def loaded(modules: set[str]) -> list[str]:
