@@ -24,6 +24,11 @@ workflows advanced together in each commit (what group commit at that concurrenc
 best). PostgreSQL: ``--concurrency`` threads, each its own autocommit psycopg connection and
 its own workflows, one statement (one round trip, one commit) per write.
 
+Next to each run: commits per workflow (SQLite: the store's own count; PostgreSQL: the
+database's ``xact_commit``, every transaction the workers' connections committed, reads
+included) and the client CPU per state (every thread of the worker processes, engine and
+store, over the states of the run).
+
 SQLite files go to /tmp unless it is tmpfs (then ``<repo>/.statewright/bench``); PostgreSQL
 comes from ``--dsn`` / ``STATEWRIGHT_PG_DSN``, else a throwaway ``pgserver`` is started (a real
 PostgreSQL from a wheel; unix socket, fsync on). It is a script, not a test.
@@ -142,15 +147,32 @@ def worker_main(
             ready.put(os.getpid())
             while not go.is_set():
                 await asyncio.sleep(0.005)
+            cpu = time.process_time()  # every thread of this process: engine, writer, pool
             task = asyncio.create_task(worker.run())
             while not stop.is_set():
                 await asyncio.sleep(0.05)
             worker.stop()
             await task
+            cpu = time.process_time() - cpu
             commits = getattr(getattr(store, "conn", None), "commits", None)
-            out.put({"pid": os.getpid(), "processed": worker.processed, "commits": commits})
+            report = {"processed": worker.processed, "commits": commits, "cpu": cpu}
+            out.put({"pid": os.getpid(), **report})
 
     asyncio.run(main())
+
+
+def pg_commits(dsn: str) -> int:
+    """Transactions committed so far in the database of ``dsn`` (``pg_stat_database``; a
+    backend reports its own when it ends, or at most once a second). Two of them are this
+    function's own."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def terminal_count(kind: str, where: str, conn: Any) -> int:
@@ -181,16 +203,18 @@ def engine_run(args: argparse.Namespace, kind: str, where: str) -> dict[str, Any
 
         watch = psycopg.connect(where, autocommit=True)
     cpu_before = server_cpu() if kind == "postgres" else None
+    commits_before = pg_commits(where) if kind == "postgres" else 0
     started = time.perf_counter()
     go.set()
     deadline = started + args.timeout
-    done = 0
+    done = polls = 0
     while done < args.workflows:
         if time.perf_counter() > deadline:
             stop.set()
             raise SystemExit(f"timed out: {done}/{args.workflows} workflows finished")
         time.sleep(POLL)
         done = terminal_count(kind, where, watch)
+        polls += 1
     elapsed = time.perf_counter() - started
     server_us = per_state(cpu_before, args)
     stop.set()
@@ -199,12 +223,19 @@ def engine_run(args: argparse.Namespace, kind: str, where: str) -> dict[str, Any
         p.join(timeout=60)
     watch.close()
     commits = [r["commits"] for r in reports]
+    if kind == "postgres":
+        # The workers' backends have ended (and reported); the count is theirs, less the
+        # polls above and the two of each pg_commits call.
+        time.sleep(0.5)
+        commits = [pg_commits(where) - commits_before - polls - 2]
+    client_cpu = sum(r["cpu"] for r in reports)
     return {
         "seconds": elapsed,
         "workflows_per_s": args.workflows / elapsed,
         "steps_per_s": args.workflows * args.states / elapsed,
         "commits": None if None in commits else sum(commits),
         "processed": sum(r["processed"] for r in reports),
+        "client_cpu_us_per_state": client_cpu / (args.workflows * args.states) * 1e6,
         **({"server_cpu_us_per_state": server_us} if server_us is not None else {}),
     }
 
@@ -495,7 +526,7 @@ def main() -> None:
         results.append(med)
     head = (
         f"{'store':>8}  {'workflows/s':>11}  {'steps/s':>8}  {'commits/wf':>10}  "
-        f"{'raw wf/s':>8}  {'raw steps/s':>11}  {'engine/raw':>10}"
+        f"{'client CPU/state':>16}  {'raw wf/s':>8}  {'raw steps/s':>11}  {'engine/raw':>10}"
     )
     print(
         "\nengine vs raw ceiling (raw = claim + per state: step executing commit, then "
@@ -512,7 +543,8 @@ def main() -> None:
         ratio = "-" if raw is None else f"{r['workflows_per_s'] / raw:.0%}"
         print(
             f"{r['store']:>8}  {r['workflows_per_s']:>11,.0f}  {r['steps_per_s']:>8,.0f}  "
-            f"{per_wf:>10}  {raw_wf:>8}  {raw_steps:>11}  {ratio:>10}"
+            f"{per_wf:>10}  {r['client_cpu_us_per_state']:>13,.0f} us  {raw_wf:>8}  "
+            f"{raw_steps:>11}  {ratio:>10}"
         )
     for r in results:
         if "raw_batched_workflows_per_s" not in r:
