@@ -27,7 +27,8 @@ its own workflows, one statement (one round trip, one commit) per write.
 Next to each run: commits per workflow (SQLite: the store's own count; PostgreSQL: the
 database's ``xact_commit``, every transaction the workers' connections committed, reads
 included) and the client CPU per state (every thread of the worker processes, engine and
-store, over the states of the run).
+store, over the states of the run). At the end, the Python CPU per state of the engine and a
+worker in this one process over SQLite ``:memory:`` (no disk, no other process).
 
 SQLite files go to /tmp unless it is tmpfs (then ``<repo>/.statewright/bench``); PostgreSQL
 comes from ``--dsn`` / ``STATEWRIGHT_PG_DSN``, else a throwaway ``pgserver`` is started (a real
@@ -173,6 +174,30 @@ def pg_commits(dsn: str) -> int:
             "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+def python_cpu(args: argparse.Namespace) -> float:
+    """CPU microseconds per state of one process running the engine and a worker over SQLite
+    ``:memory:`` (no disk, no other process): the Python the engine spends per state. Process
+    CPU time is far less sensitive to a loaded machine than wall time."""
+
+    async def go() -> float:
+        from statewright import Engine, SQLiteStore, Worker
+
+        async with Engine(SQLiteStore(":memory:"), [workflow_type(args.states)]) as engine:
+            for i in range(args.workflows):
+                await engine.start("chain", {"n": i}, workflow_id=f"m{i:07d}")
+            worker = Worker(engine, concurrency=args.concurrency, poll_interval=0.05)
+            cpu = time.process_time()
+            task = asyncio.create_task(worker.run())
+            while worker.processed < args.workflows * args.states:
+                await asyncio.sleep(0.02)
+            cpu = time.process_time() - cpu
+            worker.stop()
+            await task
+        return cpu / (args.workflows * args.states) * 1e6
+
+    return asyncio.run(go())
 
 
 def terminal_count(kind: str, where: str, conn: Any) -> int:
@@ -567,8 +592,14 @@ def main() -> None:
                     f"  server CPU per state, {label:>11}: {r[key]:6,.0f} us "
                     f"(at most {bound:,.0f} workflows/s on {cpus} cores with no client at all)"
                 )
+    python_us = python_cpu(args)
+    print(
+        f"\nPython CPU per state, the engine and a worker in one process on SQLite :memory:: "
+        f"{python_us:,.0f} us"
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": vars(args), "results": results}, indent=2))
+        summary = {"args": vars(args), "results": results, "python_cpu_us_per_state": python_us}
+        Path(args.json).write_text(json.dumps(summary, indent=2))
     if pg is not None and pg.server is not None:
         pg.server.cleanup()
 
