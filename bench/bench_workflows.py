@@ -249,8 +249,9 @@ def engine_run(args: argparse.Namespace, kind: str, where: str) -> dict[str, Any
     watch.close()
     commits = [r["commits"] for r in reports]
     if kind == "postgres":
-        # The workers' backends have ended (and reported); the count is theirs, less the
-        # polls above and the two of each pg_commits call.
+        # A backend reports its commits when it ends: the workers' and the watch's have ended
+        # (the pause lets them report). Less the watch's polls and the two transactions of the
+        # first pg_commits call (the second's are reported only when its backend ends).
         time.sleep(0.5)
         commits = [pg_commits(where) - commits_before - polls - 2]
     client_cpu = sum(r["cpu"] for r in reports)
