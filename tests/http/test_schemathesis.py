@@ -48,6 +48,7 @@ from schemathesis.pytest._test_builder import build_operation_test
 from schemathesis.python import asgi
 from schemathesis.python._constants.orchestrator import make_constants_value_source
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
+from schemathesis.specs.openapi.schemas import OpenApiSchema
 
 from statewright import Engine, ManualClock, SQLiteStore, paging
 from statewright.engine.builtin import agent_task_type
@@ -123,7 +124,7 @@ def _real_ids(context: Any, path_parameters: dict[str, Any] | None) -> Any:
     return st.one_of(st.just(path_parameters), st.fixed_dictionaries(real))
 
 
-def _schema(config: SchemathesisConfig | None = None) -> Any:
+def _schema(config: SchemathesisConfig | None = None) -> OpenApiSchema:
     loaded = schemathesis.openapi.from_dict(APP.openapi(), config=config)
     loaded.app = APP  # what from_asgi does, without starting the app at import
     loaded.hook("flatmap_path_parameters")(_real_ids)
