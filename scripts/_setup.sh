@@ -7,24 +7,25 @@ PYTHON=${PYTHON:-python3}
   echo "statewright needs Python 3.11 or newer ($PYTHON is $("$PYTHON" --version 2>&1))" >&2
   exit 1
 }
-# Python bytecode goes under .venv/pycache, written even where the environment says not to
-# (PYTHONDONTWRITEBYTECODE): the test suite starts hundreds of Python processes, and each would
-# compile the package and its dependencies from source again. With a prefix, Python reads
-# bytecode only from there, so pip does not compile at install (--no-compile): that cost 18 s
-# of a fresh set-up, for files nothing would read.
-export PYTHONDONTWRITEBYTECODE= PYTHONPYCACHEPREFIX="$PWD/.venv/pycache"
+# Python bytecode is written (next to the sources, as Python does by default) even where the
+# environment says not to (PYTHONDONTWRITEBYTECODE): the test suite starts hundreds of Python
+# processes, and each would compile the package and its dependencies from source again.
+export PYTHONDONTWRITEBYTECODE=
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 # The dependencies are installed with uv (itself installed with pip, into .venv only): it
 # resolves, downloads and unpacks in parallel, 3 s here against pip's 22 s for the test
-# dependencies, a tenth of a fresh test run's set-up. Where uv cannot be had or fails, pip
-# does it all.
-pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile)
+# dependencies. Where uv cannot be had or fails, pip does it all. COMPILE=1 (scripts/test)
+# compiles them too, on every core (8 s here): otherwise the suite's three workers, collecting
+# at once, each compiled what they import (20 CPU-s each), and its first servers theirs.
+pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+compile=()
+[ "${COMPILE:-0}" = 1 ] && compile=(--compile-bytecode) || pip+=(--no-compile)
 uv_install() {
-  { [ -x .venv/bin/uv ] || "${pip[@]}" uv >/dev/null 2>&1; } &&
+  { [ -x .venv/bin/uv ] || "${pip[@]}" --no-compile uv >/dev/null 2>&1; } &&
     VIRTUAL_ENV="$PWD/.venv" .venv/bin/uv pip install --quiet --python .venv/bin/python \
-      -e ".${EXTRAS:-}"
+      "${compile[@]}" -e ".${EXTRAS:-}"
 }
 if ! uv_install; then
   echo "installing with uv failed: installing with pip (slower)" >&2
