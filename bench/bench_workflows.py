@@ -134,6 +134,87 @@ def seed(args: argparse.Namespace, kind: str, where: str, prefix: str) -> list[s
     return ids
 
 
+class Statements:
+    """SQL statements this process sends while ``on``: every statement sqlite3 runs on a
+    connection opened after :meth:`install` (its trace callback; a trigger's are not counted),
+    and every ``execute`` of a psycopg cursor (``executemany``: one per parameter set). On
+    PostgreSQL outside pipeline mode a statement is a round trip to the server; in pipeline
+    mode (the store's batches, the raw batched ceiling) several share one. Written here, not
+    taken from a library: neither driver counts, and ``pg_stat_statements`` needs the server
+    restarted with it preloaded."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.on = False
+        self.last = 0
+        """Statements of the last raw ceiling's timed part."""
+
+    def install(self) -> Statements:
+        real_connect = sqlite3.connect
+
+        def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+            conn: sqlite3.Connection = real_connect(*args, **kwargs)
+            conn.set_trace_callback(self._traced)
+            return conn
+
+        sqlite3.connect = connect  # type: ignore[assignment]
+        try:
+            import psycopg
+        except ImportError:
+            return self
+        counter, lock = self, threading.Lock()  # the raw ceiling's clients are threads
+
+        def sync_execute(real: Any) -> Any:
+            def execute(cur: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+                with lock:
+                    counter.count += counter.on
+                return real(cur, query, params, **kw)
+
+            return execute
+
+        def sync_many(real: Any) -> Any:
+            def executemany(cur: Any, query: Any, params_seq: Any, **kw: Any) -> Any:
+                params_seq = list(params_seq)
+                with lock:
+                    counter.count += len(params_seq) * counter.on
+                return real(cur, query, params_seq, **kw)
+
+            return executemany
+
+        def async_execute(real: Any) -> Any:
+            async def execute(cur: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+                counter.count += counter.on
+                return await real(cur, query, params, **kw)
+
+            return execute
+
+        def async_many(real: Any) -> Any:
+            async def executemany(cur: Any, query: Any, params_seq: Any, **kw: Any) -> Any:
+                params_seq = list(params_seq)
+                counter.count += len(params_seq) * counter.on
+                return await real(cur, query, params_seq, **kw)
+
+            return executemany
+
+        psycopg.Cursor.execute = sync_execute(psycopg.Cursor.execute)  # type: ignore[method-assign]
+        psycopg.Cursor.executemany = sync_many(psycopg.Cursor.executemany)  # type: ignore[method-assign]
+        psycopg.AsyncCursor.execute = async_execute(psycopg.AsyncCursor.execute)  # type: ignore[method-assign]
+        psycopg.AsyncCursor.executemany = async_many(psycopg.AsyncCursor.executemany)  # type: ignore[method-assign]
+        return self
+
+    def _traced(self, sql: str) -> None:
+        if self.on and not sql.startswith("--"):
+            self.count += 1
+
+    def counting(self, on: bool) -> int:
+        """Turn counting on or off; the count so far."""
+        self.on = on
+        return self.count
+
+
+STATEMENTS = Statements()
+
+
 def worker_main(
     kind: str, where: str, states: int, concurrency: int, ready: Any, go: Any, stop: Any, out: Any
 ) -> None:
@@ -142,6 +223,7 @@ def worker_main(
     async def main() -> None:
         from statewright import Engine, Worker
 
+        STATEMENTS.install()
         store = open_store(kind, where, pool=max(4, concurrency // 4))
         async with Engine(store, [workflow_type(states)]) as engine:
             worker = Worker(engine, concurrency=concurrency, poll_interval=0.1)
@@ -149,14 +231,21 @@ def worker_main(
             while not go.is_set():
                 await asyncio.sleep(0.005)
             cpu = time.process_time()  # every thread of this process: engine, writer, pool
+            sent = STATEMENTS.counting(True)
             task = asyncio.create_task(worker.run())
             while not stop.is_set():
                 await asyncio.sleep(0.05)
             worker.stop()
             await task
+            sent = STATEMENTS.counting(False) - sent
             cpu = time.process_time() - cpu
             commits = getattr(getattr(store, "conn", None), "commits", None)
-            report = {"processed": worker.processed, "commits": commits, "cpu": cpu}
+            report = {
+                "processed": worker.processed,
+                "commits": commits,
+                "cpu": cpu,
+                "statements": sent,
+            }
             out.put({"pid": os.getpid(), **report})
 
     asyncio.run(main())
@@ -262,6 +351,8 @@ def engine_run(args: argparse.Namespace, kind: str, where: str) -> dict[str, Any
         "commits": None if None in commits else sum(commits),
         "processed": sum(r["processed"] for r in reports),
         "client_cpu_us_per_state": client_cpu / (args.workflows * args.states) * 1e6,
+        "statements_per_state": sum(r["statements"] for r in reports)
+        / (args.workflows * args.states),
         **({"server_cpu_us_per_state": server_us} if server_us is not None else {}),
     }
 
@@ -292,7 +383,7 @@ def sqlite_raw(args: argparse.Namespace, path: str) -> float:
     conn.execute("PRAGMA foreign_keys=ON")
     ctx = json.dumps({"n": 0}, separators=(",", ":"), sort_keys=True)
     result = json.dumps({"ok": True}, separators=(",", ":"), sort_keys=True)
-    started = time.perf_counter()
+    started, sent = time.perf_counter(), STATEMENTS.counting(True)
     for b in range(0, len(ids), args.concurrency):
         batch = ids[b : b + args.concurrency]
         now = time.time()
@@ -320,6 +411,7 @@ def sqlite_raw(args: argparse.Namespace, path: str) -> float:
                 )
             conn.execute("COMMIT")
     elapsed = time.perf_counter() - started
+    STATEMENTS.last = STATEMENTS.counting(False) - sent
     conn.close()
     return len(ids) / elapsed
 
@@ -374,11 +466,13 @@ def pg_raw(args: argparse.Namespace, dsn: str) -> tuple[float, float | None]:
     for t in threads:
         t.start()
     cpu_before = server_cpu()
+    sent = STATEMENTS.counting(True)
     barrier.wait()
     started = time.perf_counter()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - started
+    STATEMENTS.last = STATEMENTS.counting(False) - sent
     server_us = per_state(cpu_before, args)
     for conn in conns:
         conn.close()
@@ -396,7 +490,7 @@ def pg_raw_batched(args: argparse.Namespace, dsn: str) -> tuple[float, float | N
     ctx, result = json.dumps({"n": 0}), json.dumps({"ok": True})
     conn = psycopg.connect(dsn)
     cpu_before = server_cpu()
-    started = time.perf_counter()
+    started, sent = time.perf_counter(), STATEMENTS.counting(True)
     with conn.pipeline():
         for b in range(0, len(ids), args.concurrency):
             batch = ids[b : b + args.concurrency]
@@ -423,6 +517,7 @@ def pg_raw_batched(args: argparse.Namespace, dsn: str) -> tuple[float, float | N
                     cur.executemany(PG_MOVE, moves)
                 conn.commit()
     elapsed = time.perf_counter() - started
+    STATEMENTS.last = STATEMENTS.counting(False) - sent
     server_us = per_state(cpu_before, args)
     done = conn.execute("SELECT count(*) FROM workflows WHERE terminal").fetchone()
     conn.close()
@@ -506,6 +601,7 @@ def main() -> None:
 
     import statewright
 
+    STATEMENTS.install()
     print(
         f"statewright from {Path(statewright.__file__).parent}, Python "
         f"{sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}, {os.cpu_count()} CPUs"
@@ -527,16 +623,20 @@ def main() -> None:
                 where = f"{tmp}/engine.db" if kind == "sqlite" else pg.fresh()  # type: ignore[union-attr]
                 figure = engine_run(args, kind, where)
                 if not args.no_raw:
+                    states = args.workflows * args.states
                     if kind == "sqlite":
                         figure["raw_workflows_per_s"] = sqlite_raw(args, f"{tmp}/raw.db")
+                        figure["raw_statements_per_state"] = STATEMENTS.last / states
                     else:
                         assert pg is not None
                         rate, server_us = pg_raw(args, pg.fresh())
                         figure["raw_workflows_per_s"] = rate
+                        figure["raw_statements_per_state"] = STATEMENTS.last / states
                         if server_us is not None:
                             figure["raw_server_cpu_us_per_state"] = server_us
                         rate, server_us = pg_raw_batched(args, pg.fresh())
                         figure["raw_batched_workflows_per_s"] = rate
+                        figure["raw_batched_statements_per_state"] = STATEMENTS.last / states
                         if server_us is not None:
                             figure["raw_batched_server_cpu_us_per_state"] = server_us
                 rounds.append(figure)
@@ -571,6 +671,19 @@ def main() -> None:
             f"{r['store']:>8}  {r['workflows_per_s']:>11,.0f}  {r['steps_per_s']:>8,.0f}  "
             f"{per_wf:>10}  {r['client_cpu_us_per_state']:>13,.0f} us  {raw_wf:>8}  "
             f"{raw_steps:>11}  {ratio:>10}"
+        )
+    print("\nSQL statements per state (sqlite3's and psycopg's; BEGIN and COMMIT included)")
+    for r in results:
+        raws = [
+            f"{label} {r[key]:.2f}"
+            for label, key in (
+                ("raw", "raw_statements_per_state"),
+                ("raw batched", "raw_batched_statements_per_state"),
+            )
+            if key in r
+        ]
+        print(
+            f"  {r['store']:>8}: engine {r['statements_per_state']:.2f}; {', '.join(raws) or '-'}"
         )
     for r in results:
         if "raw_batched_workflows_per_s" not in r:
