@@ -199,7 +199,9 @@ def test_openapi_contract(
     that builds every operation's explicit and coverage cases at collection, on every xdist
     worker (6 CPU-seconds each), for tests only one of them runs. The same builder
     (``build_operation_test``, what ``parametrize`` and schemathesis's lazy schemas call)
-    with the same seed per operation."""
+    with the same seed per operation. It is a private name (pinned: schemathesis 4): the
+    public way to build at run time, a lazy schema (``schemathesis.pytest.from_fixture``),
+    fails under pytest 9.2, as it sets ``request.node._nodeid``, which pytest no longer has."""
     loaded, feedback = schemas[who]
     method, path = label.split(" ", 1)
     test = build_operation_test(
