@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import json
 import multiprocessing as mp
 import os
@@ -82,7 +83,7 @@ def per_state(cpu_before: float | None, args: argparse.Namespace) -> float | Non
     after = server_cpu()
     if cpu_before is None or after is None:
         return None
-    return (after - cpu_before) / (args.workflows * args.states) * 1e6
+    return float((after - cpu_before) / (args.workflows * args.states) * 1e6)
 
 
 # -- the workload ----------------------------------------------------------------------------
@@ -149,20 +150,18 @@ class Statements:
         self.on = False
         self.last = 0
         """Statements of the last raw ceiling's timed part."""
+        self.lock = threading.Lock()
 
     def install(self) -> Statements:
         real_connect = sqlite3.connect
-        counter = self
+        tally = self._tally
 
         class Cursor(sqlite3.Cursor):
             def execute(self, sql: str, parameters: Any = (), /) -> Cursor:
-                counter.count += counter.on
-                return super().execute(sql, parameters)
+                return super().execute(sql, tally(parameters, many=False))
 
             def executemany(self, sql: str, seq: Any, /) -> Cursor:
-                seq = list(seq)
-                counter.count += len(seq) * counter.on
-                return super().executemany(sql, seq)
+                return super().executemany(sql, tally(seq, many=True))
 
         class Connection(sqlite3.Connection):
             # Its execute, as sqlite3's: a new cursor's (which counts it).
@@ -185,45 +184,32 @@ class Statements:
             import psycopg
         except ImportError:
             return self
-        lock = threading.Lock()  # the raw ceiling's clients are threads
 
-        def sync_execute(real: Any) -> Any:
-            def execute(cur: Any, query: Any, params: Any = None, **kw: Any) -> Any:
-                with lock:
-                    counter.count += counter.on
-                return real(cur, query, params, **kw)
+        def counted(real: Any, many: bool) -> Any:
+            if inspect.iscoroutinefunction(real):
 
-            return execute
+                async def run_async(cur: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+                    return await real(cur, query, tally(params, many), **kw)
 
-        def sync_many(real: Any) -> Any:
-            def executemany(cur: Any, query: Any, params_seq: Any, **kw: Any) -> Any:
-                params_seq = list(params_seq)
-                with lock:
-                    counter.count += len(params_seq) * counter.on
-                return real(cur, query, params_seq, **kw)
+                return run_async
 
-            return executemany
+            def run(cur: Any, query: Any, params: Any = None, **kw: Any) -> Any:
+                return real(cur, query, tally(params, many), **kw)
 
-        def async_execute(real: Any) -> Any:
-            async def execute(cur: Any, query: Any, params: Any = None, **kw: Any) -> Any:
-                counter.count += counter.on
-                return await real(cur, query, params, **kw)
+            return run
 
-            return execute
-
-        def async_many(real: Any) -> Any:
-            async def executemany(cur: Any, query: Any, params_seq: Any, **kw: Any) -> Any:
-                params_seq = list(params_seq)
-                counter.count += len(params_seq) * counter.on
-                return await real(cur, query, params_seq, **kw)
-
-            return executemany
-
-        psycopg.Cursor.execute = sync_execute(psycopg.Cursor.execute)  # type: ignore[method-assign]
-        psycopg.Cursor.executemany = sync_many(psycopg.Cursor.executemany)  # type: ignore[method-assign]
-        psycopg.AsyncCursor.execute = async_execute(psycopg.AsyncCursor.execute)  # type: ignore[method-assign]
-        psycopg.AsyncCursor.executemany = async_many(psycopg.AsyncCursor.executemany)  # type: ignore[method-assign]
+        for cls in (psycopg.Cursor, psycopg.AsyncCursor):
+            for name, many in (("execute", False), ("executemany", True)):
+                setattr(cls, name, counted(getattr(cls, name), many))
         return self
+
+    def _tally(self, params: Any, many: bool) -> Any:
+        """Count one statement (``many``: one per parameter set); the parameters to run."""
+        if many:
+            params = list(params)
+        with self.lock:  # the raw ceiling's clients are threads
+            self.count += (len(params) if many else 1) * self.on
+        return params
 
     def counting(self, on: bool) -> int:
         """Turn counting on or off; the count so far."""
@@ -259,13 +245,15 @@ def worker_main(
             sent = STATEMENTS.counting(False) - sent
             cpu = time.process_time() - cpu
             commits = getattr(getattr(store, "conn", None), "commits", None)
-            report = {
-                "processed": worker.processed,
-                "commits": commits,
-                "cpu": cpu,
-                "statements": sent,
-            }
-            out.put({"pid": os.getpid(), **report})
+            out.put(
+                {
+                    "pid": os.getpid(),
+                    "processed": worker.processed,
+                    "commits": commits,
+                    "cpu": cpu,
+                    "statements": sent,
+                }
+            )
 
     asyncio.run(main())
 
@@ -303,7 +291,7 @@ def python_cpu(args: argparse.Namespace) -> float:
             cpu = time.process_time() - cpu
             worker.stop()
             await task
-        return cpu / (args.workflows * args.states) * 1e6
+        return float(cpu / (args.workflows * args.states) * 1e6)
 
     return asyncio.run(go())
 
