@@ -224,6 +224,10 @@ SELECT oid::regclass::text FROM pg_class t WHERE oid = ANY(%s::regclass[])
 identity sequences unused."""
 
 
+def _new_test_database_name() -> str:
+    return f"statewright_test_{uuid.uuid4().hex[:10]}"
+
+
 class PgPool:
     """The migrated databases of one worker's server, used again by test after test.
 
@@ -271,13 +275,13 @@ class PgPool:
         """The name of an empty, migrated database of the caller's own."""
         if self.free:
             return self.free.pop()
-        name = f"statewright_test_{uuid.uuid4().hex[:10]}"
+        name = _new_test_database_name()
         create_database(self.dsn, name, self.template)
         return name
 
     def give_back(self, name: str) -> None:
         """Empty the database for the next test, or drop it (see the class)."""
-        fresh = f"statewright_test_{uuid.uuid4().hex[:10]}"
+        fresh = _new_test_database_name()
         try:
             if not self.reuse:
                 raise LookupError("not a superuser")
@@ -339,7 +343,7 @@ def pg_database(pg_server: str, pg_pool: PgPool) -> Iterator[Callable[..., str]]
         if template == pg_pool.template:
             taken.append(pg_pool.take())
             return pg_url(pg_server, taken[-1])
-        created.append(f"statewright_test_{uuid.uuid4().hex[:10]}")
+        created.append(_new_test_database_name())
         create_database(pg_server, created[-1], template)
         return pg_url(pg_server, created[-1])
 
