@@ -19,11 +19,13 @@ IDEMPOTENCY_KEY_PATTERN = r"^[!-~]{1,255}$"
 TIMER_KEY_PATTERN = r"^[!-~]{1,200}$"
 """A timer's key as it may be named (1-200 printable ASCII characters); a new one also has
 no ``.`` or ``..`` between slashes (:data:`NEW_TIMER_KEY_PATTERN`)."""
-NONBLANK = r"[^\s\x1c-\x1f]"
+NONBLANK = r"[^\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]"
 """Text with something besides whitespace in it: the engine refuses a reason or an approver's
-name that ``str.strip()`` leaves empty (U+001C to U+001F are whitespace to Python, not to the
-pattern's class of spaces). With the schema saying so, a schema-valid request is never
-refused for it."""
+name that ``str.strip()`` leaves empty. The class lists exactly what ``str.isspace()`` calls
+whitespace, not ``\\s``, whose meaning differs between the regex engines that read it:
+pydantic's (Rust: U+0085 is a space, U+001C-U+001F are not), JSON Schema's (ECMA-262: U+FEFF
+is a space, U+0085 is not) and Python's. With the schema saying exactly so, a schema-valid
+request is never refused for it."""
 
 
 def not_null(schema: dict[str, Any]) -> None:

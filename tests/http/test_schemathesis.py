@@ -204,15 +204,23 @@ def test_openapi_contract(
     fails under pytest 9.2, as it sets ``request.node._nodeid``, which pytest no longer has."""
     loaded, feedback = schemas[who]
     method, path = label.split(" ", 1)
+    checked = 0
+
+    def check(case: schemathesis.Case[Any], who: str) -> None:
+        nonlocal checked
+        checked += 1
+        _call_and_validate(case, who)
+
     test = build_operation_test(
         config=loaded.config,
         operation=loaded[path][method],
-        test_func=_call_and_validate,
+        test_func=check,
         given_kwargs={},
         feedback=feedback,
         explicit_settings=SETTINGS,
     )
     test(who=who)
+    assert checked > 0, f"schemathesis made no case for {label}"  # a builder that does nothing
 
 
 # -- hostile bodies ------------------------------------------------------------------------
@@ -329,7 +337,8 @@ def test_deep_json_gets_a_4xx_json_error_never_a_5xx(
 # -- the document's edges, where it and the engine must agree ---------------------------------
 
 OPENAPI = APP.openapi()
-TEXTS = ["", " ", "\u00a0\t", "\x1c", "\u2028x", "x", "x" * 1000, "x" * 1001, "x" * 10_000]
+TEXTS = ["", " ", "\u00a0\t", "\x1c", "\x85", "\ufeff", "\u2028x", "x", "x" * 1000]
+TEXTS += ["x" * 1001, "x" * 10_000]
 TEXTS += ["x" * 10_001]
 # (method, path, a valid body, the text field tried with every value of TEXTS)
 EDGES: list[tuple[str, str, dict[str, Any], str]] = [
