@@ -28,7 +28,7 @@ from statewright.store.postgres import PostgresStore
 from statewright.store.protocol import FullStore as Store
 from statewright.store.queries import load_queries
 from statewright.types import StuckCutoff, WorkflowFilter
-from tests.conftest import _admin, _drop, alone_section, pg_url, run_async
+from tests.conftest import _admin, _drop, pg_url, run_async
 from tests.store import bulk
 
 pytestmark = pytest.mark.one_worker  # the big store is filled once, by one worker
@@ -123,8 +123,7 @@ def filled(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
         where = str(tmp_path_factory.mktemp("plans") / "plans.db")
     else:
         where = request.getfixturevalue("pg_module_dsn")
-    with alone_section(request.config):  # the fill has a time budget
-        run_async(lambda: _fill(where))
+    run_async(lambda: _fill(where))
     return where
 
 
