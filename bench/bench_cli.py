@@ -10,8 +10,8 @@ command needs. A small SQLite store is made first (three workflows), for ``show`
     .venv/bin/python bench/bench_cli.py --runs 50 --json cli.json
 
 Bytecode is written (``PYTHONDONTWRITEBYTECODE`` is dropped from the children's environment)
-and two warm-up runs of each command are not counted, so the figures are those of an
-installed package, not of compiling the sources. It is a script, not a test.
+and two warm-up runs of each command (``--warmup``) are not counted, so the figures are those
+of an installed package, not of compiling the sources. It is a script, not a test.
 """
 
 from __future__ import annotations
@@ -55,6 +55,9 @@ def wall(argv: list[str], env: dict[str, str], runs: int, warmup: int = 2) -> li
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=21, help="timed runs per command")
+    parser.add_argument(
+        "--warmup", type=int, default=2, help="uncounted runs of each command first (2)"
+    )
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -79,7 +82,7 @@ def main() -> None:
         load = os.getloadavg()[0]
         results: list[dict[str, Any]] = []
         for label, argv in cases:
-            times = wall(argv, env, args.runs)
+            times = wall(argv, env, args.runs, args.warmup)
             results.append(
                 {
                     "command": label,

@@ -20,6 +20,11 @@ class Received:
     at: float
 
 
+def _opened(event: threading.Event) -> threading.Event:
+    event.set()
+    return event
+
+
 @dataclass
 class Receiver:
     url: str = ""
@@ -27,6 +32,8 @@ class Receiver:
     statuses: list[int] = field(default_factory=list)
     """Answers to give, in order (then 200)."""
     delay: float = 0.0
+    gate: threading.Event = field(default_factory=lambda: _opened(threading.Event()))
+    """Every request waits here before it is recorded and answered (clear it to hold them)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def keys(self) -> Counter[str]:
@@ -48,6 +55,7 @@ def receiver(delay: float = 0.0) -> Iterator[Receiver]:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             except (ValueError, OSError):
                 return  # the sender died mid-request: nothing was delivered
+            rec.gate.wait()
             if rec.delay:
                 time.sleep(rec.delay)
             with rec.lock:
@@ -65,6 +73,10 @@ def receiver(delay: float = 0.0) -> Iterator[Receiver]:
             pass
 
     class Server(ThreadingHTTPServer):
+        # A deliverer sends a whole batch (10) at once: with socketserver's backlog of 5 the
+        # kernel dropped the other SYNs, retransmitted a second later, past a 1 s timeout.
+        request_queue_size = 64
+
         def handle_error(self, request: Any, client_address: Any) -> None:
             pass  # a sender killed mid-answer (broken pipe): expected here
 
@@ -76,5 +88,6 @@ def receiver(delay: float = 0.0) -> Iterator[Receiver]:
     try:
         yield rec
     finally:
+        rec.gate.set()  # no handler thread left waiting
         server.shutdown()
         server.server_close()

@@ -16,6 +16,10 @@ delivered (or a claim ran out mid-send). "None twice per key" therefore means: t
 stable, so a receiver that dedupes by key (as the README tells receivers to) acts on each
 notification exactly once. The test checks that deduping by key gives exactly the expected
 notifications, and that duplicates happen only around kills (at most one batch per kill).
+
+The deliverers are forked from a fork server that has imported statewright once
+(tests/alerting/forkserver.py): the same command line, run by the CLI's own entry point, without
+an interpreter start-up per restart. ``--torture`` (or ``STATEWRIGHT_TORTURE=1``) kills more.
 """
 
 from __future__ import annotations
@@ -25,10 +29,8 @@ import os
 import random
 import re
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -38,15 +40,19 @@ from statewright.observability.delivery import fingerprint, idempotency_key
 from statewright.store import store_from_url
 from statewright.store.alert_outbox import AlertChange, AlertStateRecord, OutboxRecord
 from statewright.store.protocol import FullStore as Store
+from tests.acceptance.crash.harness import torture_enabled
+from tests.alerting.forkserver import Child, ForkServer
 from tests.alerting.receiver import Receiver, receiver
 
 T = TypeVar("T")
 N = 10
 """Alerts firing when the deliverer first starts (each also gets resolved by it)."""
-KILLS = 6
+KILLS = 4
+"""Restarts killed by default: every one lands while notifications are pending, in practice."""
+TORTURE_KILLS = 40
+"""With ``--torture`` (or ``STATEWRIGHT_TORTURE=1``)."""
 ROUND = 10
 """Alerts recorded before each restart, so every kill finds notifications to send."""
-TOTAL = N + KILLS * ROUND
 BATCH = 10
 T0 = time.time() - 3600  # the deliverer runs on the system clock
 
@@ -89,14 +95,26 @@ def _run(where: str, fn: Callable[[Store], Awaitable[T]]) -> T:
     return asyncio.run(go())
 
 
-def _spawn(where: str, rec: Receiver, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable, "-m", "statewright.cli", "--db", where, "--log-level", "info",
-        "alerts", "--deliver", "--alert-webhook", rec.url, "--alert-interval", "0.2s",
-        "--alert-timeout", "1s", "--alert-claim", "2s",
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
+    with ForkServer(tmp_path_factory.mktemp("forkserver") / "stderr.log") as server:
+        yield server
+
+
+def _spawn(
+    forks: ForkServer,
+    where: str,
+    rec: Receiver,
+    log: Path,
+    timeout: str = "1s",
+    claim: str = "2s",
+) -> Child:
+    """``statewright alerts --deliver`` (forked), its output appended to ``log``."""
+    argv = [
+        "--db", where, "--log-level", "info", "alerts", "--deliver", "--alert-webhook",
+        rec.url, "--alert-interval", "0.2s", "--alert-timeout", timeout, "--alert-claim", claim,
     ]  # fmt: skip
-    with log.open("ab") as sink:
-        return subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT)
+    return forks.spawn(argv, log)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -106,8 +124,12 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return str(request.getfixturevalue("pg_dsn"))
 
 
-def test_delivery_survives_sigkill_of_the_sender(where: str, tmp_path: Path) -> None:
+def test_delivery_survives_sigkill_of_the_sender(
+    where: str, tmp_path: Path, forks: ForkServer, request: pytest.FixtureRequest
+) -> None:
     rng = random.Random(os.environ.get("STATEWRIGHT_SEED", "alerts"))
+    kills_planned = TORTURE_KILLS if torture_enabled(request.config) else KILLS
+    total = N + kills_planned * ROUND
     log = tmp_path / "deliver.log"
     with receiver(delay=0.03) as rec:
         seeded = _changes(rec.url)
@@ -124,18 +146,18 @@ def test_delivery_survives_sigkill_of_the_sender(where: str, tmp_path: Path) -> 
             return undelivered + (len(seeded) - resolved)
 
         kills = busy_kills = 0
-        for k in range(KILLS):
+        for k in range(kills_planned):
             more = _changes(rec.url, N + k * ROUND, ROUND)
             seeded += more
 
             async def seed_more(store: Store, more: list[AlertChange] = more) -> int:
-                return len(await store.record_alert_changes(more, [rec.url], T0 + TOTAL))
+                return len(await store.record_alert_changes(more, [rec.url], T0 + total))
 
             assert _run(where, seed_more) == ROUND
             sent_before = len(rec.requests)
-            proc = _spawn(where, rec, log)
-            # Kill it while it sends: soon after the receiver got its first request (start-up
-            # takes about half a second; then ~30 ms a request, 10 at once).
+            proc = _spawn(forks, where, rec, log)
+            # Kill it while it sends: soon after the receiver got its first request (then
+            # ~30 ms a request, 10 at once).
             deadline = time.monotonic() + 30
             while len(rec.requests) == sent_before:
                 if proc.poll() is not None:
@@ -145,19 +167,19 @@ def test_delivery_survives_sigkill_of_the_sender(where: str, tmp_path: Path) -> 
                 assert time.monotonic() < deadline, "the deliverer sent nothing in 30 s"
                 time.sleep(0.005)
             time.sleep(rng.uniform(0.0, 0.06))
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+            proc.kill()
+            assert proc.wait() == -signal.SIGKILL
             kills += 1
             busy_kills += bool(_run(where, pending))
         # Most kills must land while notifications are pending (else the test proves little).
-        assert busy_kills >= KILLS // 2, busy_kills
+        assert busy_kills >= kills_planned // 2, busy_kills
 
-        proc = _spawn(where, rec, log)
+        proc = _spawn(forks, where, rec, log)
         try:
             deadline = time.monotonic() + 60
             while _run(where, pending) and time.monotonic() < deadline:
                 assert proc.poll() is None, log.read_text()[-3000:]
-                time.sleep(0.2)
+                time.sleep(0.1)
         finally:
             proc.send_signal(signal.SIGTERM)
             # 0, or killed by SIGTERM when it came before the handler was installed
@@ -169,7 +191,7 @@ def test_delivery_survives_sigkill_of_the_sender(where: str, tmp_path: Path) -> 
 
     rows, states = _run(where, outbox)
     assert states == []  # every alert resolved: none is recorded as firing any more
-    assert len(rows) == 2 * TOTAL, [(r.status, r.fingerprint) for r in rows]
+    assert len(rows) == 2 * total, [(r.status, r.fingerprint) for r in rows]
     assert all(r.delivered_at is not None and r.dead_at is None for r in rows), (
         [
             (r.status, r.attempts, r.last_error, r.next_at, r.claim)
@@ -186,7 +208,7 @@ def test_delivery_survives_sigkill_of_the_sender(where: str, tmp_path: Path) -> 
     for r in rec.requests:
         assert bodies.setdefault(r.key, r.body) == r.body  # a resend is the same message
     statuses = [b["status"] for b in bodies.values()]  # type: ignore[index]
-    assert statuses.count("firing") == TOTAL and statuses.count("resolved") == TOTAL
+    assert statuses.count("firing") == total and statuses.count("resolved") == total
     resent = sum(n - 1 for n in got.values())
     assert resent <= kills * BATCH, got
     print(
@@ -195,30 +217,53 @@ def test_delivery_survives_sigkill_of_the_sender(where: str, tmp_path: Path) -> 
     )
 
 
-def test_two_deliverers_send_each_notification_once(where: str, tmp_path: Path) -> None:
+def test_two_deliverers_send_each_notification_once(
+    where: str, tmp_path: Path, forks: ForkServer
+) -> None:
     """Two deliverer processes on one store, nobody killed: they share the outbox through
-    their claims (SKIP LOCKED on PostgreSQL), so each notification is sent exactly once."""
+    their claims (SKIP LOCKED on PostgreSQL), so each notification is sent exactly once.
+
+    The receiver holds every request until both hold a claim at once (the outbox shows
+    claims of two deliverers), so both take part however their start-ups fall; their claims
+    and timeouts are long enough for that wait (no claim may run out here)."""
     log = tmp_path / "deliver.log"
-    with receiver(delay=0.2) as rec:  # slow enough that both get a share
+    with receiver() as rec:
         seeded = _changes(rec.url)
 
         async def seed(store: Store) -> list[AlertChange]:
             return await store.record_alert_changes(seeded, [rec.url], T0 + N)
 
+        async def claimants(store: Store) -> set[str]:
+            rows = await store.alert_notifications()
+            return {r.claim.split(":")[0] for r in rows if r.claim and r.delivered_at is None}
+
+        async def delivered(store: Store) -> int:
+            return sum(r.delivered_at is not None for r in await store.alert_notifications())
+
         assert len(_run(where, seed)) == N
-        procs = [_spawn(where, rec, log) for _ in range(2)]
+        rec.gate.clear()
+        procs = [_spawn(forks, where, rec, log, timeout="20s", claim="60s") for _ in range(2)]
         try:
-            deadline = time.monotonic() + 60
-            while len(rec.requests) < 2 * N and time.monotonic() < deadline:
+            deadline = time.monotonic() + 15
+            while len(_run(where, claimants)) < 2:
                 for p in procs:
                     assert p.poll() is None, log.read_text()[-3000:]
-                time.sleep(0.1)
-            time.sleep(1)  # anything sent twice would arrive by now
+                assert time.monotonic() < deadline, (rec.requests, log.read_text()[-3000:])
+                time.sleep(0.02)
+            rec.gate.set()
+            # Once every notification is marked delivered nothing is due any more, and once
+            # both have stopped (each finishes the round it is in) nothing more can arrive.
+            deadline = time.monotonic() + 60
+            while _run(where, delivered) < 2 * N and time.monotonic() < deadline:
+                for p in procs:
+                    assert p.poll() is None, log.read_text()[-3000:]
+                time.sleep(0.05)
         finally:
+            rec.gate.set()
             for p in procs:
                 p.send_signal(signal.SIGTERM)
             for p in procs:
-                p.wait(timeout=20)
+                assert p.wait(timeout=20) == 0, log.read_text()[-3000:]
     got = rec.keys()
     assert len(got) == 2 * N and set(got.values()) == {1}, got
     text = log.read_text()
