@@ -2,6 +2,15 @@
 
 Chromium must be at ``/usr/bin/chromium`` (``./scripts/test`` installs it); without it the
 tests fail, they never skip. Playwright cannot download browsers here, so it launches that one.
+
+One Playwright and one Chromium serve every test of this package (``browser``; each test opens
+fresh contexts of its own), and one open-mode service the tests that only add their own
+workflows to it (``open_server``); a test that counts what the service holds gets a service of
+its own (``server``, ``ops_server``). The package's tests run on one pytest-xdist worker, one
+after the other (``BROWSER_GROUP``), so that they are started once per run rather than once per
+test. Both are package-scoped, not session-scoped: Playwright's sync API marks an event loop as
+running in this thread while it is started, where ``asyncio.run`` then fails, so it is stopped
+as soon as the worker leaves the package (and the idle service's worker stops polling).
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from playwright.sync_api import expect
+from playwright.sync_api import Browser, expect, sync_playwright
 
 from tests.serving import wait_until_up
 
@@ -36,6 +45,9 @@ EXPECT_TIMEOUT = 15.0
 the server's answer and the page's refresh share two cores with the rest of the parallel
 suite; what is expected is the same, only a slow page is no longer a failure."""
 expect.set_options(timeout=EXPECT_TIMEOUT * 1000)
+BROWSER_GROUP = pytest.mark.xdist_group("browser")
+"""Every module of the package is marked with it: one worker runs them all (tests/conftest.py),
+with one Chromium and one open-mode service."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +86,17 @@ def chromium() -> str:
             pytrace=False,
         )
     return str(CHROMIUM)
+
+
+@pytest.fixture(scope="package")
+def browser(chromium: str) -> Iterator[Browser]:
+    """One headless Chromium for the package's tests (a test opens fresh contexts in it)."""
+    with sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=chromium, headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()
 
 
 def _free_port() -> int:
@@ -170,8 +193,10 @@ def ops_server(tmp_path: Path) -> Iterator[Server]:
         yield running
 
 
-@pytest.fixture
-def open_server(tmp_path: Path) -> Iterator[Server]:
-    """The service in open mode (no tokens: every local caller is an admin and approver)."""
-    with serve(tmp_path, None) as running:
+@pytest.fixture(scope="package")
+def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The service in open mode (no tokens: every local caller is an admin and approver),
+    shared by the tests that use it: each starts workflows of its own ids and looks at those
+    only (none counts what the service holds)."""
+    with serve(tmp_path_factory.mktemp("open_server"), None) as running:
         yield running

@@ -10,7 +10,6 @@ approver's name.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shutil
 import sqlite3
@@ -22,11 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect
 
 from statewright import SQLiteStore
 from statewright.types import DeferWrite
-from tests.browser.conftest import AGENT, APPROVER, ROOT, Caller, Server
+from tests.browser.conftest import AGENT, APPROVER, BROWSER_GROUP, ROOT, Caller, Server
+from tests.conftest import run_async
+
+pytestmark = BROWSER_GROUP
 
 REFUND = "refund-big-1"
 TICKET = "ticket-1"
@@ -57,16 +59,6 @@ class Watched:
     page: Page
     errors: list[str] = field(default_factory=list)
     urls: list[str] = field(default_factory=list)
-
-
-@contextmanager
-def chromium_browser(path: str) -> Iterator[Browser]:
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=path, headless=True)
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 @contextmanager
@@ -109,7 +101,8 @@ def dashboard(browser: Browser, server: Server, who: Caller | None) -> Iterator[
 
 
 def _park(server: Server, wid: str, why: str) -> None:
-    """Park a workflow for an operator, as a worker would, in the service's own database."""
+    """Park a workflow for an operator, as a worker would, in the service's own database (in
+    a thread of its own: Playwright's sync API marks an event loop running in this one)."""
 
     async def go() -> None:
         store = SQLiteStore(server.log.with_name("dashboard.db"))
@@ -122,7 +115,7 @@ def _park(server: Server, wid: str, why: str) -> None:
         finally:
             await store.close()
 
-    asyncio.run(go())
+    run_async(go)
 
 
 def _start(
@@ -134,7 +127,7 @@ def _start(
 
 
 def test_approver_approves_a_paused_refund_in_the_dashboard(
-    server: Server, chromium: str, tmp_path: Path
+    server: Server, browser: Browser, tmp_path: Path
 ) -> None:
     with httpx.Client(base_url=server.url, timeout=10.0) as api:
         refund = {"order_id": "order-9001", "amount_cents": 25_000, "customer": "ada@example.com"}
@@ -149,9 +142,8 @@ def test_approver_approves_a_paused_refund_in_the_dashboard(
         assert _workflow(api, TICKET)["parked"] == "fatal_error"
         assert _workflow(api, REFUND)["stuck"] is False
 
-        with chromium_browser(chromium) as browser:
-            _agent_sees_no_decision(browser, server, api)
-            _approver_decides(browser, server, api, tmp_path)
+        _agent_sees_no_decision(browser, server, api)
+        _approver_decides(browser, server, api, tmp_path)
 
         page = api.get(f"/v1/workflows/{REFUND}/history", headers=APPROVER.headers).json()
         assert page["next_cursor"] is None
@@ -269,7 +261,7 @@ def _approver_decides(browser: Browser, server: Server, api: httpx.Client, tmp_p
         shutil.copyfile(tmp_path / "dashboard.png", SCREENSHOT)
 
 
-def test_open_mode_needs_no_token_and_denies(open_server: Server, chromium: str) -> None:
+def test_open_mode_needs_no_token_and_denies(open_server: Server, browser: Browser) -> None:
     """Without tokens the local caller is an admin and approver: no token to enter, and the
     decision buttons are there; denying rejects the refund under the local actor."""
     with httpx.Client(base_url=open_server.url, timeout=10.0) as api:
@@ -279,7 +271,7 @@ def test_open_mode_needs_no_token_and_denies(open_server: Server, chromium: str)
             "the worker paused the refund",
             lambda: _workflow(api, "refund-open-1", None)["state"] == "awaiting_approval",
         )
-        with chromium_browser(chromium) as browser, dashboard(browser, open_server, None) as w:
+        with dashboard(browser, open_server, None) as w:
             page = w.page
             expect(page.locator("#whoami")).to_contain_text("open mode")
             row = page.locator('tr.wf-row[data-id="refund-open-1"]')
@@ -295,7 +287,9 @@ def test_open_mode_needs_no_token_and_denies(open_server: Server, chromium: str)
         assert _workflow(api, "refund-open-1", None)["state"] == "rejected"
 
 
-def test_a_long_history_shows_its_latest_transitions(open_server: Server, chromium: str) -> None:
+def test_a_long_history_shows_its_latest_transitions(
+    open_server: Server, browser: Browser
+) -> None:
     """A workflow with 2,500 transitions: its page fetches the latest 1,000 in pages and says
     how many earlier ones it leaves out."""
     with httpx.Client(base_url=open_server.url, timeout=10.0) as api:
@@ -311,7 +305,7 @@ def test_a_long_history_shows_its_latest_transitions(open_server: Server, chromi
             db.execute("UPDATE workflows SET version = 2500 WHERE id = 'long-1'")
         db.close()
         assert _workflow(api, "long-1", None)["version"] == 2500
-        with chromium_browser(chromium) as browser, dashboard(browser, open_server, None) as w:
+        with dashboard(browser, open_server, None) as w:
             page = w.page
             page.locator('tr.wf-row[data-id="long-1"] a.wf-link').click()
             rows = page.locator("#history tr.history-row")

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 import httpx
 from playwright.sync_api import Browser, ConsoleMessage, Page, Route, expect
 
-from tests.browser.conftest import Server
-from tests.browser.test_dashboard import TIMEOUT, chromium_browser
+from tests.browser.conftest import BROWSER_GROUP, Server
+from tests.browser.test_dashboard import TIMEOUT
+
+pytestmark = BROWSER_GROUP
 
 
 @dataclass
@@ -74,24 +76,23 @@ def operations(server: Server) -> list[str]:
 
 
 def test_swagger_ui_and_redoc_render_every_operation_offline(
-    open_server: Server, chromium: str
+    open_server: Server, browser: Browser
 ) -> None:
     summaries = operations(open_server)
     assert len(summaries) > 10
-    with chromium_browser(chromium) as browser:
-        with offline_page(browser, open_server) as w:
-            w.page.goto(f"{open_server.url}/docs")
-            expect(w.page.locator(".swagger-ui .info .title")).to_contain_text("statewright")
-            expect(w.page.locator(".opblock")).to_have_count(len(summaries))
-            for summary in summaries:
-                expect(
-                    w.page.locator(".opblock-summary-description", has_text=summary).first
-                ).to_be_attached()
-            assert not w.refused, w.refused
-        with offline_page(browser, open_server) as w:
-            w.page.goto(f"{open_server.url}/redoc")
-            expect(w.page.locator("h1").first).to_contain_text("statewright")
-            for summary in summaries:
-                expect(w.page.locator("h2", has_text=summary).first).to_be_attached()
-            expect(w.page.get_by_alt_text("redocly logo")).to_have_count(0)  # hidden, refused
-            assert all("https://cdn.redoc.ly/" in r for r in w.refused), w.refused
+    with offline_page(browser, open_server) as w:
+        w.page.goto(f"{open_server.url}/docs")
+        expect(w.page.locator(".swagger-ui .info .title")).to_contain_text("statewright")
+        expect(w.page.locator(".opblock")).to_have_count(len(summaries))
+        for summary in summaries:
+            expect(
+                w.page.locator(".opblock-summary-description", has_text=summary).first
+            ).to_be_attached()
+        assert not w.refused, w.refused
+    with offline_page(browser, open_server) as w:
+        w.page.goto(f"{open_server.url}/redoc")
+        expect(w.page.locator("h1").first).to_contain_text("statewright")
+        for summary in summaries:
+            expect(w.page.locator("h2", has_text=summary).first).to_be_attached()
+        expect(w.page.get_by_alt_text("redocly logo")).to_have_count(0)  # hidden, refused
+        assert all("https://cdn.redoc.ly/" in r for r in w.refused), w.refused
