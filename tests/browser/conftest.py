@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import BrowserContext, expect, sync_playwright
 
 from tests.serving import wait_until_up
 
@@ -89,14 +89,20 @@ def chromium() -> str:
 
 
 @pytest.fixture(scope="package")
-def browser(chromium: str) -> Iterator[Browser]:
-    """One headless Chromium for the package's tests (a test opens fresh contexts in it)."""
+def profile(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowserContext]:
+    """One headless Chromium with one profile on disk for the package's tests, which open
+    pages (tabs) in it."""
     with sync_playwright() as pw:
-        launched = pw.chromium.launch(executable_path=chromium, headless=True)
+        context = pw.chromium.launch_persistent_context(
+            tmp_path_factory.mktemp("chromium-profile"),
+            executable_path=chromium,
+            headless=True,
+            viewport={"width": 1440, "height": 1000},
+        )
         try:
-            yield launched
+            yield context
         finally:
-            launched.close()
+            context.close()
 
 
 def _free_port() -> int:

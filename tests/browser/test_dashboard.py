@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect
+from playwright.sync_api import BrowserContext, ConsoleMessage, Page, Request, expect
 
 from statewright import SQLiteStore
 from statewright.types import DeferWrite
@@ -62,11 +62,11 @@ class Watched:
 
 
 @contextmanager
-def dashboard(browser: Browser, server: Server, who: Caller | None) -> Iterator[Watched]:
-    """A fresh browser context (empty sessionStorage) on the dashboard, logged in as ``who``
-    through the token field (None: open mode, no token)."""
-    context = browser.new_context(viewport={"width": 1440, "height": 1000})
-    page = context.new_page()
+def dashboard(profile: BrowserContext, server: Server, who: Caller | None) -> Iterator[Watched]:
+    """A new page (a tab: its sessionStorage, where the dashboard keeps the token, is empty) of
+    the package's browser profile on the dashboard, logged in as ``who`` through the token
+    field (None: open mode, no token)."""
+    page = profile.new_page()
     page.set_default_timeout(TIMEOUT * 1000)
     watched = Watched(page)
 
@@ -97,7 +97,7 @@ def dashboard(browser: Browser, server: Server, who: Caller | None) -> Iterator[
         unexpected = [e for e in watched.errors if "status of 401" not in e]
         assert not unexpected, f"errors in the page: {unexpected}"
     finally:
-        context.close()
+        page.close()
 
 
 def _park(server: Server, wid: str, why: str) -> None:
@@ -127,7 +127,7 @@ def _start(
 
 
 def test_approver_approves_a_paused_refund_in_the_dashboard(
-    server: Server, browser: Browser, tmp_path: Path
+    server: Server, profile: BrowserContext, tmp_path: Path
 ) -> None:
     with httpx.Client(base_url=server.url, timeout=10.0) as api:
         refund = {"order_id": "order-9001", "amount_cents": 25_000, "customer": "ada@example.com"}
@@ -142,8 +142,8 @@ def test_approver_approves_a_paused_refund_in_the_dashboard(
         assert _workflow(api, TICKET)["parked"] == "fatal_error"
         assert _workflow(api, REFUND)["stuck"] is False
 
-        _agent_sees_no_decision(browser, server, api)
-        _approver_decides(browser, server, api, tmp_path)
+        _agent_sees_no_decision(profile, server, api)
+        _approver_decides(profile, server, api, tmp_path)
 
         page = api.get(f"/v1/workflows/{REFUND}/history", headers=APPROVER.headers).json()
         assert page["next_cursor"] is None
@@ -153,8 +153,8 @@ def test_approver_approves_a_paused_refund_in_the_dashboard(
         assert granted[0]["payload"] == {"approver": "maria", "comment": "damaged in transit"}
 
 
-def _agent_sees_no_decision(browser: Browser, server: Server, api: httpx.Client) -> None:
-    with dashboard(browser, server, AGENT) as w:
+def _agent_sees_no_decision(profile: BrowserContext, server: Server, api: httpx.Client) -> None:
+    with dashboard(profile, server, AGENT) as w:
         page = w.page
         expect(page.locator("#whoami")).to_contain_text("may not approve")
         row = page.locator(f'tr.wf-row[data-id="{REFUND}"]')
@@ -180,8 +180,10 @@ def _agent_sees_no_decision(browser: Browser, server: Server, api: httpx.Client)
     assert _workflow(api, REFUND)["state"] == "awaiting_approval"
 
 
-def _approver_decides(browser: Browser, server: Server, api: httpx.Client, tmp_path: Path) -> None:
-    with dashboard(browser, server, APPROVER) as w:
+def _approver_decides(
+    profile: BrowserContext, server: Server, api: httpx.Client, tmp_path: Path
+) -> None:
+    with dashboard(profile, server, APPROVER) as w:
         page = w.page
         expect(page.locator("#whoami")).to_contain_text("may approve")
 
@@ -261,7 +263,7 @@ def _approver_decides(browser: Browser, server: Server, api: httpx.Client, tmp_p
         shutil.copyfile(tmp_path / "dashboard.png", SCREENSHOT)
 
 
-def test_open_mode_needs_no_token_and_denies(open_server: Server, browser: Browser) -> None:
+def test_open_mode_needs_no_token_and_denies(open_server: Server, profile: BrowserContext) -> None:
     """Without tokens the local caller is an admin and approver: no token to enter, and the
     decision buttons are there; denying rejects the refund under the local actor."""
     with httpx.Client(base_url=open_server.url, timeout=10.0) as api:
@@ -271,7 +273,7 @@ def test_open_mode_needs_no_token_and_denies(open_server: Server, browser: Brows
             "the worker paused the refund",
             lambda: _workflow(api, "refund-open-1", None)["state"] == "awaiting_approval",
         )
-        with dashboard(browser, open_server, None) as w:
+        with dashboard(profile, open_server, None) as w:
             page = w.page
             expect(page.locator("#whoami")).to_contain_text("open mode")
             row = page.locator('tr.wf-row[data-id="refund-open-1"]')
@@ -288,7 +290,7 @@ def test_open_mode_needs_no_token_and_denies(open_server: Server, browser: Brows
 
 
 def test_a_long_history_shows_its_latest_transitions(
-    open_server: Server, browser: Browser
+    open_server: Server, profile: BrowserContext
 ) -> None:
     """A workflow with 2,500 transitions: its page fetches the latest 1,000 in pages and says
     how many earlier ones it leaves out."""
@@ -305,7 +307,7 @@ def test_a_long_history_shows_its_latest_transitions(
             db.execute("UPDATE workflows SET version = 2500 WHERE id = 'long-1'")
         db.close()
         assert _workflow(api, "long-1", None)["version"] == 2500
-        with dashboard(browser, open_server, None) as w:
+        with dashboard(profile, open_server, None) as w:
             page = w.page
             page.locator('tr.wf-row[data-id="long-1"] a.wf-link').click()
             rows = page.locator("#history tr.history-row")

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import httpx
-from playwright.sync_api import Browser, ConsoleMessage, Page, Route, expect
+from playwright.sync_api import BrowserContext, ConsoleMessage, Page, Route, expect
 
 from tests.browser.conftest import BROWSER_GROUP, Server
 from tests.browser.test_dashboard import TIMEOUT
@@ -34,9 +34,8 @@ class Offline:
 
 
 @contextmanager
-def offline_page(browser: Browser, server: Server) -> Iterator[Offline]:
-    context = browser.new_context(viewport={"width": 1440, "height": 1000})
-    page = context.new_page()
+def offline_page(profile: BrowserContext, server: Server) -> Iterator[Offline]:
+    page = profile.new_page()
     page.set_default_timeout(TIMEOUT * 1000)
     watched = Offline(page)
 
@@ -48,7 +47,7 @@ def offline_page(browser: Browser, server: Server) -> Iterator[Offline]:
             watched.foreign.append(url)
             route.abort()
 
-    context.route("**/*", only_the_service)
+    profile.route("**/*", only_the_service)  # the profile's, as a worker's requests are too
 
     def console(msg: ConsoleMessage) -> None:
         if msg.type == "error":
@@ -61,7 +60,8 @@ def offline_page(browser: Browser, server: Server) -> Iterator[Offline]:
         assert not watched.foreign, f"requests outside the service: {watched.foreign}"
         assert not watched.errors, f"errors in the page: {watched.errors}"
     finally:
-        context.close()
+        page.close()
+        profile.unroute("**/*", only_the_service)
 
 
 def operations(server: Server) -> list[str]:
@@ -76,11 +76,11 @@ def operations(server: Server) -> list[str]:
 
 
 def test_swagger_ui_and_redoc_render_every_operation_offline(
-    open_server: Server, browser: Browser
+    open_server: Server, profile: BrowserContext
 ) -> None:
     summaries = operations(open_server)
     assert len(summaries) > 10
-    with offline_page(browser, open_server) as w:
+    with offline_page(profile, open_server) as w:
         w.page.goto(f"{open_server.url}/docs")
         expect(w.page.locator(".swagger-ui .info .title")).to_contain_text("statewright")
         expect(w.page.locator(".opblock")).to_have_count(len(summaries))
@@ -89,7 +89,7 @@ def test_swagger_ui_and_redoc_render_every_operation_offline(
                 w.page.locator(".opblock-summary-description", has_text=summary).first
             ).to_be_attached()
         assert not w.refused, w.refused
-    with offline_page(browser, open_server) as w:
+    with offline_page(profile, open_server) as w:
         w.page.goto(f"{open_server.url}/redoc")
         expect(w.page.locator("h1").first).to_contain_text("statewright")
         for summary in summaries:

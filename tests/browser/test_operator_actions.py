@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import httpx
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import BrowserContext, expect
 
 from tests.browser.conftest import ADMIN, AGENT, APPROVER, BROWSER_GROUP, Server
 from tests.browser.test_dashboard import _park, _start, _workflow, dashboard
@@ -32,7 +32,7 @@ def _history(api: httpx.Client, wid: str) -> list[dict[str, Any]]:
 
 
 def test_operator_resumes_forks_and_moves_in_the_dashboard(
-    ops_server: Server, browser: Browser
+    ops_server: Server, profile: BrowserContext
 ) -> None:
     server = ops_server
     with httpx.Client(base_url=server.url, timeout=10.0) as api:
@@ -43,7 +43,7 @@ def test_operator_resumes_forks_and_moves_in_the_dashboard(
         assert _workflow(api, TICKET)["operator_actions"] == ["resume", "fork"]
         assert _workflow(api, TICKET, ADMIN)["operator_actions"] == ["resume", "fork", "move"]
 
-        with dashboard(browser, server, AGENT) as w:
+        with dashboard(profile, server, AGENT) as w:
             page = w.page
             page.goto(f"{server.url}/ui/#/workflows/{TICKET}")
             expect(page.locator("#wf-state")).to_have_text("open")
@@ -55,7 +55,7 @@ def test_operator_resumes_forks_and_moves_in_the_dashboard(
         )
         assert refused.status_code == 403, refused.text
 
-        with dashboard(browser, server, APPROVER) as w:
+        with dashboard(profile, server, APPROVER) as w:
             page = w.page
             page.goto(f"{server.url}/ui/#/workflows/{TICKET}")
             expect(page.locator("#wf-parked")).to_have_text("parked: fatal_error")
@@ -100,7 +100,7 @@ def test_operator_resumes_forks_and_moves_in_the_dashboard(
             expect(forked).to_have_count(1)
             expect(forked.locator(".actor")).to_have_text("maria")
 
-        with dashboard(browser, server, ADMIN) as w:
+        with dashboard(profile, server, ADMIN) as w:
             page = w.page
             page.goto(f"{server.url}/ui/#/workflows/{TICKET}")
             expect(page.locator("#wf-state")).to_have_text("open")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 import httpx
-from playwright.sync_api import Browser, expect
+from playwright.sync_api import BrowserContext, expect
 
 from statewright import SQLiteStore
 from statewright.types import DeferWrite, StepFinish
@@ -64,7 +64,7 @@ def _step(api: httpx.Client, wid: str) -> dict[str, object]:
 
 
 def test_operator_answers_for_a_step_of_unknown_outcome_in_the_dashboard(
-    ops_server: Server, browser: Browser
+    ops_server: Server, profile: BrowserContext
 ) -> None:
     server = ops_server
     with httpx.Client(base_url=server.url, timeout=10.0) as api:
@@ -79,7 +79,7 @@ def test_operator_answers_for_a_step_of_unknown_outcome_in_the_dashboard(
         )
         assert wf["operator_actions"] == ["resolve_step", "fork"]
 
-        with dashboard(browser, server, AGENT) as w:
+        with dashboard(profile, server, AGENT) as w:
             page = w.page
             page.goto(f"{server.url}/ui/#/workflows/{PAID}")
             expect(page.locator("#wf-parked")).to_have_text("parked: step_outcome_unknown")
@@ -90,7 +90,7 @@ def test_operator_answers_for_a_step_of_unknown_outcome_in_the_dashboard(
         refused = api.post(url, json=body, headers=AGENT.headers)
         assert refused.status_code == 403, refused.text
 
-        with dashboard(browser, server, APPROVER) as w:
+        with dashboard(profile, server, APPROVER) as w:
             page = w.page
             # The list: stuck at once (its state's threshold is a day), marked parked.
             expect(page.locator("#stat-stuck .stat-value")).to_have_text("2")
