@@ -137,12 +137,14 @@ def test_approver_approves_a_paused_refund_in_the_dashboard(
             "the worker paused the refund",
             lambda: _workflow(api, REFUND)["state"] == "awaiting_approval",
         )
+        # The agent looks first (at the refund only): its ticket is stuck after a second,
+        # and that second passes meanwhile instead of in a wait of its own.
+        _agent_sees_no_decision(profile, server, api)
+
         _until("the ticket is stuck", lambda: _workflow(api, TICKET)["stuck"] is True)
         _park(server, TICKET, "fatal_error")
         assert _workflow(api, TICKET)["parked"] == "fatal_error"
         assert _workflow(api, REFUND)["stuck"] is False
-
-        _agent_sees_no_decision(profile, server, api)
         _approver_decides(profile, server, api, tmp_path)
 
         page = api.get(f"/v1/workflows/{REFUND}/history", headers=APPROVER.headers).json()
