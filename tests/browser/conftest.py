@@ -105,11 +105,26 @@ def profile(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator
             context.close()
 
 
-def _free_port() -> int:
+def _free_port(preferred: int = 0) -> int:
+    """``preferred`` when nothing listens on it (as the service binds: SO_REUSEADDR, so a
+    closed connection of an earlier service there is no hindrance), else any free port."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", preferred))
+        except OSError:
+            s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+@pytest.fixture(scope="package")
+def service_port() -> int:
+    """The port of the package's services of one test each, taken one after the other: the
+    browser profile keeps the code it compiled for a script by the script's URL, so the
+    dashboard's Mermaid (3.5 MB, 1-2 s of a core to compile) is compiled for the first of them
+    only. A service finds it taken by another process now and then: it takes another one."""
+    return _free_port()
 
 
 def _env() -> dict[str, str]:
@@ -138,9 +153,9 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
 
 
 @contextmanager
-def serve(tmp_path: Path, callers: tuple[Caller, ...] | None) -> Iterator[Server]:
-    """``statewright serve --worker`` on a free port over a fresh SQLite file, with a tokens
-    file for ``callers`` (None: open mode, no tokens)."""
+def serve(tmp_path: Path, callers: tuple[Caller, ...] | None, port: int = 0) -> Iterator[Server]:
+    """``statewright serve --worker`` on a free port (``port`` if it is free) over a fresh
+    SQLite file, with a tokens file for ``callers`` (None: open mode, no tokens)."""
     options = []
     if callers is not None:
         tokens = tmp_path / "tokens.yaml"
@@ -151,8 +166,8 @@ def serve(tmp_path: Path, callers: tuple[Caller, ...] | None) -> Iterator[Server
         tokens.write_text(yaml.safe_dump({"tokens": entries}))
         options = ["--tokens", str(tokens)]
     log = tmp_path / "serve.log"
-    for _attempt in range(3):  # another process may take the free port before we bind it
-        port = _free_port()
+    for attempt in range(3):  # another process may take the free port before we bind it
+        port = _free_port(port if attempt == 0 else 0)
         cmd = [
             sys.executable,
             "-m",
@@ -185,17 +200,17 @@ def serve(tmp_path: Path, callers: tuple[Caller, ...] | None) -> Iterator[Server
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
+def server(tmp_path: Path, service_port: int) -> Iterator[Server]:
     """The service with two tokens: an approver's and an agent's."""
-    with serve(tmp_path, (APPROVER, AGENT)) as running:
+    with serve(tmp_path, (APPROVER, AGENT), service_port) as running:
         yield running
 
 
 @pytest.fixture
-def ops_server(tmp_path: Path) -> Iterator[Server]:
+def ops_server(tmp_path: Path, service_port: int) -> Iterator[Server]:
     """The service with an operator's (maria: approver and operator), an agent's and an
     admin's token."""
-    with serve(tmp_path, (APPROVER, AGENT, ADMIN)) as running:
+    with serve(tmp_path, (APPROVER, AGENT, ADMIN), service_port) as running:
         yield running
 
 
