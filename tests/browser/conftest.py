@@ -3,14 +3,16 @@
 Chromium must be at ``/usr/bin/chromium`` (``./scripts/test`` installs it); without it the
 tests fail, they never skip. Playwright cannot download browsers here, so it launches that one.
 
-One Playwright and one Chromium serve every test of this package (``browser``; each test opens
-fresh contexts of its own), and one open-mode service the tests that only add their own
+One Playwright and one Chromium, with one browser profile, serve every test of this package
+(``profile``: a test opens new pages in it, each with an empty sessionStorage, where the
+dashboard keeps its token), and one open-mode service the tests that only add their own
 workflows to it (``open_server``); a test that counts what the service holds gets a service of
-its own (``server``, ``ops_server``). The package's tests run on one pytest-xdist worker, one
-after the other (``BROWSER_GROUP``), so that they are started once per run rather than once per
-test. Both are package-scoped, not session-scoped: Playwright's sync API marks an event loop as
-running in this thread while it is started, where ``asyncio.run`` then fails, so it is stopped
-as soon as the worker leaves the package (and the idle service's worker stops polling).
+its own (``server``, ``ops_server``), on the same port as the one before it (``service_port``).
+The package's tests run on one pytest-xdist worker, one after the other (``BROWSER_GROUP``), so
+that these are started once per run rather than once per test. They are package-scoped, not
+session-scoped: Playwright's sync API marks an event loop as running in this thread while it
+is started (``asyncio.run`` then fails: the helpers that use a store run it in a thread of its
+own), so it is stopped as soon as the worker leaves the package.
 """
 
 from __future__ import annotations
