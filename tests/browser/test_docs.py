@@ -48,7 +48,7 @@ def offline_page(profile: BrowserContext, server: Server) -> Iterator[Offline]:
             watched.foreign.append(url)
             route.abort()
 
-    profile.route("**/*", only_the_service)  # the profile's, as a worker's requests are too
+    profile.route("**/*", only_the_service)  # on the profile: its pages' workers too
 
     def console(msg: ConsoleMessage) -> None:
         if msg.type == "error":
