@@ -2,6 +2,17 @@
 
 Chromium must be at ``/usr/bin/chromium`` (``./scripts/test`` installs it); without it the
 tests fail, they never skip. Playwright cannot download browsers here, so it launches that one.
+
+One Playwright and one Chromium, with one browser profile, serve every test of this package
+(``profile``: a test opens new pages in it, each with an empty sessionStorage, where the
+dashboard keeps its token), and one open-mode service the tests that only add their own
+workflows to it (``open_server``); a test that counts what the service holds gets a service of
+its own (``server``, ``ops_server``), on the same port as the one before it (``service_port``).
+The package's tests run on one pytest-xdist worker, one after the other (``BROWSER_GROUP``), so
+that these are started once per run rather than once per test. They are package-scoped, not
+session-scoped: Playwright's sync API marks an event loop as running in this thread while it
+is started (``asyncio.run`` then fails: the helpers that use a store run it in a thread of its
+own), so it is stopped as soon as the worker leaves the package.
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from playwright.sync_api import expect
+from playwright.sync_api import BrowserContext, expect, sync_playwright
 
 from tests.serving import wait_until_up
 
@@ -36,6 +47,9 @@ EXPECT_TIMEOUT = 15.0
 the server's answer and the page's refresh share two cores with the rest of the parallel
 suite; what is expected is the same, only a slow page is no longer a failure."""
 expect.set_options(timeout=EXPECT_TIMEOUT * 1000)
+BROWSER_GROUP = pytest.mark.xdist_group("browser")
+"""Every module of the package is marked with it: one worker runs them all (tests/conftest.py),
+with one Chromium and one open-mode service."""
 
 
 @dataclass(frozen=True)
@@ -76,11 +90,43 @@ def chromium() -> str:
     return str(CHROMIUM)
 
 
-def _free_port() -> int:
+@pytest.fixture(scope="package")
+def profile(chromium: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowserContext]:
+    """One headless Chromium with one profile on disk for the package's tests, which open
+    pages (tabs) in it."""
+    with sync_playwright() as pw:
+        context = pw.chromium.launch_persistent_context(
+            tmp_path_factory.mktemp("chromium-profile"),
+            executable_path=chromium,
+            headless=True,
+            viewport={"width": 1440, "height": 1000},
+        )
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+def _free_port(preferred: int = 0) -> int:
+    """``preferred`` when nothing listens on it (as the service binds: SO_REUSEADDR, so a
+    closed connection of an earlier service there is no hindrance), else any free port."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", preferred))
+        except OSError:
+            s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+@pytest.fixture(scope="package")
+def service_port() -> int:
+    """The port of the package's services of one test each, taken one after the other: the
+    browser profile keeps the code it compiled for a script by the script's URL, so the
+    dashboard's Mermaid (3.5 MB, 1-2 s of a core to compile) is compiled for the first of them
+    only. A service finds it taken by another process now and then: it takes another one."""
+    return _free_port()
 
 
 def _env() -> dict[str, str]:
@@ -109,9 +155,9 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
 
 
 @contextmanager
-def serve(tmp_path: Path, callers: tuple[Caller, ...] | None) -> Iterator[Server]:
-    """``statewright serve --worker`` on a free port over a fresh SQLite file, with a tokens
-    file for ``callers`` (None: open mode, no tokens)."""
+def serve(tmp_path: Path, callers: tuple[Caller, ...] | None, port: int = 0) -> Iterator[Server]:
+    """``statewright serve --worker`` on a free port (``port`` if it is free) over a fresh
+    SQLite file, with a tokens file for ``callers`` (None: open mode, no tokens)."""
     options = []
     if callers is not None:
         tokens = tmp_path / "tokens.yaml"
@@ -122,8 +168,8 @@ def serve(tmp_path: Path, callers: tuple[Caller, ...] | None) -> Iterator[Server
         tokens.write_text(yaml.safe_dump({"tokens": entries}))
         options = ["--tokens", str(tokens)]
     log = tmp_path / "serve.log"
-    for _attempt in range(3):  # another process may take the free port before we bind it
-        port = _free_port()
+    for attempt in range(3):  # another process may take the free port before we bind it
+        port = _free_port(port if attempt == 0 else 0)
         cmd = [
             sys.executable,
             "-m",
@@ -156,22 +202,24 @@ def serve(tmp_path: Path, callers: tuple[Caller, ...] | None) -> Iterator[Server
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
+def server(tmp_path: Path, service_port: int) -> Iterator[Server]:
     """The service with two tokens: an approver's and an agent's."""
-    with serve(tmp_path, (APPROVER, AGENT)) as running:
+    with serve(tmp_path, (APPROVER, AGENT), service_port) as running:
         yield running
 
 
 @pytest.fixture
-def ops_server(tmp_path: Path) -> Iterator[Server]:
+def ops_server(tmp_path: Path, service_port: int) -> Iterator[Server]:
     """The service with an operator's (maria: approver and operator), an agent's and an
     admin's token."""
-    with serve(tmp_path, (APPROVER, AGENT, ADMIN)) as running:
+    with serve(tmp_path, (APPROVER, AGENT, ADMIN), service_port) as running:
         yield running
 
 
-@pytest.fixture
-def open_server(tmp_path: Path) -> Iterator[Server]:
-    """The service in open mode (no tokens: every local caller is an admin and approver)."""
-    with serve(tmp_path, None) as running:
+@pytest.fixture(scope="package")
+def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The service in open mode (no tokens: every local caller is an admin and approver),
+    shared by the tests that use it: each starts workflows of its own ids and looks at those
+    only (none counts what the service holds)."""
+    with serve(tmp_path_factory.mktemp("open_server"), None) as running:
         yield running

@@ -10,7 +10,6 @@ approver's name.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import shutil
 import sqlite3
@@ -22,11 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from playwright.sync_api import Browser, ConsoleMessage, Page, Request, expect, sync_playwright
+from playwright.sync_api import BrowserContext, ConsoleMessage, Page, Request, expect
 
 from statewright import SQLiteStore
 from statewright.types import DeferWrite
-from tests.browser.conftest import AGENT, APPROVER, ROOT, Caller, Server
+from tests.browser.conftest import AGENT, APPROVER, BROWSER_GROUP, ROOT, Caller, Server
+from tests.conftest import run_async
+
+pytestmark = BROWSER_GROUP
 
 REFUND = "refund-big-1"
 TICKET = "ticket-1"
@@ -60,21 +62,11 @@ class Watched:
 
 
 @contextmanager
-def chromium_browser(path: str) -> Iterator[Browser]:
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=path, headless=True)
-        try:
-            yield browser
-        finally:
-            browser.close()
-
-
-@contextmanager
-def dashboard(browser: Browser, server: Server, who: Caller | None) -> Iterator[Watched]:
-    """A fresh browser context (empty sessionStorage) on the dashboard, logged in as ``who``
-    through the token field (None: open mode, no token)."""
-    context = browser.new_context(viewport={"width": 1440, "height": 1000})
-    page = context.new_page()
+def dashboard(profile: BrowserContext, server: Server, who: Caller | None) -> Iterator[Watched]:
+    """A new page (a tab: its sessionStorage, where the dashboard keeps the token, is empty) of
+    the package's browser profile on the dashboard, logged in as ``who`` through the token
+    field (None: open mode, no token)."""
+    page = profile.new_page()
     page.set_default_timeout(TIMEOUT * 1000)
     watched = Watched(page)
 
@@ -105,11 +97,12 @@ def dashboard(browser: Browser, server: Server, who: Caller | None) -> Iterator[
         unexpected = [e for e in watched.errors if "status of 401" not in e]
         assert not unexpected, f"errors in the page: {unexpected}"
     finally:
-        context.close()
+        page.close()
 
 
 def _park(server: Server, wid: str, why: str) -> None:
-    """Park a workflow for an operator, as a worker would, in the service's own database."""
+    """Park a workflow for an operator, as a worker would, in the service's own database (in
+    a thread of its own: Playwright's sync API marks an event loop running in this one)."""
 
     async def go() -> None:
         store = SQLiteStore(server.log.with_name("dashboard.db"))
@@ -122,7 +115,7 @@ def _park(server: Server, wid: str, why: str) -> None:
         finally:
             await store.close()
 
-    asyncio.run(go())
+    run_async(go)
 
 
 def _start(
@@ -134,7 +127,7 @@ def _start(
 
 
 def test_approver_approves_a_paused_refund_in_the_dashboard(
-    server: Server, chromium: str, tmp_path: Path
+    server: Server, profile: BrowserContext, tmp_path: Path
 ) -> None:
     with httpx.Client(base_url=server.url, timeout=10.0) as api:
         refund = {"order_id": "order-9001", "amount_cents": 25_000, "customer": "ada@example.com"}
@@ -144,14 +137,15 @@ def test_approver_approves_a_paused_refund_in_the_dashboard(
             "the worker paused the refund",
             lambda: _workflow(api, REFUND)["state"] == "awaiting_approval",
         )
+        # The agent looks first (at the refund only): its ticket is stuck after a second,
+        # and that second passes meanwhile instead of in a wait of its own.
+        _agent_sees_no_decision(profile, server, api)
+
         _until("the ticket is stuck", lambda: _workflow(api, TICKET)["stuck"] is True)
         _park(server, TICKET, "fatal_error")
         assert _workflow(api, TICKET)["parked"] == "fatal_error"
         assert _workflow(api, REFUND)["stuck"] is False
-
-        with chromium_browser(chromium) as browser:
-            _agent_sees_no_decision(browser, server, api)
-            _approver_decides(browser, server, api, tmp_path)
+        _approver_decides(profile, server, api, tmp_path)
 
         page = api.get(f"/v1/workflows/{REFUND}/history", headers=APPROVER.headers).json()
         assert page["next_cursor"] is None
@@ -161,8 +155,8 @@ def test_approver_approves_a_paused_refund_in_the_dashboard(
         assert granted[0]["payload"] == {"approver": "maria", "comment": "damaged in transit"}
 
 
-def _agent_sees_no_decision(browser: Browser, server: Server, api: httpx.Client) -> None:
-    with dashboard(browser, server, AGENT) as w:
+def _agent_sees_no_decision(profile: BrowserContext, server: Server, api: httpx.Client) -> None:
+    with dashboard(profile, server, AGENT) as w:
         page = w.page
         expect(page.locator("#whoami")).to_contain_text("may not approve")
         row = page.locator(f'tr.wf-row[data-id="{REFUND}"]')
@@ -188,8 +182,10 @@ def _agent_sees_no_decision(browser: Browser, server: Server, api: httpx.Client)
     assert _workflow(api, REFUND)["state"] == "awaiting_approval"
 
 
-def _approver_decides(browser: Browser, server: Server, api: httpx.Client, tmp_path: Path) -> None:
-    with dashboard(browser, server, APPROVER) as w:
+def _approver_decides(
+    profile: BrowserContext, server: Server, api: httpx.Client, tmp_path: Path
+) -> None:
+    with dashboard(profile, server, APPROVER) as w:
         page = w.page
         expect(page.locator("#whoami")).to_contain_text("may approve")
 
@@ -269,7 +265,7 @@ def _approver_decides(browser: Browser, server: Server, api: httpx.Client, tmp_p
         shutil.copyfile(tmp_path / "dashboard.png", SCREENSHOT)
 
 
-def test_open_mode_needs_no_token_and_denies(open_server: Server, chromium: str) -> None:
+def test_open_mode_needs_no_token_and_denies(open_server: Server, profile: BrowserContext) -> None:
     """Without tokens the local caller is an admin and approver: no token to enter, and the
     decision buttons are there; denying rejects the refund under the local actor."""
     with httpx.Client(base_url=open_server.url, timeout=10.0) as api:
@@ -279,7 +275,7 @@ def test_open_mode_needs_no_token_and_denies(open_server: Server, chromium: str)
             "the worker paused the refund",
             lambda: _workflow(api, "refund-open-1", None)["state"] == "awaiting_approval",
         )
-        with chromium_browser(chromium) as browser, dashboard(browser, open_server, None) as w:
+        with dashboard(profile, open_server, None) as w:
             page = w.page
             expect(page.locator("#whoami")).to_contain_text("open mode")
             row = page.locator('tr.wf-row[data-id="refund-open-1"]')
@@ -295,7 +291,9 @@ def test_open_mode_needs_no_token_and_denies(open_server: Server, chromium: str)
         assert _workflow(api, "refund-open-1", None)["state"] == "rejected"
 
 
-def test_a_long_history_shows_its_latest_transitions(open_server: Server, chromium: str) -> None:
+def test_a_long_history_shows_its_latest_transitions(
+    open_server: Server, profile: BrowserContext
+) -> None:
     """A workflow with 2,500 transitions: its page fetches the latest 1,000 in pages and says
     how many earlier ones it leaves out."""
     with httpx.Client(base_url=open_server.url, timeout=10.0) as api:
@@ -311,7 +309,7 @@ def test_a_long_history_shows_its_latest_transitions(open_server: Server, chromi
             db.execute("UPDATE workflows SET version = 2500 WHERE id = 'long-1'")
         db.close()
         assert _workflow(api, "long-1", None)["version"] == 2500
-        with chromium_browser(chromium) as browser, dashboard(browser, open_server, None) as w:
+        with dashboard(profile, open_server, None) as w:
             page = w.page
             page.locator('tr.wf-row[data-id="long-1"] a.wf-link').click()
             rows = page.locator("#history tr.history-row")

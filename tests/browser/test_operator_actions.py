@@ -15,10 +15,12 @@ import time
 from typing import Any
 
 import httpx
-from playwright.sync_api import expect
+from playwright.sync_api import BrowserContext, expect
 
-from tests.browser.conftest import ADMIN, AGENT, APPROVER, Server
-from tests.browser.test_dashboard import _park, _start, _workflow, chromium_browser, dashboard
+from tests.browser.conftest import ADMIN, AGENT, APPROVER, BROWSER_GROUP, Server
+from tests.browser.test_dashboard import _park, _start, _workflow, dashboard
+
+pytestmark = BROWSER_GROUP
 
 TICKET = "ticket-ops-1"
 
@@ -30,7 +32,7 @@ def _history(api: httpx.Client, wid: str) -> list[dict[str, Any]]:
 
 
 def test_operator_resumes_forks_and_moves_in_the_dashboard(
-    ops_server: Server, chromium: str
+    ops_server: Server, profile: BrowserContext
 ) -> None:
     server = ops_server
     with httpx.Client(base_url=server.url, timeout=10.0) as api:
@@ -41,77 +43,76 @@ def test_operator_resumes_forks_and_moves_in_the_dashboard(
         assert _workflow(api, TICKET)["operator_actions"] == ["resume", "fork"]
         assert _workflow(api, TICKET, ADMIN)["operator_actions"] == ["resume", "fork", "move"]
 
-        with chromium_browser(chromium) as browser:
-            with dashboard(browser, server, AGENT) as w:
-                page = w.page
-                page.goto(f"{server.url}/ui/#/workflows/{TICKET}")
-                expect(page.locator("#wf-state")).to_have_text("open")
-                expect(page.locator("#operator-actions")).to_have_count(0)
-            refused = api.post(
-                f"/v1/workflows/{TICKET}/resume",
-                json={"reason": "let me"},
-                headers=AGENT.headers,
+        with dashboard(profile, server, AGENT) as w:
+            page = w.page
+            page.goto(f"{server.url}/ui/#/workflows/{TICKET}")
+            expect(page.locator("#wf-state")).to_have_text("open")
+            expect(page.locator("#operator-actions")).to_have_count(0)
+        refused = api.post(
+            f"/v1/workflows/{TICKET}/resume",
+            json={"reason": "let me"},
+            headers=AGENT.headers,
+        )
+        assert refused.status_code == 403, refused.text
+
+        with dashboard(profile, server, APPROVER) as w:
+            page = w.page
+            page.goto(f"{server.url}/ui/#/workflows/{TICKET}")
+            expect(page.locator("#wf-parked")).to_have_text("parked: fatal_error")
+            expect(page.locator("#operator-actions")).to_be_visible()
+            expect(page.locator("#op-move")).to_have_count(0)  # admins only
+            # No reason, no action.
+            page.click("#op-resume")
+            expect(page.locator("#op-status")).to_contain_text("Give a reason")
+            assert _workflow(api, TICKET)["parked"] == "fatal_error"
+
+            page.fill("#op-reason", "the printer is back")
+            page.click("#op-resume")
+            expect(page.locator("#banner")).to_contain_text("Resumed")
+            resumed = page.locator('#history tr.history-row[data-event="$resume"]')
+            expect(resumed).to_have_count(1)
+            expect(resumed.locator(".actor")).to_have_text("maria")
+            expect(resumed).to_contain_text("the printer is back")
+            expect(page.locator("#wf-parked")).to_have_count(0)
+
+            # A step done after version 1 would run again in a fork from it: refused,
+            # naming the step, until the box says that is meant.
+            _done_step(server, TICKET, "notify")
+            page.fill("#op-reason", "try it again from the start")
+            page.fill("#op-fork-version", "1")
+            expect(page.locator("label[for=op-fork-rerun]")).to_contain_text("run again")
+            page.click("#op-fork")
+            expect(page.locator("#banner")).to_contain_text("steps_would_rerun")
+            expect(page.locator("#banner")).to_contain_text("'notify'")
+            # The refusal's 409 is logged by the browser: expected here, and only here.
+            w.errors[:] = [e for e in w.errors if "status of 409" not in e]
+            assert (
+                api.get(f"/v1/workflows/{TICKET}.fork-1", headers=APPROVER.headers).status_code
+                == 404
             )
-            assert refused.status_code == 403, refused.text
+            page.check("#op-fork-rerun")
+            page.click("#op-fork")
+            fork_id = f"{TICKET}.fork-1"
+            expect(page).to_have_url(re.compile(rf"#/workflows/{re.escape(fork_id)}$"))
+            expect(page.locator("#banner")).to_contain_text(f"into {fork_id}")
+            expect(page.locator("#wf-id")).to_have_text(fork_id)
+            forked = page.locator('#history tr.history-row[data-event="$fork"]')
+            expect(forked).to_have_count(1)
+            expect(forked.locator(".actor")).to_have_text("maria")
 
-            with dashboard(browser, server, APPROVER) as w:
-                page = w.page
-                page.goto(f"{server.url}/ui/#/workflows/{TICKET}")
-                expect(page.locator("#wf-parked")).to_have_text("parked: fatal_error")
-                expect(page.locator("#operator-actions")).to_be_visible()
-                expect(page.locator("#op-move")).to_have_count(0)  # admins only
-                # No reason, no action.
-                page.click("#op-resume")
-                expect(page.locator("#op-status")).to_contain_text("Give a reason")
-                assert _workflow(api, TICKET)["parked"] == "fatal_error"
-
-                page.fill("#op-reason", "the printer is back")
-                page.click("#op-resume")
-                expect(page.locator("#banner")).to_contain_text("Resumed")
-                resumed = page.locator('#history tr.history-row[data-event="$resume"]')
-                expect(resumed).to_have_count(1)
-                expect(resumed.locator(".actor")).to_have_text("maria")
-                expect(resumed).to_contain_text("the printer is back")
-                expect(page.locator("#wf-parked")).to_have_count(0)
-
-                # A step done after version 1 would run again in a fork from it: refused,
-                # naming the step, until the box says that is meant.
-                _done_step(server, TICKET, "notify")
-                page.fill("#op-reason", "try it again from the start")
-                page.fill("#op-fork-version", "1")
-                expect(page.locator("label[for=op-fork-rerun]")).to_contain_text("run again")
-                page.click("#op-fork")
-                expect(page.locator("#banner")).to_contain_text("steps_would_rerun")
-                expect(page.locator("#banner")).to_contain_text("'notify'")
-                # The refusal's 409 is logged by the browser: expected here, and only here.
-                w.errors[:] = [e for e in w.errors if "status of 409" not in e]
-                assert (
-                    api.get(f"/v1/workflows/{TICKET}.fork-1", headers=APPROVER.headers).status_code
-                    == 404
-                )
-                page.check("#op-fork-rerun")
-                page.click("#op-fork")
-                fork_id = f"{TICKET}.fork-1"
-                expect(page).to_have_url(re.compile(rf"#/workflows/{re.escape(fork_id)}$"))
-                expect(page.locator("#banner")).to_contain_text(f"into {fork_id}")
-                expect(page.locator("#wf-id")).to_have_text(fork_id)
-                forked = page.locator('#history tr.history-row[data-event="$fork"]')
-                expect(forked).to_have_count(1)
-                expect(forked.locator(".actor")).to_have_text("maria")
-
-            with dashboard(browser, server, ADMIN) as w:
-                page = w.page
-                page.goto(f"{server.url}/ui/#/workflows/{TICKET}")
-                expect(page.locator("#wf-state")).to_have_text("open")
-                page.fill("#op-reason", "closed by hand: duplicate")
-                page.select_option("#op-move-state", "closed")
-                page.click("#op-move")
-                expect(page.locator("#wf-state")).to_have_text("closed")
-                moved = page.locator('#history tr.history-row[data-event="$move"]')
-                expect(moved).to_have_count(1)
-                expect(moved.locator(".actor")).to_have_text("root")
-                expect(page.locator("#op-resume")).to_have_count(0)  # finished: fork only
-                expect(page.locator("#op-fork")).to_be_visible()
+        with dashboard(profile, server, ADMIN) as w:
+            page = w.page
+            page.goto(f"{server.url}/ui/#/workflows/{TICKET}")
+            expect(page.locator("#wf-state")).to_have_text("open")
+            page.fill("#op-reason", "closed by hand: duplicate")
+            page.select_option("#op-move-state", "closed")
+            page.click("#op-move")
+            expect(page.locator("#wf-state")).to_have_text("closed")
+            moved = page.locator('#history tr.history-row[data-event="$move"]')
+            expect(moved).to_have_count(1)
+            expect(moved.locator(".actor")).to_have_text("root")
+            expect(page.locator("#op-resume")).to_have_count(0)  # finished: fork only
+            expect(page.locator("#op-fork")).to_be_visible()
 
         events = [(t["event"], t["actor"]) for t in _history(api, TICKET)]
         assert ("$resume", "maria") in events
