@@ -63,9 +63,11 @@ def _dsn(request: pytest.FixtureRequest) -> str:
 
 
 def test_bench_sqlite(tmp_path: Path) -> None:
-    # On a disk (the script refuses tmpfs), but synchronous=OFF: the same code, no fsyncs.
+    # On a disk that the script chooses (it refuses tmpfs, where scripts/test puts the temp
+    # folder: then <repo>/.statewright/bench, its own folder removed after), but
+    # synchronous=OFF: the same code, no fsyncs.
     options = "--transitions 20 --repeat 1 --clients 1,4 --modes OFF"
-    _run(tmp_path, f"bench/bench_sqlite.py {options}", "--dir", str(tmp_path))
+    _run(tmp_path, f"bench/bench_sqlite.py {options}")
 
 
 def test_bench_postgres(tmp_path: Path, request: pytest.FixtureRequest) -> None:
