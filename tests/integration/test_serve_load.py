@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import select
 import socket
 import statistics
 import subprocess
@@ -47,11 +48,12 @@ ROUNDS = 30
 LINES = 2500
 READERS = 8
 SSE_EVENTS = 200
-LOAD_SECONDS = 4.0
-"""How long the readers read; what they are reading then is cut off (before, each finished
-its round: 8-20 s in all, the probes' last seconds under a load that thinned out). One round of
-a reader (a 28 MB stream, or four pages of up to 4 MiB) takes longer than that here: all eight
-are at it the whole time, and the server's memory is within a few MB of its peak 2-4 s in."""
+LOAD_SECONDS = 5.0
+"""How long the readers read once the server is at all of them; what they are reading then is
+cut off (before: each finished its round, 8-20 s in all here, the probes' last seconds under a
+load that thinned out). One round of a reader (a 28 MB stream, or four pages of up to 4 MiB)
+takes longer than that here: all eight are at it the whole time, and the server's memory is
+within a few MB of its peak 2-4 s in."""
 PROBE_EVERY = 0.05
 TIMEOUT = 60.0
 PROBE_P50 = 0.5
@@ -143,69 +145,82 @@ async def _moved_on(store: Any, wid: str, version: int, at: float) -> None:
 # -- the load (run as a script in a process of its own) -------------------------------------
 
 
-async def _reader(url: str, i: int, sent: Callable[[], None], done: list[int]) -> None:
+async def _reader(url: str, i: int, begun: Callable[[], None], got: list[int]) -> None:
     """One viewer, until it is cancelled: large history pages, the log, a workflow list,
-    /metrics; half of them follow the SSE stream from the start instead. Calls ``sent`` when
-    its first request goes out; counts the requests answered in ``done[i]``."""
+    /metrics; half of them follow the SSE stream from the start instead. Calls ``begun`` once
+    the server is at its first request: a stream's headers are back (the server sends them
+    before it reads), a page request is sent (its answer comes once the page is read). Adds
+    the bytes it reads to ``got[i]``."""
     headers = {"Authorization": f"Bearer viewer-token-{i}"}
+    streams = i < READERS // 2
     first = True
 
-    async def on_request(request: httpx.Request) -> None:
+    async def hook(_: httpx.Request | httpx.Response) -> None:
         nonlocal first
         if first:
             first = False
-            sent()
+            begun()
 
+    hooks = {"response" if streams else "request": [hook]}
     async with httpx.AsyncClient(
-        base_url=url, headers=headers, timeout=TIMEOUT, event_hooks={"request": [on_request]}
+        base_url=url, headers=headers, timeout=TIMEOUT, event_hooks=hooks
     ) as api:
         while True:
-            if i < READERS // 2:
+            if streams:
                 params = {"after": 0, "limit": SSE_EVENTS}
                 async with api.stream("GET", "/v1/stream", params=params) as r:
                     assert r.status_code == 200
-                    async for _ in r.aiter_bytes():
-                        pass
-                done[i] += 1
+                    async for chunk in r.aiter_bytes():
+                        got[i] += len(chunk)
             else:
                 wid = f"big-{random.randrange(WORKFLOWS)}"
-                r = await api.get(f"/v1/workflows/{wid}/history", params={"limit": 1000})
-                assert r.status_code == 200, r.text
-                r = await api.get("/v1/transitions", params={"limit": 1000})
-                assert r.status_code == 200, r.text
-                r = await api.get("/v1/workflows", params={"limit": 1000})
-                assert r.status_code == 200, r.text
-                assert (await api.get("/metrics")).status_code == 200
-                done[i] += 4
+                for path, params in (
+                    (f"/v1/workflows/{wid}/history", {"limit": 1000}),
+                    ("/v1/transitions", {"limit": 1000}),
+                    ("/v1/workflows", {"limit": 1000}),
+                    ("/metrics", {}),
+                ):
+                    r = await api.get(path, params=params)
+                    assert r.status_code == 200, r.text
+                    got[i] += len(r.content)
 
 
 READY, AT_IT = "ready", "at it"
-"""What the load prints once it has started (and waits for a line on stdin), and once every
-reader's first request is on its way."""
+"""What the load prints once it has started (and waits for a line on stdin), and once the
+server is at every reader's first request."""
 
 
 async def _load(url: str, seconds: float) -> None:
-    """Waits for a line on stdin (the test runs alone by then), then reads for ``seconds``
-    and cuts the readers off; a reader's failure fails the load."""
+    """Waits for a line on stdin (the test runs alone by then), starts the readers, and
+    cuts them off ``seconds`` after the server is at all of them; a reader's failure fails
+    the load."""
     print(READY, flush=True)
     sys.stdin.readline()
-    done = [0] * READERS
+    got = [0] * READERS
     waiting = READERS
+    at_it = asyncio.Event()
 
-    def sent() -> None:
+    def begun() -> None:
         nonlocal waiting
         waiting -= 1
         if waiting == 0:
-            print(AT_IT, flush=True)
+            at_it.set()
 
-    readers = [asyncio.create_task(_reader(url, i, sent, done)) for i in range(READERS)]
-    ended, _ = await asyncio.wait(readers, timeout=seconds, return_when=asyncio.FIRST_EXCEPTION)
-    for reader in readers:
-        reader.cancel()
-    await asyncio.gather(*readers, return_exceptions=True)
-    for reader in ended:
-        reader.result()
-    print("requests answered", sum(done), flush=True)
+    readers = [asyncio.create_task(_reader(url, i, begun, got)) for i in range(READERS)]
+    started = asyncio.create_task(at_it.wait())
+    # A reader never ends but by failing.
+    ended, _ = await asyncio.wait([*readers, started], return_when=asyncio.FIRST_COMPLETED)
+    if started in ended:
+        print(AT_IT, flush=True)
+        ended, _ = await asyncio.wait(
+            readers, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+        )
+    for task in (*readers, started):
+        task.cancel()
+    await asyncio.gather(*readers, started, return_exceptions=True)
+    for task in ended:
+        task.result()
+    print(f"read {sum(got) / 1e6:.0f} MB", flush=True)
 
 
 # -- the test -----------------------------------------------------------------------------
@@ -292,6 +307,12 @@ def _said(load: subprocess.Popen[bytes], what: str) -> None:
     assert line.strip() == what, line + load.stdout.read().decode()
 
 
+def _quiet(load: subprocess.Popen[bytes]) -> bool:
+    """The load process has said nothing more (it says what it read once it is done)."""
+    assert load.stdout is not None
+    return load.poll() is None and not select.select([load.stdout], [], [], 0)[0]
+
+
 def _probe_under_load(tmp_path: Path, db: str, run_alone: RunAlone) -> None:
     with ExitStack() as stack:
         # Beside other tests: the server and the load process start (seconds of imports each)
@@ -317,16 +338,16 @@ def _probe_under_load(tmp_path: Path, db: str, run_alone: RunAlone) -> None:
             load.stdin.flush()
             _said(load, AT_IT)
             times: list[float] = []
-            while load.poll() is None:
+            while _quiet(load):  # until the readers are cut off
                 start = time.perf_counter()
                 r = probe.get("/ready")
                 times.append(time.perf_counter() - start)
                 assert r.status_code == 200, r.text
                 time.sleep(PROBE_EVERY)
-            out = load.communicate(timeout=TIMEOUT)[0].decode()
-            peak = served.memory_kib("VmHWM")
             alone = time.perf_counter() - alone
+        out = load.communicate(timeout=TIMEOUT)[0].decode()
         assert load.returncode == 0, out
+        peak = served.memory_kib("VmHWM")  # the high-water mark: the load's, alone
     p50, p99 = _quantile(times, 50), _quantile(times, 99)
     grown = (peak - before) // 1024
     print(
