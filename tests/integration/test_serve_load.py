@@ -60,10 +60,11 @@ PROBE_P50 = 0.5
 """Seconds. Measured here under this load: 40-130 ms (before: 13-40 ms: probes that came
 between two blocking reads were quick; the others waited seconds)."""
 PROBE_P99 = 1.5
-"""Seconds. Measured here under this load: 0.15-0.5 s (before: 6-14 s)."""
+"""Seconds. Measured here under this load: 0.15-0.5 s (before: 6-14 s); 0.13-0.82 s in the
+5 s window, at a load average of 6-9 from other work."""
 GROWTH_MB = 150
 """The server's peak resident memory over its size before the load. Measured here: 44-84 MB
-(before: 219-328 MB)."""
+(before: 219-328 MB); 29-72 MB in the 5 s window."""
 RunAlone = Callable[[], AbstractContextManager[None]]
 
 pytestmark = pytest.mark.one_worker
