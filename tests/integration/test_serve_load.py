@@ -287,25 +287,29 @@ def _quantile(values: list[float], q: int) -> float:
 def _loader(url: str) -> Iterator[subprocess.Popen[bytes]]:
     """The load process (this file run as a script), started; it loads once it reads a line
     (see ``_load``), and is killed if it is still running at the end."""
-    load = subprocess.Popen(
+    with subprocess.Popen(  # (its exit closes the pipes and waits for it)
         [sys.executable, __file__, url, str(LOAD_SECONDS)],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-    )
-    try:
-        yield load
-    finally:
-        if load.poll() is None:
-            load.kill()
-            load.wait()
+    ) as load:
+        try:
+            yield load
+        finally:
+            if load.poll() is None:
+                load.kill()
 
 
 def _said(load: subprocess.Popen[bytes], what: str) -> None:
+    """The load process's next line is ``what`` (else it is killed: it may be waiting)."""
     assert load.stdout is not None
     line = load.stdout.readline().decode()
-    assert line.strip() == what, line + load.stdout.read().decode()
+    if line.strip() != what:
+        load.kill()
+        raise AssertionError(
+            f"the load said {line!r}, not {what!r}:\n{load.stdout.read().decode()}"
+        )
 
 
 def _quiet(load: subprocess.Popen[bytes]) -> bool:
