@@ -18,8 +18,9 @@ notification exactly once. The test checks that deduping by key gives exactly th
 notifications, and that duplicates happen only around kills (at most one batch per kill).
 
 The deliverers are forked from a fork server that has imported statewright once
-(tests/alerting/forkserver.py): the same command line, run by the CLI's own entry point, without
-an interpreter start-up per restart. ``--torture`` (or ``STATEWRIGHT_TORTURE=1``) kills more.
+(tests/alerting/forkserver.py, on tests/forkserver.py): the same command line, run by the CLI's
+own entry point, without an interpreter start-up per restart. ``--torture`` (or
+``STATEWRIGHT_TORTURE=1``) kills more.
 """
 
 from __future__ import annotations
@@ -41,8 +42,9 @@ from statewright.store import store_from_url
 from statewright.store.alert_outbox import AlertChange, AlertStateRecord, OutboxRecord
 from statewright.store.protocol import FullStore as Store
 from tests.acceptance.crash.harness import torture_enabled
-from tests.alerting.forkserver import Child, ForkServer
+from tests.alerting.forkserver import CliForkServer
 from tests.alerting.receiver import Receiver, receiver
+from tests.forkserver import Child, ForkServer
 
 T = TypeVar("T")
 N = 10
@@ -97,7 +99,7 @@ def _run(where: str, fn: Callable[[Store], Awaitable[T]]) -> T:
 
 @pytest.fixture(scope="module")
 def forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
-    with ForkServer(tmp_path_factory.mktemp("forkserver") / "stderr.log") as server:
+    with CliForkServer(tmp_path_factory.mktemp("forkserver") / "stderr.log") as server:
         yield server
 
 
@@ -114,7 +116,7 @@ def _spawn(
         "--db", where, "--log-level", "info", "alerts", "--deliver", "--alert-webhook",
         rec.url, "--alert-interval", "0.2s", "--alert-timeout", timeout, "--alert-claim", claim,
     ]  # fmt: skip
-    return forks.spawn(argv, log)
+    return forks.popen(argv, log)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
