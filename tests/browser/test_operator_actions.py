@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import httpx
-from playwright.sync_api import BrowserContext, expect
+from playwright.sync_api import BrowserContext, Locator, Page, expect
 
 from tests.browser.conftest import ADMIN, AGENT, APPROVER, BROWSER_GROUP, Server
 from tests.browser.test_dashboard import _park, _start, _workflow, dashboard
@@ -69,9 +69,7 @@ def test_operator_resumes_forks_and_moves_in_the_dashboard(
             page.fill("#op-reason", "the printer is back")
             page.click("#op-resume")
             expect(page.locator("#banner")).to_contain_text("Resumed")
-            resumed = page.locator('#history tr.history-row[data-event="$resume"]')
-            expect(resumed).to_have_count(1)
-            expect(resumed.locator(".actor")).to_have_text("maria")
+            resumed = _one_history_row(page, "$resume", "maria")
             expect(resumed).to_contain_text("the printer is back")
             expect(page.locator("#wf-parked")).to_have_count(0)
 
@@ -96,9 +94,7 @@ def test_operator_resumes_forks_and_moves_in_the_dashboard(
             expect(page).to_have_url(re.compile(rf"#/workflows/{re.escape(fork_id)}$"))
             expect(page.locator("#banner")).to_contain_text(f"into {fork_id}")
             expect(page.locator("#wf-id")).to_have_text(fork_id)
-            forked = page.locator('#history tr.history-row[data-event="$fork"]')
-            expect(forked).to_have_count(1)
-            expect(forked.locator(".actor")).to_have_text("maria")
+            _one_history_row(page, "$fork", "maria")
 
         with dashboard(profile, server, ADMIN) as w:
             page = w.page
@@ -108,9 +104,7 @@ def test_operator_resumes_forks_and_moves_in_the_dashboard(
             page.select_option("#op-move-state", "closed")
             page.click("#op-move")
             expect(page.locator("#wf-state")).to_have_text("closed")
-            moved = page.locator('#history tr.history-row[data-event="$move"]')
-            expect(moved).to_have_count(1)
-            expect(moved.locator(".actor")).to_have_text("root")
+            _one_history_row(page, "$move", "root")
             expect(page.locator("#op-resume")).to_have_count(0)  # finished: fork only
             expect(page.locator("#op-fork")).to_be_visible()
 
@@ -121,6 +115,14 @@ def test_operator_resumes_forks_and_moves_in_the_dashboard(
         assert fork["state"] == "open"
         first = _history(api, fork["id"])[0]
         assert first["event"] == "$fork" and first["payload"]["rerun_steps"] == ["notify"]
+
+
+def _one_history_row(page: Page, event: str, actor: str) -> Locator:
+    """The history's one row of ``event``, checked to be ``actor``'s."""
+    row = page.locator(f'#history tr.history-row[data-event="{event}"]')
+    expect(row).to_have_count(1)
+    expect(row.locator(".actor")).to_have_text(actor)
+    return row
 
 
 def _done_step(server: Server, wid: str, step: str) -> None:
