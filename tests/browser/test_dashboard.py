@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from playwright.sync_api import BrowserContext, ConsoleMessage, Page, Request, expect
+from playwright.sync_api import BrowserContext, ConsoleMessage, Locator, Page, Request, expect
 
 from statewright import SQLiteStore
 from statewright.types import DeferWrite
@@ -98,6 +98,14 @@ def dashboard(profile: BrowserContext, server: Server, who: Caller | None) -> It
         assert not unexpected, f"errors in the page: {unexpected}"
     finally:
         page.close()
+
+
+def history_row(page: Page, event: str, actor: str) -> Locator:
+    """The history's one row of ``event``, checked to be ``actor``'s."""
+    row = page.locator(f'#history tr.history-row[data-event="{event}"]')
+    expect(row).to_have_count(1)
+    expect(row.locator(".actor")).to_have_text(actor)
+    return row
 
 
 def _park(server: Server, wid: str, why: str) -> None:
@@ -246,9 +254,7 @@ def _approver_decides(
         expect(page.locator("#wf-state")).to_have_text(
             re.compile(r"^(paying_out|notifying|done)$")
         )
-        granted = page.locator('#history tr.history-row[data-event="approval_granted"]')
-        expect(granted).to_have_count(1)
-        expect(granted.locator(".actor")).to_have_text("maria")
+        granted = history_row(page, "approval_granted", "maria")
         expect(granted.locator(".approver")).to_have_text("approver: maria")
         expect(granted).to_contain_text("damaged in transit")
         expect(granted).to_contain_text("awaiting_approval → paying_out")

@@ -15,10 +15,10 @@ import time
 from typing import Any
 
 import httpx
-from playwright.sync_api import BrowserContext, Locator, Page, expect
+from playwright.sync_api import BrowserContext, expect
 
 from tests.browser.conftest import ADMIN, AGENT, APPROVER, BROWSER_GROUP, Server
-from tests.browser.test_dashboard import _park, _start, _workflow, dashboard
+from tests.browser.test_dashboard import _park, _start, _workflow, dashboard, history_row
 
 pytestmark = BROWSER_GROUP
 
@@ -69,7 +69,7 @@ def test_operator_resumes_forks_and_moves_in_the_dashboard(
             page.fill("#op-reason", "the printer is back")
             page.click("#op-resume")
             expect(page.locator("#banner")).to_contain_text("Resumed")
-            resumed = _one_history_row(page, "$resume", "maria")
+            resumed = history_row(page, "$resume", "maria")
             expect(resumed).to_contain_text("the printer is back")
             expect(page.locator("#wf-parked")).to_have_count(0)
 
@@ -94,7 +94,7 @@ def test_operator_resumes_forks_and_moves_in_the_dashboard(
             expect(page).to_have_url(re.compile(rf"#/workflows/{re.escape(fork_id)}$"))
             expect(page.locator("#banner")).to_contain_text(f"into {fork_id}")
             expect(page.locator("#wf-id")).to_have_text(fork_id)
-            _one_history_row(page, "$fork", "maria")
+            history_row(page, "$fork", "maria")
 
         with dashboard(profile, server, ADMIN) as w:
             page = w.page
@@ -104,7 +104,7 @@ def test_operator_resumes_forks_and_moves_in_the_dashboard(
             page.select_option("#op-move-state", "closed")
             page.click("#op-move")
             expect(page.locator("#wf-state")).to_have_text("closed")
-            _one_history_row(page, "$move", "root")
+            history_row(page, "$move", "root")
             expect(page.locator("#op-resume")).to_have_count(0)  # finished: fork only
             expect(page.locator("#op-fork")).to_be_visible()
 
@@ -115,14 +115,6 @@ def test_operator_resumes_forks_and_moves_in_the_dashboard(
         assert fork["state"] == "open"
         first = _history(api, fork["id"])[0]
         assert first["event"] == "$fork" and first["payload"]["rerun_steps"] == ["notify"]
-
-
-def _one_history_row(page: Page, event: str, actor: str) -> Locator:
-    """The history's one row of ``event``, checked to be ``actor``'s."""
-    row = page.locator(f'#history tr.history-row[data-event="{event}"]')
-    expect(row).to_have_count(1)
-    expect(row.locator(".actor")).to_have_text(actor)
-    return row
 
 
 def _done_step(server: Server, wid: str, step: str) -> None:

@@ -19,7 +19,7 @@ from playwright.sync_api import BrowserContext, expect
 from statewright import SQLiteStore
 from statewright.types import DeferWrite, StepFinish
 from tests.browser.conftest import AGENT, APPROVER, BROWSER_GROUP, Server
-from tests.browser.test_dashboard import _start, _workflow, dashboard
+from tests.browser.test_dashboard import _start, _workflow, dashboard, history_row
 from tests.conftest import run_async
 
 pytestmark = BROWSER_GROUP
@@ -124,9 +124,7 @@ def test_operator_answers_for_a_step_of_unknown_outcome_in_the_dashboard(
             page.click("#op-resolve-applied")
             expect(page.locator("#banner")).to_contain_text("resolved as applied")
             expect(page.locator("#wf-parked")).to_have_count(0)
-            resumed = page.locator('#history tr.history-row[data-event="$resume"]')
-            expect(resumed).to_have_count(1)
-            expect(resumed.locator(".actor")).to_have_text("maria")
+            resumed = history_row(page, "$resume", "maria")
             expect(resumed).to_contain_text("step 'charge' resolved")
             expect(page.locator("#resolve-step")).to_have_count(0)
             expect(page.locator("#op-resume")).to_be_visible()  # no longer parked
