@@ -13,8 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -41,22 +40,6 @@ def _run(tmp_path: Path, command: str, *more: str) -> str:
     return proc.stdout
 
 
-@pytest.fixture
-def scratch(tmp_path: Path) -> Iterator[Path]:
-    """Where a script puts its databases: a folder in memory (``/dev/shm``) when the machine
-    has one, else ``tmp_path``. The smoke runs check that the scripts run, not their figures,
-    so the disk's fsyncs (most of these runs' wall time on a real disk) buy nothing here."""
-    shm = Path("/dev/shm")
-    if not (shm.is_dir() and os.access(shm, os.W_OK)):
-        yield tmp_path
-        return
-    folder = Path(tempfile.mkdtemp(prefix="statewright-bench-smoke-", dir=shm))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def _dsn(request: pytest.FixtureRequest) -> str:
     make: Callable[..., str] = request.getfixturevalue("pg_database")
     return make()
@@ -75,29 +58,29 @@ def test_bench_postgres(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     _run(tmp_path, f"bench/bench_postgres.py {options}", "--dsn", _dsn(request))
 
 
-def test_bench_workflows(tmp_path: Path, scratch: Path, request: pytest.FixtureRequest) -> None:
+def test_bench_workflows(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     options = "--stores sqlite,postgres --states 2 --workflows 8 --processes 1 --concurrency 4"
-    more = ("--dsn", _dsn(request), "--dir", str(scratch), "--timeout", "120")
+    more = ("--dsn", _dsn(request), "--dir", str(tmp_path), "--timeout", "120")
     _run(tmp_path, f"bench/bench_workflows.py {options}", *more)
 
 
-def test_bench_scale(tmp_path: Path, scratch: Path, request: pytest.FixtureRequest) -> None:
+def test_bench_scale(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     # The deep-page reads need more than a page (20) of "orders" in s2: 400 workflows have 24.
     options = "--workflows 800 --small 400 --repeat 1 --check 1"
-    more = ("--dsn", _dsn(request), "--dir", str(scratch))
+    more = ("--dsn", _dsn(request), "--dir", str(tmp_path))
     _run(tmp_path, f"bench/bench_scale.py {options}", *more)
 
 
-def test_bench_health(tmp_path: Path, scratch: Path) -> None:
-    _run(tmp_path, "bench/bench_health.py --workflows 500 --repeat 1", "--dir", str(scratch))
+def test_bench_health(tmp_path: Path) -> None:
+    _run(tmp_path, "bench/bench_health.py --workflows 500 --repeat 1", "--dir", str(tmp_path))
 
 
-def test_bench_http(tmp_path: Path, scratch: Path) -> None:
+def test_bench_http(tmp_path: Path) -> None:
     if shutil.which("wrk") is None:
         pytest.fail("bench_http needs wrk (apt-get install wrk)", pytrace=False)
     # wrk runs at least 1 s per operation, whatever --duration says.
     options = "--duration 0.5 --connections 1 --threads 1 --workflows 10 --warmup 0"
-    _run(tmp_path, f"bench/bench_http.py {options}", "--dir", str(scratch))
+    _run(tmp_path, f"bench/bench_http.py {options}", "--dir", str(tmp_path))
 
 
 def test_bench_cli(tmp_path: Path) -> None:

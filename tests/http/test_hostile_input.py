@@ -215,10 +215,8 @@ async def round_trip(client: httpx.AsyncClient, n: int, value: dict[str, Any]) -
 def test_any_accepted_json_is_readable_by_every_route_and_the_stream(
     request: pytest.FixtureRequest, tmp_path: Path, backend: str, examples: int
 ) -> None:
-    # (SQLite without an fsync per commit: what is read back is the same, and the examples'
-    # 180 writes took 5-15 s of fsyncs here.)
     store: Store = (
-        SQLiteStore(tmp_path / "p.db", synchronous="NORMAL")
+        SQLiteStore(tmp_path / "p.db")
         if backend == "sqlite"
         else PostgresStore(request.getfixturevalue("pg_dsn"))
     )
