@@ -44,6 +44,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from statewright.store.postgres import PostgresStore
+from tests.cli_forks import CliForkServer
 
 PG_DSN_ENV = "STATEWRIGHT_TEST_PG_DSN"
 T = TypeVar("T")
@@ -358,6 +359,15 @@ def pg_database(pg_server: str, pg_pool: PgPool) -> Iterator[Callable[..., str]]
 def pg_dsn(pg_database: Callable[..., str]) -> str:
     """URL of an empty, migrated PostgreSQL database of this test's own."""
     return pg_database()
+
+
+@pytest.fixture(scope="session")
+def cli_forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CliForkServer]:
+    """This worker's fork server of ``statewright`` command lines (tests/cli_forks.py):
+    ``cli_forks.popen(argv, log, env=..., cwd=...)`` and ``cli_forks.run(argv, folder, ...)``
+    instead of ``python -m statewright.cli`` in a new process, for a twentieth of the CPU."""
+    with CliForkServer(tmp_path_factory.mktemp("cli-forks") / "server.log") as server:
+        yield server
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -8,10 +8,13 @@ hook (a ``MODULE:FUNCTION`` called without arguments, to warm up what imports le
 then serves requests from the test, one JSON line each on its stdin, answered by one JSON line
 on its stdout:
 
-- ``{"op": "spawn", "argv": [...], "stdout": path, "stderr": path, "append": bool}``:
-  ``os.fork()`` a child that calls ``target(argv)`` and exits with what it returns (None: 0;
-  ``SystemExit`` as Python handles it), stdin from /dev/null, stdout and stderr to their files
-  (truncated, or appended to with ``append``; one file when both paths are the same);
+- ``{"op": "spawn", "argv": [...], "stdout": path, "stderr": path, "append": bool, "env":
+  {...} | null, "cwd": path | null}``: ``os.fork()`` a child that calls ``target(argv)`` and
+  exits with what it returns (None: 0; ``SystemExit`` as Python handles it), stdin from
+  /dev/null, stdout and stderr to their files (truncated, or appended to with ``append``; one
+  file when both paths are the same), its environment replaced by ``env`` and its working
+  folder ``cwd`` when given (as ``subprocess.Popen``'s ``env`` and ``cwd``; a module that read
+  the environment when the server imported it keeps what it read: preload none such);
   answers ``{"pid": ...}``.
 - ``{"op": "status", "pids": [...]}``: the exit code of each (None while it runs).
 - ``{"op": "wait", "pid": n, "timeout": s}``: waits up to ``s`` seconds for it to exit;
@@ -33,8 +36,8 @@ reused pid, and every dead child is reaped within a few milliseconds (``os.waitp
 then it is a zombie, which engine recovery already counts as dead
 (``statewright.engine.recovery``).
 
-Users: tests/acceptance/crash/zygote.py (crash-test workers) and tests/alerting/forkserver.py
-(``statewright`` command lines).
+Users: tests/acceptance/crash/zygote.py (crash-test workers) and tests/cli_forks.py
+(``statewright`` command lines, the ``cli_forks`` fixture).
 """
 
 from __future__ import annotations
@@ -125,7 +128,8 @@ class _Server:
         op = req["op"]
         if op == "spawn":
             outputs = req["stdout"], req["stderr"]
-            return {"pid": self.spawn(req["argv"], outputs, bool(req.get("append")))}
+            place = req.get("env"), req.get("cwd")
+            return {"pid": self.spawn(req["argv"], outputs, bool(req.get("append")), place)}
         if op == "status":
             self.reap()
             return {"codes": {str(p): self.exited.get(p) for p in req["pids"]}}
@@ -153,7 +157,13 @@ class _Server:
             return {"sent": sent}
         raise ValueError(f"unknown op {op!r}")
 
-    def spawn(self, argv: Sequence[str], outputs: tuple[str, str], append: bool) -> int:
+    def spawn(
+        self,
+        argv: Sequence[str],
+        outputs: tuple[str, str],
+        append: bool,
+        place: tuple[dict[str, str] | None, str | None] = (None, None),
+    ) -> int:
         threads = _threads()
         if threads != 1:
             raise RuntimeError(f"the fork server runs {threads} threads: forking would be unsafe")
@@ -165,13 +175,25 @@ class _Server:
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:  # the child: never returns
-            self._child(list(argv), outputs, append)
+            self._child(list(argv), outputs, append, place)
         self.running.add(pid)
         return pid
 
-    def _child(self, argv: list[str], outputs: tuple[str, str], append: bool) -> None:
+    def _child(
+        self,
+        argv: list[str],
+        outputs: tuple[str, str],
+        append: bool,
+        place: tuple[dict[str, str] | None, str | None],
+    ) -> None:
         code = 70
         try:
+            env, cwd = place
+            if env is not None:
+                os.environ.clear()
+                os.environ.update(env)
+            if cwd is not None:
+                os.chdir(cwd)
             os.close(self.proto_in)  # the test sees EOF from the server alone, not its children
             os.close(self.proto_out)
             for sig in (signal.SIGINT, signal.SIGTERM):
@@ -340,23 +362,61 @@ class ForkServer:
         stderr: Path | None = None,
         *,
         append: bool = False,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | str | None = None,
     ) -> int:
         """Fork a child calling the target with ``argv``, its output in ``stdout`` and
-        ``stderr`` (the same file if None), truncated or appended to; its pid."""
+        ``stderr`` (the same file if None), truncated or appended to, in the environment
+        ``env`` (the server's if None) and the folder ``cwd`` (the server's if None); its pid."""
         request = {
             "op": "spawn",
             "argv": list(argv),
             "stdout": str(stdout),
             "stderr": str(stdout if stderr is None else stderr),
             "append": append,
+            "env": None if env is None else dict(env),
+            "cwd": None if cwd is None else str(cwd),
         }
         pid = int(self.call(request)["pid"])
         self.spawned += 1
         return pid
 
-    def popen(self, argv: Sequence[str], log: Path) -> Child:
+    def popen(
+        self,
+        argv: Sequence[str],
+        log: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | str | None = None,
+    ) -> Child:
         """:meth:`spawn` with stdout and stderr appended to ``log``, as a Popen-like handle."""
-        return Child(self, self.spawn(argv, log, append=True))
+        return Child(self, self.spawn(argv, log, append=True, env=env, cwd=cwd))
+
+    def run(
+        self,
+        argv: Sequence[str],
+        folder: Path,
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | str | None = None,
+        timeout: float = 60.0,
+    ) -> subprocess.CompletedProcess[str]:
+        """Like ``subprocess.run(..., capture_output=True, text=True)``: fork a child, wait for
+        it (``subprocess.TimeoutExpired`` after ``timeout`` seconds, the child killed), and
+        return its exit code and output; the output goes through files in ``folder``."""
+        out = folder / f"run-{self.pid}-{self.spawned + 1}.out"
+        err = out.with_suffix(".err")
+        child = Child(self, self.spawn(argv, out, err, env=env, cwd=cwd))
+        try:
+            code = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill(child.pid)
+            raise
+        assert code is not None
+        stdout, stderr = out.read_text(), err.read_text()
+        out.unlink()
+        err.unlink()
+        return subprocess.CompletedProcess(list(argv), code, stdout, stderr)
 
     def status(self, pids: Sequence[int]) -> dict[int, int | None]:
         """The exit code of each child (None while it runs)."""

@@ -17,9 +17,9 @@ stable, so a receiver that dedupes by key (as the README tells receivers to) act
 notification exactly once. The test checks that deduping by key gives exactly the expected
 notifications, and that duplicates happen only around kills (at most one batch per kill).
 
-The deliverers are forked from a fork server that has imported statewright once
-(tests/alerting/forkserver.py, on tests/forkserver.py): the same command line, run by the CLI's
-own entry point, without an interpreter start-up per restart. ``--torture`` (or
+The deliverers are forked from a fork server that has imported statewright once (the
+``cli_forks`` fixture: tests/cli_forks.py, on tests/forkserver.py): the same command line,
+run by the CLI's own entry point, without an interpreter start-up per restart. ``--torture`` (or
 ``STATEWRIGHT_TORTURE=1``) kills more.
 """
 
@@ -31,7 +31,7 @@ import random
 import re
 import signal
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -42,7 +42,6 @@ from statewright.store import store_from_url
 from statewright.store.alert_outbox import AlertChange, AlertStateRecord, OutboxRecord
 from statewright.store.protocol import FullStore as Store
 from tests.acceptance.crash.harness import torture_enabled
-from tests.alerting.forkserver import CliForkServer
 from tests.alerting.receiver import Receiver, receiver
 from tests.forkserver import Child, ForkServer
 
@@ -97,10 +96,9 @@ def _run(where: str, fn: Callable[[Store], Awaitable[T]]) -> T:
     return asyncio.run(go())
 
 
-@pytest.fixture(scope="module")
-def forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
-    with CliForkServer(tmp_path_factory.mktemp("forkserver") / "stderr.log") as server:
-        yield server
+@pytest.fixture
+def forks(cli_forks: ForkServer) -> ForkServer:
+    return cli_forks
 
 
 def _spawn(
