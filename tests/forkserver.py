@@ -13,8 +13,10 @@ on its stdout:
   exits with what it returns (None: 0; ``SystemExit`` as Python handles it), stdin from
   /dev/null, stdout and stderr to their files (truncated, or appended to with ``append``; one
   file when both paths are the same), its environment replaced by ``env`` and its working
-  folder ``cwd`` when given (as ``subprocess.Popen``'s ``env`` and ``cwd``; a module that read
-  the environment when the server imported it keeps what it read: preload none such);
+  folder ``cwd`` when given (as ``subprocess.Popen``'s ``env`` and ``cwd``; its ``PYTHONPATH``
+  goes first on ``sys.path``; a module that read the environment when the server imported it
+  keeps what it read: preload none such); on its way out the child runs the exit handlers
+  (``atexit``) as an interpreter does;
   answers ``{"pid": ...}``.
 - ``{"op": "status", "pids": [...]}``: the exit code of each (None while it runs).
 - ``{"op": "wait", "pid": n, "timeout": s}``: waits up to ``s`` seconds for it to exit;
@@ -43,6 +45,7 @@ Users: tests/acceptance/crash/zygote.py (crash-test workers) and tests/cli_forks
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import gc
 import importlib
@@ -193,6 +196,9 @@ class _Server:
             if env is not None:
                 os.environ.clear()
                 os.environ.update(env)
+                # As an interpreter started with this environment: its PYTHONPATH first.
+                extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+                sys.path[:0] = [p for p in extra if p not in sys.path]
             if cwd is not None:
                 os.chdir(cwd)
             os.close(self.proto_in)  # the test sees EOF from the server alone, not its children
@@ -218,6 +224,10 @@ class _Server:
         except BaseException:
             traceback.print_exc()
         finally:
+            # What an interpreter does on its way out: the exit handlers (a span exporter's
+            # last flush, logging's), then the streams.
+            with contextlib.suppress(BaseException):
+                atexit._run_exitfuncs()
             with contextlib.suppress(Exception):
                 sys.stdout.flush()
                 sys.stderr.flush()
