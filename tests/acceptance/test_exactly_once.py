@@ -2,6 +2,11 @@
 does not deduplicate (every call charges): blocking user code never loses its lease, a worker
 frozen mid-step (SIGSTOP) past its lease can write nothing, an input taken by a worker killed
 before its transition is delivered again, ``/livez`` answers while a sync handler blocks.
+
+The workers and the server are ``statewright`` processes forked from this worker's fork server
+(the ``cli_forks`` fixture, tests/cli_forks.py): the same command lines through the CLI's own
+entry point, without an interpreter start-up each; SIGSTOP, SIGCONT and SIGKILL reach them as
+they would any process. The app reads its ``EO_*`` variables when the child imports it.
 """
 
 from __future__ import annotations
@@ -17,13 +22,14 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import TypeAlias
 
 import httpx
 import pytest
 
 from statewright import Engine, store_from_url
 from tests.acceptance.apps.exactly_once import TYPES, Service
+from tests.forkserver import Child, ForkServer
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "tests" / "acceptance" / "apps" / "exactly_once.py"
@@ -36,47 +42,52 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+Proc: TypeAlias = "subprocess.Popen[str] | Child"
+"""A worker process: forked (:func:`fork_worker`) or started anew (:func:`spawn_worker`)."""
+
+
 @contextmanager
-def processes() -> Iterator[list[subprocess.Popen[str]]]:
+def processes() -> Iterator[list[Proc]]:
     """Processes started in the block; killed at the end whatever happens."""
-    procs: list[subprocess.Popen[str]] = []
+    procs: list[Proc] = []
     try:
         yield procs
     finally:
         for p in procs:
             if p.poll() is None:
-                os.kill(p.pid, signal.SIGCONT)
+                p.send_signal(signal.SIGCONT)
                 p.kill()
             p.wait(timeout=10)
 
 
+def _worker_argv(db: str, *args: str) -> list[str]:
+    argv = ["--db", db, "--app", str(APP), "worker", "--concurrency", "4"]
+    return [*argv, "--poll-interval", "0.05", *args]
+
+
+def fork_worker(forks: ForkServer, db: str, tmp: Path, name: str, *args: str, **env: str) -> Child:
+    """``statewright worker`` on the exactly-once app, forked from ``forks`` (the
+    ``cli_forks`` fixture: tests/cli_forks.py), its stderr in ``tmp/NAME.err``; the app reads
+    its ``EO_*`` variables when the child imports it, after the fork."""
+    return _fork(forks, _worker_argv(db, *args), tmp, name, _env(tmp, **env))
+
+
+def _fork(forks: ForkServer, argv: list[str], tmp: Path, name: str, env: dict[str, str]) -> Child:
+    err = tmp / f"{name}.err"
+    return Child(forks, forks.spawn(argv, Path(os.devnull), err, env=env, cwd=ROOT))
+
+
 def spawn_worker(db: str, tmp: Path, name: str, *args: str, **env: str) -> subprocess.Popen[str]:
+    """:func:`fork_worker` in a new ``python -m statewright.cli`` process."""
     with (tmp / f"{name}.err").open("w") as err:  # the child keeps its own descriptor
-        return _popen(
-            [
-                sys.executable,
-                "-m",
-                "statewright.cli",
-                "--db",
-                db,
-                "--app",
-                str(APP),
-                "worker",
-                "--concurrency",
-                "4",
-                "--poll-interval",
-                "0.05",
-                *args,
-            ],
+        return subprocess.Popen(
+            [sys.executable, "-m", "statewright.cli", *_worker_argv(db, *args)],
+            cwd=ROOT,
             env=_env(tmp, **env),
+            stdout=subprocess.DEVNULL,
             stderr=err,
+            text=True,
         )
-
-
-def _popen(cmd: list[str], *, env: dict[str, str], stderr: IO[str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr, text=True
-    )
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:
@@ -111,7 +122,7 @@ async def check_charged_once(engine: Engine, service: Service, wid: str) -> None
 
 @pytest.mark.acceptance
 async def test_blocking_sync_code_keeps_its_lease_across_two_workers(
-    pg_dsn: str, tmp_path: Path
+    pg_dsn: str, tmp_path: Path, cli_forks: ForkServer
 ) -> None:
     """Lease 2 s, user code blocks 5 s: the heartbeat keeps renewing (user code runs in the
     worker's threads), so the other worker never takes over and nothing is charged twice."""
@@ -125,7 +136,9 @@ async def test_blocking_sync_code_keeps_its_lease_across_two_workers(
         with processes() as procs:
             for name in ("a", "b"):
                 procs.append(
-                    spawn_worker(pg_dsn, tmp_path, name, "--lease-seconds", "2", EO_BLOCK="5")
+                    fork_worker(
+                        cli_forks, pg_dsn, tmp_path, name, "--lease-seconds", "2", EO_BLOCK="5"
+                    )
                 )
             await eventually(lambda: all_done(engine, ids), 40, "both workflows")
         for wid in ids:
@@ -138,7 +151,7 @@ async def test_blocking_sync_code_keeps_its_lease_across_two_workers(
 @pytest.mark.acceptance
 @pytest.mark.parametrize("mode", ["fence", "dedupe"])
 async def test_a_worker_frozen_mid_step_can_write_nothing_and_the_workflow_finishes_once(
-    pg_dsn: str, tmp_path: Path, mode: str
+    pg_dsn: str, tmp_path: Path, mode: str, cli_forks: ForkServer
 ) -> None:
     """SIGSTOP for 5 s (lease 2 s) in the middle of a step, then SIGCONT: the other worker has
     taken over (reconciled, charged under a newer fencing token, finished); the frozen one's
@@ -151,7 +164,8 @@ async def test_a_worker_frozen_mid_step_can_write_nothing_and_the_workflow_finis
         with processes() as procs:
             for name in ("a", "b"):
                 procs.append(
-                    spawn_worker(
+                    fork_worker(
+                        cli_forks,
                         pg_dsn,
                         tmp_path,
                         name,
@@ -168,14 +182,14 @@ async def test_a_worker_frozen_mid_step_can_write_nothing_and_the_workflow_finis
             await eventually(in_step, 20, "a worker inside the step")
             [first] = markers(tmp_path, "in_step")
             frozen_pid = int(str(first["pid"]))
-            os.kill(frozen_pid, signal.SIGSTOP)
+            frozen = next(p for p in procs if p.pid == frozen_pid)
+            frozen.send_signal(signal.SIGSTOP)
             frozen_at = time.monotonic()
             await eventually(lambda: all_done(engine, [wid]), 20, "the other worker to finish")
             taken_over_after = time.monotonic() - frozen_at
             await asyncio.sleep(max(0.0, 5.0 - (time.monotonic() - frozen_at)))
-            os.kill(frozen_pid, signal.SIGCONT)
+            frozen.send_signal(signal.SIGCONT)
             await asyncio.sleep(2.5)  # its late call and refused writes happen now
-            frozen = next(p for p in procs if p.pid == frozen_pid)
             assert frozen.poll() is None, "the thawed worker crashed"
             for p in procs:
                 p.send_signal(signal.SIGTERM)
@@ -199,7 +213,7 @@ async def test_a_worker_frozen_mid_step_can_write_nothing_and_the_workflow_finis
 
 @pytest.mark.acceptance
 async def test_a_call_that_timed_out_after_charging_is_reconciled_or_parked_never_repeated(
-    pg_dsn: str, tmp_path: Path
+    pg_dsn: str, tmp_path: Path, cli_forks: ForkServer
 ) -> None:
     """The action charges, then raises TimeoutError. With a reconcile hook: charged once, the
     hook is asked and the workflow finishes with the charge. Without a hook (and not safe to
@@ -215,7 +229,7 @@ async def test_a_call_that_timed_out_after_charging_is_reconciled_or_parked_neve
             return a.terminal and b.parked is not None
 
         with processes() as procs:
-            procs.append(spawn_worker(pg_dsn, tmp_path, "a"))
+            procs.append(fork_worker(cli_forks, pg_dsn, tmp_path, "a"))
             await eventually(settled, 30, "the hooked one done and the other parked")
             await asyncio.sleep(1.0)  # nothing more happens to the parked one
         await check_charged_once(engine, service, hooked)
@@ -235,19 +249,21 @@ async def test_a_call_that_timed_out_after_charging_is_reconciled_or_parked_neve
 
 
 @pytest.mark.acceptance
-async def test_an_input_taken_by_a_killed_worker_is_delivered_again(tmp_path: Path) -> None:
+async def test_an_input_taken_by_a_killed_worker_is_delivered_again(
+    tmp_path: Path, cli_forks: ForkServer
+) -> None:
     db = str(tmp_path / "inbox.db")
     engine = Engine(store_from_url(db), TYPES)
     async with engine:
         wid = (await engine.start("inbox_pay", workflow_id="inbox")).row.id
         posted = (await engine.post_input(wid, "answer", {"approved": True})).item.id
         with processes() as procs:
-            procs.append(spawn_worker(db, tmp_path, "a", EO_KILL_AFTER_TAKE="1"))
+            procs.append(fork_worker(cli_forks, db, tmp_path, "a", EO_KILL_AFTER_TAKE="1"))
             assert procs[0].wait(timeout=30) == -signal.SIGKILL
             assert markers(tmp_path, "took")[0]["input_id"] == posted
             row = await engine.get(wid)
             assert row.state == "charging" and await engine.store.next_input(wid) is not None
-            procs.append(spawn_worker(db, tmp_path, "b", EO_KILL_AFTER_TAKE="1"))
+            procs.append(fork_worker(cli_forks, db, tmp_path, "b", EO_KILL_AFTER_TAKE="1"))
             await eventually(lambda: all_done(engine, [wid]), 30, "the workflow")
         row = await engine.get(wid)
         assert (row.state, row.context["input_id"]) == ("done", posted)
@@ -263,19 +279,14 @@ def _free_port() -> int:
 
 @pytest.mark.alone
 @pytest.mark.acceptance
-async def test_livez_answers_within_100ms_while_a_sync_handler_blocks(tmp_path: Path) -> None:
+async def test_livez_answers_within_100ms_while_a_sync_handler_blocks(
+    tmp_path: Path, cli_forks: ForkServer
+) -> None:
     db = str(tmp_path / "serve.db")
     port = _free_port()
-    cmd = [sys.executable, "-m", "statewright.cli", "--db", db, "--app", str(APP)]
+    argv = ["--db", db, "--app", str(APP), "serve", "--worker", "--port", str(port)]
     with processes() as procs:
-        with (tmp_path / "serve.err").open("w") as err:
-            procs.append(
-                _popen(
-                    [*cmd, "serve", "--worker", "--port", str(port)],
-                    env=_env(tmp_path, EO_BLOCK="3"),
-                    stderr=err,
-                )
-            )
+        procs.append(_fork(cli_forks, argv, tmp_path, "serve", _env(tmp_path, EO_BLOCK="3")))
         base = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient(base_url=base, timeout=5) as client:
             deadline = time.monotonic() + 20

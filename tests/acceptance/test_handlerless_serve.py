@@ -1,14 +1,18 @@
 """A service without the handlers and a worker with them, as separate processes on one store
 (issue 22, item 7): ``statewright --app parcel.yaml serve`` (a definition file: no handlers)
 takes the start, the event and the input over HTTP; ``statewright --app parcel.py worker``
-runs the handlers. The workflow finishes, on SQLite and on PostgreSQL."""
+runs the handlers. The workflow finishes, on SQLite and on PostgreSQL.
+
+Both are ``statewright`` processes forked from this worker's fork server (the ``cli_forks``
+fixture, tests/cli_forks.py): the same command lines through the CLI's own entry point,
+without an interpreter start-up each."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,6 +21,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from tests.forkserver import Child, ForkServer
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ROOT / "tests" / "acceptance" / "apps"
@@ -31,20 +37,14 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+def _process(forks: ForkServer, argv: list[str], log: Path) -> Iterator[Child]:
+    """``statewright ARGV`` (forked), its stdout and stderr in ``log``."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("STATEWRIGHT_")}
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "statewright.cli", *argv],
-            cwd=ROOT,
-            env=clean,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    proc = forks.popen(argv, log, env=clean, cwd=ROOT)
     try:
         yield proc
     finally:
-        proc.terminate()
+        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -73,15 +73,15 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def test_a_service_with_the_definition_file_and_a_worker_with_the_app_finish_it(
-    db: str, tmp_path: Path
+    db: str, tmp_path: Path, cli_forks: ForkServer
 ) -> None:
     port = _free_port()
     logs = {"serve": tmp_path / "serve.log", "worker": tmp_path / "worker.log"}
     serve = ["--db", db, "--app", str(APPS / "parcel.yaml"), "serve", "--port", str(port)]
     worker = ["--db", db, "--app", str(APPS / "parcel.py"), "worker", "--poll-interval", "0.1"]
     with (
-        _process(serve, logs["serve"]) as served,
-        _process(worker, logs["worker"]) as working,
+        _process(cli_forks, serve, logs["serve"]) as served,
+        _process(cli_forks, worker, logs["worker"]) as working,
         httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as api,
     ):
 

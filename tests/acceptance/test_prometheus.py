@@ -7,6 +7,10 @@ each). ``/usr/bin/prometheus`` (Debian package ``prometheus``) scrapes both ever
 test reads its query API until each process's counters show what each did, then runs every
 query of the Grafana dashboard (ops/grafana/statewright.json) on it: each must parse and
 return data. Without Prometheus the test fails.
+
+The ``statewright`` processes are forked from this worker's fork server (the ``cli_forks``
+fixture, tests/cli_forks.py): the same command lines through the CLI's own entry point,
+without an interpreter start-up each. Prometheus is a process of its own.
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +33,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.forkserver import Child, ForkServer
 from tests.unit.test_grafana_dashboard import exprs, load, substituted
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,8 +96,39 @@ class Proc:
         return self.popen.returncode
 
 
+class ForkedProc:
+    """A ``statewright`` process forked from the fork server, with :class:`Proc`'s interface:
+    its stderr goes to a file, read for :attr:`lines`."""
+
+    def __init__(
+        self, forks: ForkServer, name: str, argv: list[str], env: dict[str, str], err: Path
+    ) -> None:
+        self.name = name
+        self.err = err
+        self.popen = Child(forks, forks.spawn(argv, Path(os.devnull), err, env=env, cwd=ROOT))
+
+    @property
+    def lines(self) -> list[str]:
+        return self.err.read_text(errors="replace").splitlines() if self.err.exists() else []
+
+    def alive(self) -> None:
+        code = self.popen.poll()
+        assert code is None, f"{self.name} exited {code}:\n" + "\n".join(self.lines[-30:])
+
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+        """Signal the process (unless it exited) and wait for it."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        return self.popen.returncode
+
+
 @contextmanager
-def _running(procs: list[Proc]) -> Iterator[list[Proc]]:
+def _running(procs: list[Proc | ForkedProc]) -> Iterator[list[Proc | ForkedProc]]:
     try:
         yield procs
     finally:
@@ -102,7 +137,7 @@ def _running(procs: list[Proc]) -> Iterator[list[Proc]]:
 
 
 def _until(
-    what: str, check: Callable[[], Any], procs: list[Proc], timeout: float = TIMEOUT
+    what: str, check: Callable[[], Any], procs: list[Proc | ForkedProc], timeout: float = TIMEOUT
 ) -> Any:
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -127,7 +162,8 @@ def _env() -> dict[str, str]:
 
 
 def _cli(db: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "statewright.cli", "--db", str(db), "--app", str(APP), *args]
+    """The arguments of ``statewright`` (forked from ``cli_forks``)."""
+    return ["--db", str(db), "--app", str(APP), *args]
 
 
 def _config(path: Path, jobs: dict[str, list[str]]) -> Path:
@@ -166,13 +202,14 @@ class Prom:
 
 
 def test_prometheus_scrapes_serve_and_workers_and_runs_every_dashboard_query(
-    tmp_path: Path,
+    tmp_path: Path, cli_forks: ForkServer
 ) -> None:
     assert shutil.which(PROMETHEUS), f"{PROMETHEUS} is missing: apt-get install -y prometheus"
     db = tmp_path / "sw.db"
     env = _env()
     serve_port, prom_port = _free_port(), _free_port()
-    serve = Proc("serve", _cli(db, "serve", "--port", str(serve_port)), env)
+    serve_argv = _cli(db, "serve", "--port", str(serve_port))
+    serve = ForkedProc(cli_forks, "serve", serve_argv, env, tmp_path / "serve.err")
     with (
         _running([serve]) as procs,
         httpx.Client(base_url=f"http://127.0.0.1:{serve_port}", timeout=5.0) as api,
@@ -204,16 +241,18 @@ def test_prometheus_scrapes_serve_and_workers_and_runs_every_dashboard_query(
         assert late.status_code == 200 and late.json()["applied"] is False, late.text
 
         workers = [
-            Proc(
+            ForkedProc(
+                cli_forks,
                 f"worker {i}",
                 _cli(db, "worker", "--poll-interval", "0.05", "--metrics-port", "0"),
                 env,
+                tmp_path / f"worker-{i}.err",
             )
             for i in range(WORKERS)
         ]
         procs += workers
 
-        def bound(worker: Proc) -> str | None:
+        def bound(worker: ForkedProc) -> str | None:
             for line in worker.lines:
                 found = re.search(r"worker metrics on http://(127\.0\.0\.1:\d+)/metrics", line)
                 if found:
@@ -321,13 +360,12 @@ def test_prometheus_scrapes_serve_and_workers_and_runs_every_dashboard_query(
 
 
 @pytest.mark.parametrize("bad", ["-1", "65536", "x"])
-def test_a_bad_metrics_port_is_refused(tmp_path: Path, bad: str) -> None:
-    done = subprocess.run(
+def test_a_bad_metrics_port_is_refused(tmp_path: Path, bad: str, cli_forks: ForkServer) -> None:
+    done = cli_forks.run(
         _cli(tmp_path / "sw.db", "worker", "--once", "--metrics-port", bad),
+        tmp_path,
         cwd=ROOT,
         env=_env(),
-        capture_output=True,
-        text=True,
         timeout=TIMEOUT,
     )
     assert done.returncode == 2 and "--metrics-port" in done.stderr, done.stderr

@@ -5,16 +5,21 @@
   (``catch_up="all"``: every missed tick once; ``latest``: the latest only).
 - ``max_concurrent=2`` holds across three workers of four slots each: the handlers' own log
   of start and end times never shows more than two running at once.
+
+Each worker process (tests/acceptance/apps/scheduled.py) is forked from a fork server that
+imported it once (tests/forkserver.py): a real process of its own, signalled and SIGKILLed as
+any, without an interpreter start-up per worker and per respawn.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
-import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,27 +29,34 @@ from statewright import Engine, store_from_url
 from statewright.clock import ManualClock
 from statewright.types import WorkflowFilter
 from tests.acceptance.apps.scheduled import make_types
+from tests.forkserver import Child, ForkServer
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = datetime(2027, 1, 15, 8, 3, tzinfo=UTC).timestamp()
+APP = "tests.acceptance.apps.scheduled:run"
+
+
+@pytest.fixture(scope="module")
+def forks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServer]:
+    """A fork server of worker processes (tests/forkserver.py): each runs
+    ``tests.acceptance.apps.scheduled`` on its arguments, as ``python -m`` would, without an
+    interpreter start-up and its imports; the PostgreSQL store's modules are imported once
+    here, its connections opened by each child."""
+    log = tmp_path_factory.mktemp("scheduled-forks") / "server.log"
+    preload = ["statewright.store.postgres"]
+    with ForkServer(log, APP, preload=preload, name="scheduled-worker fork server") as server:
+        yield server
 
 
 def _spawn(
-    dsn: str, log: Path, clock: Path | None, name: str, *extra: str
-) -> subprocess.Popen[str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    argv = [sys.executable, "-m", "tests.acceptance.apps.scheduled", "--db", dsn]
-    argv += ["--log", str(log), "--hold", "0.25", "--concurrency", "4"]
+    forks: ForkServer, dsn: str, log: Path, clock: Path | None, name: str, *extra: str
+) -> Child:
+    argv = ["--db", dsn, "--log", str(log), "--hold", "0.25", "--concurrency", "4"]
     if clock is not None:
         argv += ["--clock", str(clock)]
     argv += extra
-    with open(log.parent / f"{name}.err", "w") as err:  # the child keeps its own copy
-        return subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, text=True
-        )
+    err = log.parent / f"{name}.err"
+    return Child(forks, forks.spawn(argv, Path(os.devnull), err, cwd=ROOT))
 
 
 def _lines(log: Path) -> list[list[str]]:
@@ -57,7 +69,7 @@ def _set_clock(path: Path, at: float) -> None:
     os.replace(tmp, path)  # atomic: a reader sees the old time or the new one
 
 
-async def _until(what: str, check, procs: list[subprocess.Popen[str]], timeout: float = 30):  # type: ignore[no-untyped-def]
+async def _until(what: str, check, procs: list[Child], timeout: float = 30):  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while True:
         result = await check()
@@ -71,10 +83,10 @@ async def _until(what: str, check, procs: list[subprocess.Popen[str]], timeout: 
         await asyncio.sleep(0.05)
 
 
-def _stop(procs: list[subprocess.Popen[str]]) -> None:
+def _stop(procs: list[Child]) -> None:
     for p in procs:
         if p.poll() is None:
-            p.terminate()
+            p.send_signal(signal.SIGTERM)
     for p in procs:
         try:
             p.wait(timeout=15)
@@ -88,16 +100,18 @@ def _stamp(hh: int, mm: int) -> str:
 
 
 @pytest.mark.acceptance
-async def test_three_workers_start_one_workflow_per_tick(pg_dsn: str, tmp_path: Path) -> None:
+async def test_three_workers_start_one_workflow_per_tick(
+    pg_dsn: str, tmp_path: Path, forks: ForkServer
+) -> None:
     log, clock_file = tmp_path / "log", tmp_path / "clock"
     _set_clock(clock_file, T0)
     engine = Engine(store_from_url(pg_dsn), make_types(str(log), 0.0), clock=ManualClock(T0))
-    procs: list[subprocess.Popen[str]] = []
+    procs: list[Child] = []
     async with engine:
         await engine.schedule_start("ticked", "* * * * *", schedule_id="minutely", catch_up="all")
         await engine.schedule_start("ticked", "*/5 * * * *", schedule_id="five")
         try:
-            procs = [_spawn(pg_dsn, log, clock_file, n) for n in "abc"]
+            procs = [_spawn(forks, pg_dsn, log, clock_file, n) for n in "abc"]
 
             async def ready() -> bool:
                 return sum(1 for ln in _lines(log) if ln[0] == "ready") == 3
@@ -149,16 +163,18 @@ async def test_three_workers_start_one_workflow_per_tick(pg_dsn: str, tmp_path: 
 
 
 @pytest.mark.acceptance
-async def test_max_concurrent_holds_across_three_workers(pg_dsn: str, tmp_path: Path) -> None:
+async def test_max_concurrent_holds_across_three_workers(
+    pg_dsn: str, tmp_path: Path, forks: ForkServer
+) -> None:
     log = tmp_path / "log"
     engine = Engine(store_from_url(pg_dsn), make_types(str(log), 0.0))
-    procs: list[subprocess.Popen[str]] = []
+    procs: list[Child] = []
     n = 16
     async with engine:
         for i in range(n):
             await engine.start("limited", {}, workflow_id=f"lim-{i:02d}")
         try:
-            procs = [_spawn(pg_dsn, log, None, name) for name in "abc"]
+            procs = [_spawn(forks, pg_dsn, log, None, name) for name in "abc"]
 
             async def finished() -> bool:
                 rows = await engine.list_workflows(WorkflowFilter(terminal=True, limit=100))
@@ -187,7 +203,7 @@ async def test_max_concurrent_holds_across_three_workers(pg_dsn: str, tmp_path: 
 
 @pytest.mark.acceptance
 async def test_workers_killed_between_start_and_advance_lose_and_double_no_tick(
-    pg_dsn: str, tmp_path: Path
+    pg_dsn: str, tmp_path: Path, forks: ForkServer
 ) -> None:
     """Each worker SIGKILLs itself half the times it has just started a tick's workflow,
     before the schedule moved on; it is replaced at once. The next worker starts the same
@@ -196,7 +212,7 @@ async def test_workers_killed_between_start_and_advance_lose_and_double_no_tick(
     _set_clock(clock_file, T0)
     engine = Engine(store_from_url(pg_dsn), make_types(str(log), 0.0), clock=ManualClock(T0))
     extra = ("--die-after-fire", "0.5", "--lease-seconds", "2")
-    procs: dict[str, subprocess.Popen[str]] = {}
+    procs: dict[str, Child] = {}
     replaced = 0
 
     def respawn() -> None:
@@ -208,7 +224,7 @@ async def test_workers_killed_between_start_and_advance_lose_and_double_no_tick(
             if p is not None:
                 assert p.returncode == -9, f"worker {name} exited {p.returncode}"
                 replaced += 1
-            procs[name] = _spawn(pg_dsn, log, clock_file, name, *extra)
+            procs[name] = _spawn(forks, pg_dsn, log, clock_file, name, *extra)
 
     async def wait_done(n: int, what: str) -> None:
         deadline = time.monotonic() + 60
@@ -250,19 +266,21 @@ async def test_workers_killed_between_start_and_advance_lose_and_double_no_tick(
 
 @pytest.mark.alone
 @pytest.mark.acceptance
-async def test_max_per_second_holds_across_three_workers(pg_dsn: str, tmp_path: Path) -> None:
+async def test_max_per_second_holds_across_three_workers(
+    pg_dsn: str, tmp_path: Path, forks: ForkServer
+) -> None:
     """Five a second with a burst of one, three workers sharing the bucket: over any stretch
     of t seconds at most 1 + 5t handlers start (one more for the jitter between a claim and
     its handler's first line)."""
     log = tmp_path / "log"
     engine = Engine(store_from_url(pg_dsn), make_types(str(log), 0.0))
-    procs: list[subprocess.Popen[str]] = []
+    procs: list[Child] = []
     n = 15
     async with engine:
         for i in range(n):
             await engine.start("rated", {}, workflow_id=f"r-{i:02d}")
         try:
-            procs = [_spawn(pg_dsn, log, None, name) for name in "abc"]
+            procs = [_spawn(forks, pg_dsn, log, None, name) for name in "abc"]
 
             async def finished() -> bool:
                 rows = await engine.list_workflows(WorkflowFilter(terminal=True, limit=100))

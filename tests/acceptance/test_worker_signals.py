@@ -3,6 +3,10 @@
 SIGTERM while a handler runs: the process stops claiming, lets the handler finish and persist
 its transition, releases its leases and exits 0. A second signal cancels the handler instead.
 ``statewright cancel`` from another process reaches the running handler.
+
+Every ``statewright`` process is forked from this worker's fork server (the ``cli_forks``
+fixture, tests/cli_forks.py): the same command lines through the CLI's own entry point,
+without an interpreter start-up each; the signals are real signals to that process.
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -22,6 +25,7 @@ import pytest
 from statewright import Engine, SQLiteStore
 from statewright.types import WorkflowRow
 from tests.acceptance.apps.slow import TYPES
+from tests.forkserver import Child, ForkServer
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "tests" / "acceptance" / "apps" / "slow.py"
@@ -35,47 +39,53 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-def _cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "statewright.cli", "--db", str(db), "--app", str(APP), *args],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
+def _cli(forks: ForkServer, db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``statewright --db DB --app slow.py ARGS`` (forked), run to its end."""
+    argv = ["--db", str(db), "--app", str(APP), *args]
+    return forks.run(argv, db.parent, cwd=ROOT, env=_env(), timeout=TIMEOUT)
+
+
+class Proc:
+    """A forked ``statewright worker``: its output in files, read once it has exited."""
+
+    def __init__(self, forks: ForkServer, argv: list[str], env: dict[str, str], tmp: Path):
+        self.out, self.err = tmp / "worker.out", tmp / "worker.err"
+        self.child = Child(forks, forks.spawn(argv, self.out, self.err, env=env, cwd=ROOT))
+
+    def poll(self) -> int | None:
+        return self.child.poll()
+
+    def send_signal(self, sig: int) -> None:
+        self.child.send_signal(sig)
+
+    def output(self) -> tuple[str, str]:
+        return self.out.read_text(), self.err.read_text()
 
 
 @asynccontextmanager
 async def worker(
-    db: Path, *args: str, seconds: float = 1.5
-) -> AsyncIterator[subprocess.Popen[str]]:
-    cmd = [sys.executable, "-m", "statewright.cli", "--db", str(db), "--app", str(APP)]
-    proc = subprocess.Popen(
-        [*cmd, "worker", "--concurrency", "1", "--poll-interval", "0.05", *args],
-        cwd=ROOT,
-        env=_env(SLOW_SECONDS=str(seconds)),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    forks: ForkServer, db: Path, *args: str, seconds: float = 1.5
+) -> AsyncIterator[Proc]:
+    argv = ["--db", str(db), "--app", str(APP), "worker", "--concurrency", "1"]
+    argv += ["--poll-interval", "0.05", *args]
+    proc = Proc(forks, argv, _env(SLOW_SECONDS=str(seconds)), db.parent)
     try:
         yield proc
     finally:
         if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
+            proc.child.kill()
+        proc.child.wait(TIMEOUT)
 
 
-async def _until(check: Callable[[], Awaitable[bool]], proc: subprocess.Popen[str]) -> None:
+async def _until(check: Callable[[], Awaitable[bool]], proc: Proc) -> None:
     deadline = time.monotonic() + TIMEOUT
     while not await check():
-        assert proc.poll() is None, f"the worker exited early: {proc.communicate()}"
+        assert proc.poll() is None, f"the worker exited early: {proc.output()}"
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.02)
 
 
-async def _handler_running(engine: Engine, wid: str, proc: subprocess.Popen[str]) -> WorkflowRow:
+async def _handler_running(engine: Engine, wid: str, proc: Proc) -> WorkflowRow:
     async def running() -> bool:
         return (await engine.get(wid)).progress is not None
 
@@ -83,18 +93,21 @@ async def _handler_running(engine: Engine, wid: str, proc: subprocess.Popen[str]
     return await engine.get(wid)
 
 
-def _exit(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
-    out, err = proc.communicate(timeout=TIMEOUT)
-    return proc.returncode, out, err
+def _exit(proc: Proc) -> tuple[int, str, str]:
+    code = proc.child.wait(TIMEOUT)
+    assert code is not None
+    return (code, *proc.output())
 
 
 @pytest.mark.acceptance
-async def test_sigterm_lets_the_running_handler_persist_then_exits_0(tmp_path: Path) -> None:
+async def test_sigterm_lets_the_running_handler_persist_then_exits_0(
+    tmp_path: Path, cli_forks: ForkServer
+) -> None:
     db = tmp_path / "sw.db"
     async with Engine(SQLiteStore(db), TYPES) as engine:
         await engine.start("slow", workflow_id="first")
         await engine.start("slow", workflow_id="second")  # not claimed: concurrency 1
-        async with worker(db, seconds=1.0) as proc:
+        async with worker(cli_forks, db, seconds=1.0) as proc:
             running = await _handler_running(engine, "first", proc)
             assert running.lease_owner is not None and running.state == "working"
             t0 = time.monotonic()
@@ -114,12 +127,12 @@ async def test_sigterm_lets_the_running_handler_persist_then_exits_0(tmp_path: P
 
 @pytest.mark.acceptance
 async def test_a_second_signal_cancels_the_handler_and_leaves_the_workflow(
-    tmp_path: Path,
+    tmp_path: Path, cli_forks: ForkServer
 ) -> None:
     db = tmp_path / "sw.db"
     async with Engine(SQLiteStore(db), TYPES) as engine:
         await engine.start("slow", workflow_id="long")
-        async with worker(db, seconds=60.0) as proc:
+        async with worker(cli_forks, db, seconds=60.0) as proc:
             await _handler_running(engine, "long", proc)
             proc.send_signal(signal.SIGTERM)
             await asyncio.sleep(0.3)
@@ -136,19 +149,21 @@ async def test_a_second_signal_cancels_the_handler_and_leaves_the_workflow(
 
 @pytest.mark.acceptance
 async def test_cancel_and_show_from_another_process_reach_the_running_handler(
-    tmp_path: Path,
+    tmp_path: Path, cli_forks: ForkServer
 ) -> None:
     db = tmp_path / "sw.db"
     async with Engine(SQLiteStore(db), TYPES) as engine:
         await engine.start("slow", workflow_id="job")
-        async with worker(db, "--cancel-grace", "0.2", seconds=60.0) as proc:
+        async with worker(cli_forks, db, "--cancel-grace", "0.2", seconds=60.0) as proc:
             await _handler_running(engine, "job", proc)
-            shown = _cli(db, "show", "job")
+            shown = _cli(cli_forks, db, "show", "job")
             assert shown.returncode == 0 and "progress" in shown.stdout
             assert "stage" in shown.stdout and "sleeping" in shown.stdout
-            posted = _cli(db, "input", "job", "note", "--payload", '{"text": "hi"}')
+            posted = _cli(cli_forks, db, "input", "job", "note", "--payload", '{"text": "hi"}')
             assert posted.returncode == 0, posted.stderr
-            asked = _cli(db, "cancel", "job", "--reason", "not needed", "--actor", "dana")
+            asked = _cli(
+                cli_forks, db, "cancel", "job", "--reason", "not needed", "--actor", "dana"
+            )
             assert asked.returncode == 0 and "cancel requested" in asked.stdout
 
             async def cancelled() -> bool:
@@ -167,5 +182,5 @@ async def test_cancel_and_show_from_another_process_reach_the_running_handler(
             {"reason": "not needed"},
         )
         assert (await engine.store.next_input("job")) is not None  # nobody consumed it
-        refused = _cli(db, "cancel", "job", "--reason", "again")
+        refused = _cli(cli_forks, db, "cancel", "job", "--reason", "again")
         assert refused.returncode == 2 and "illegal_transition" in refused.stderr

@@ -1,6 +1,8 @@
 """A worker process for the schedules and limits acceptance tests.
 
-``python -m tests.acceptance.apps.scheduled --db DSN --log FILE [--clock FILE]``
+``python -m tests.acceptance.apps.scheduled --db DSN --log FILE [--clock FILE]``, or
+:func:`run` with those arguments in a process forked from a fork server (tests/forkserver.py)
+that imported this module: what tests/acceptance/test_schedules_limits.py does.
 
 Runs a :class:`~statewright.Worker` over two types:
 
@@ -103,7 +105,7 @@ class _Fired(logging.Handler):
                 os.kill(os.getpid(), signal.SIGKILL)
 
 
-async def main() -> None:
+async def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--db", required=True)
     parser.add_argument("--log", required=True)
@@ -112,7 +114,7 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--lease-seconds", type=float, default=30.0)
     parser.add_argument("--die-after-fire", type=float, default=0.0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     fired = logging.getLogger("statewright.engine.schedules")
     fired.setLevel(logging.INFO)
     fired.addHandler(_Fired(args.log, args.die_after_fire))
@@ -129,6 +131,11 @@ async def main() -> None:
         loop.add_signal_handler(signal.SIGTERM, worker.stop, 5.0)
         _append(args.log, f"ready - {os.getpid()}")
         await worker.run()
+
+
+def run(argv: list[str]) -> None:
+    """The process's work, on its command line's arguments ``argv``: a fork server's target."""
+    asyncio.run(main(argv))
 
 
 if __name__ == "__main__":
