@@ -85,4 +85,5 @@ def test_bench_http(tmp_path: Path) -> None:
 
 
 def test_bench_cli(tmp_path: Path) -> None:
-    _run(tmp_path, "bench/bench_cli.py --runs 1 --warmup 0")
+    # One workflow in the store (`show w1`, `list`): each more is one more `statewright start`.
+    _run(tmp_path, "bench/bench_cli.py --runs 1 --warmup 0 --workflows 1")
