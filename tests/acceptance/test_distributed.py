@@ -184,8 +184,9 @@ SLOTS = 3
 TORTURE_LEASE = 2.0
 """Short, so that the orphans of a worker posing as remote are taken over soon."""
 KILLS = 24
-"""By default: two dozen kills (a third of them from inside, at planned points), enough for
-every check below; the long run (``--torture``) has hundreds."""
+"""By default: two dozen kills (about a quarter from inside, at planned points; the rest from
+outside, most aimed at a call in flight), enough for every check below; the long run
+(``--torture``) has hundreds."""
 TORTURE_KILLS = 220
 KILL_GAP = (0.05, 0.35)
 """Seconds between kills from outside (each aimed at a call in flight)."""
