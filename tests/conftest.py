@@ -26,6 +26,7 @@ import asyncio
 import atexit
 import contextlib
 import fcntl
+import gc
 import json
 import os
 import shutil
@@ -466,6 +467,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     writing = done.with_suffix(".tmp")
     writing.write_text(json.dumps(groups))
     writing.replace(done)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Everything alive once the tests are collected (modules, test items, the libraries'
+    tables: some 275,000 objects) lives until the end: moved out of the garbage collector's sight
+    (``gc.freeze``), a full collection no longer walks them all again, which cost a tenth of a
+    worker's CPU."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.hookimpl(optionalhook=True)

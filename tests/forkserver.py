@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -249,6 +250,11 @@ def main() -> None:
     target = _resolve(args.target)  # imports its module: a forked child imports nothing
     if args.prepare:
         _resolve(args.prepare)()
+    # What is imported now lives as long as the server: out of the garbage collector's sight,
+    # a child's collections do not walk it (nor copy its pages on write), as ``gc.freeze``'s
+    # documentation advises before forking.
+    gc.collect()
+    gc.freeze()
     # The protocol gets private descriptors; 0 and 1 point at /dev/null, so nothing printed
     # by an import (or inherited by a child) can corrupt it.
     proto_in, proto_out = os.dup(0), os.dup(1)

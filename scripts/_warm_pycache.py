@@ -1,0 +1,69 @@
+"""Compile the package and rewrite the tests' asserts once, before the test workers start.
+
+Run by scripts/test. In a fresh clone nothing is compiled yet, and each pytest-xdist worker
+would rewrite the asserts of every test module and compile it (pytest caches the result in
+``__pycache__``, keyed by a hash of the source, but the workers start together and all miss):
+10 CPU-seconds per worker, a third of the suite's start. Done here once, on every core, the
+workers find it cached. pytest has no public call that only rewrites a file, so this uses its
+own rewriting functions (``_pytest.assertion.rewrite``) and writes the file pytest itself
+would write; if they change or fail, it gives up quietly and pytest does the work as before
+(the cache is only ever a cache: pytest checks every file's hash before it uses it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import py_compile
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _rewrite(source_path: str) -> None:
+    from _pytest.assertion.rewrite import PYC_TAIL, _rewrite_test, _write_pyc_fp, get_cache_dir
+
+    fn = Path(source_path)
+    pyc = get_cache_dir(fn) / (fn.name[:-3] + PYC_TAIL)
+    source_hash = importlib.util.source_hash(fn.read_bytes())
+    with contextlib.suppress(OSError), pyc.open("rb") as cached:
+        if cached.read(16)[8:] == source_hash[:8]:
+            return  # pytest's own check: the hash is in bytes 8-16
+    source_hash, code = _rewrite_test(fn, None)  # type: ignore[arg-type]  # None: the defaults
+    pyc.parent.mkdir(exist_ok=True)
+    partial = pyc.with_name(f"{pyc.name}.{os.getpid()}")
+    with partial.open("wb") as out:
+        _write_pyc_fp(out, source_hash, code)
+    os.replace(partial, pyc)  # atomic, as pytest writes it: a worker never reads half a file
+
+
+def _compile(source_path: str) -> None:
+    # The checked-hash pyc pytest uses too: valid in any clone, whatever the files' mtimes.
+    py_compile.compile(
+        source_path, doraise=True, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH
+    )
+
+
+def _job(item: tuple[str, str]) -> None:
+    kind, path = item
+    with contextlib.suppress(Exception):  # a cache: pytest redoes whatever failed here
+        (_rewrite if kind == "rewrite" else _compile)(path)
+
+
+def main() -> None:
+    if sys.dont_write_bytecode:
+        return
+    jobs = [
+        ("rewrite" if p.name == "conftest.py" or p.name.startswith("test_") else "compile", str(p))
+        for folder in ("tests", "statewright")
+        for p in (ROOT / folder).rglob("*.py")
+    ]
+    with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
+        list(pool.map(_job, jobs, chunksize=8))
+
+
+if __name__ == "__main__":
+    main()
