@@ -3,8 +3,8 @@
 Each command runs ``--runs`` times as a fresh process (stdout and stderr discarded); the
 median and the minimum are printed next to the floor measured in the same run: the
 interpreter alone (``python -c pass``) and the interpreter importing Typer, which every
-command needs. A small SQLite store is made first (three workflows), for ``show`` and
-``list``.
+command needs. A small SQLite store is made first (three workflows, ``--workflows``), for
+``show`` and ``list``.
 
     .venv/bin/python bench/bench_cli.py                 # about 20 s on 2 cores
     .venv/bin/python bench/bench_cli.py --runs 50 --json cli.json
@@ -58,6 +58,9 @@ def main() -> None:
     parser.add_argument(
         "--warmup", type=int, default=2, help="uncounted runs of each command first (2)"
     )
+    parser.add_argument(
+        "--workflows", type=int, default=3, help="workflows in the store, started first (3)"
+    )
     parser.add_argument("--json", default=None, help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -66,7 +69,7 @@ def main() -> None:
         env.pop(name, None)
     with tempfile.TemporaryDirectory(prefix="statewright-bench-cli-") as folder:
         db = str(Path(folder) / "cli.db")
-        for n in (1, 2, 3):
+        for n in range(1, max(1, args.workflows) + 1):
             subprocess.run(
                 statewright("--db", db, "start", "agent_task", "--id", f"w{n}", "--input",
                             json.dumps({"goal": f"triage {n}"})),

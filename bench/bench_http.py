@@ -144,7 +144,10 @@ end
 }
 
 
-def write_scripts(folder: Path, ids: list[str]) -> dict[str, Path]:
+def write_scripts(folder: Path, ids: list[str], pace_ms: float = 0.0) -> dict[str, Path]:
+    """One wrk script per operation; with ``pace_ms``, each connection waits that long
+    between two requests (wrk's ``delay()``)."""
+    pace = f"function delay()\n  return {pace_ms:g}\nend\n" if pace_ms > 0 else ""
     values = {
         "token": TOKEN,
         "ids": ",".join(f'"{i}"' for i in ids),
@@ -154,7 +157,7 @@ def write_scripts(folder: Path, ids: list[str]) -> dict[str, Path]:
     scripts = {}
     for op in OPERATIONS:
         path = folder / f"{op}.lua"
-        path.write_text((LUA_COMMON + LUA_BODY[op]) % values)
+        path.write_text((LUA_COMMON + LUA_BODY[op]) % values + pace)
         scripts[op] = path
     return scripts
 
@@ -748,6 +751,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workflows", type=int, default=1000, help="seeded workflows (1000)")
     p.add_argument("--repeat", type=int, default=1, help="rounds; figures are medians (1)")
     p.add_argument("--warmup", type=float, default=1, help="seconds of each op first (1; 0: none)")
+    p.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="wait MS between two requests of a connection (a smoke run: every path, little\n"
+        "load; the figures then mean nothing) (0: none)",
+    )
     p.add_argument("--postgres", metavar="DSN", help="use a PostgreSQL store at DSN")
     p.add_argument(
         "--server-log-level",
@@ -813,7 +824,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{time.perf_counter() - t0:.1f} s",
             flush=True,
         )
-        scripts = write_scripts(folder, ids)
+        scripts = write_scripts(folder, ids, args.pace)
         if args.warmup > 0:
             for op in ops:
                 run_wrk(server, scripts[op], op, max(connections), args.warmup, args.threads)

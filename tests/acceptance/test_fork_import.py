@@ -19,7 +19,9 @@ import pytest
 from statewright import Applied, Engine, StatewrightError, store_from_url
 from statewright.errors import StepUnresolved, WorkflowBusy
 from tests.acceptance.apps.exactly_once import TYPES, Service
-from tests.acceptance.test_exactly_once import eventually, markers, processes, spawn_worker
+from tests.acceptance.forked_workers import fork_worker, forked
+from tests.acceptance.test_exactly_once import eventually, markers
+from tests.forkserver import ForkServer
 
 
 def _charges(service: Service) -> list[str]:
@@ -27,7 +29,9 @@ def _charges(service: Service) -> list[str]:
 
 
 @pytest.mark.acceptance
-async def test_a_parked_charge_forked_is_charged_once(pg_dsn: str, tmp_path: Path) -> None:
+async def test_a_parked_charge_forked_is_charged_once(
+    pg_dsn: str, tmp_path: Path, cli_forks: ForkServer
+) -> None:
     """The charge's call timed out after charging and no hook can tell: the workflow parks.
     Its fork (latest version, as the dashboard's button does) is refused until the step is
     resolved on the source; then the fork carries the charge's result. The service, which
@@ -40,8 +44,8 @@ async def test_a_parked_charge_forked_is_charged_once(pg_dsn: str, tmp_path: Pat
         async def parked() -> bool:
             return (await engine.get(wid)).parked == "step_outcome_unknown"
 
-        with processes() as procs:
-            procs.append(spawn_worker(pg_dsn, tmp_path, "a"))
+        with forked() as procs:
+            procs.append(fork_worker(cli_forks, pg_dsn, tmp_path, "a"))
             await eventually(parked, 30, "the workflow to park on the unknown charge")
             refused = await _refusal(engine.fork(wid, actor="ops", reason="try again"))
             await asyncio.sleep(2.0)  # a fork's worker would charge now
@@ -56,8 +60,8 @@ async def test_a_parked_charge_forked_is_charged_once(pg_dsn: str, tmp_path: Pat
         result = {"charge_id": charge_id, "key": key, "fence": fence}
         await engine.resolve_step(wid, "charge", Applied(result), actor="ops", reason="in PSP")
         fork = await engine.fork(wid, actor="ops", reason="try again")
-        with processes() as procs:
-            procs.append(spawn_worker(pg_dsn, tmp_path, "b"))
+        with forked() as procs:
+            procs.append(fork_worker(cli_forks, pg_dsn, tmp_path, "b"))
             await eventually(
                 lambda: _all_done(engine, [wid, fork.id]), 30, "the source and its fork"
             )
@@ -70,15 +74,17 @@ async def test_a_parked_charge_forked_is_charged_once(pg_dsn: str, tmp_path: Pat
 
 
 @pytest.mark.acceptance
-async def test_a_workflow_a_worker_holds_is_not_forked(pg_dsn: str, tmp_path: Path) -> None:
+async def test_a_workflow_a_worker_holds_is_not_forked(
+    pg_dsn: str, tmp_path: Path, cli_forks: ForkServer
+) -> None:
     """A fork while the worker is inside the charge (the call in flight) is refused: the
     fork's worker would charge under its own key."""
     engine = Engine(store_from_url(pg_dsn), TYPES)
     service = Service(tmp_path / "service.db")
     async with engine:
         wid = (await engine.start("frozen_pay", workflow_id="in-flight")).row.id
-        with processes() as procs:
-            procs.append(spawn_worker(pg_dsn, tmp_path, "a", EO_WINDOW="3"))
+        with forked() as procs:
+            procs.append(fork_worker(cli_forks, pg_dsn, tmp_path, "a", EO_WINDOW="3"))
 
             async def in_step() -> bool:
                 return bool(markers(tmp_path, "in_step"))
@@ -102,7 +108,7 @@ async def test_a_workflow_a_worker_holds_is_not_forked(pg_dsn: str, tmp_path: Pa
 
 @pytest.mark.acceptance
 async def test_a_tampered_archive_imported_while_a_worker_runs_charges_nothing(
-    pg_dsn: str, tmp_path: Path
+    pg_dsn: str, tmp_path: Path, cli_forks: ForkServer
 ) -> None:
     """Two paid orders are pruned into an archive; one record is edited back to a live, due
     state (log cut to its start, charge step removed), another given a lease for a hundred
@@ -115,8 +121,8 @@ async def test_a_tampered_archive_imported_while_a_worker_runs_charges_nothing(
         ids = ["order-1", "order-2", "order-3"]
         for wid in ids:
             await engine.start("frozen_pay", {"order": wid}, workflow_id=wid)
-        with processes() as procs:
-            procs.append(spawn_worker(pg_dsn, tmp_path, "a", EO_WINDOW="0"))
+        with forked() as procs:
+            procs.append(fork_worker(cli_forks, pg_dsn, tmp_path, "a", EO_WINDOW="0"))
             await eventually(lambda: _all_done(engine, ids), 30, "the orders to be paid")
             assert sorted(_charges(service)) == [f"{w}:charge" for w in ids]
             archive = tmp_path / "old.jsonl.gz"

@@ -30,7 +30,9 @@ import pytest
 from statewright import Engine, SQLiteStore
 from statewright.errors import OutcomeUnknown, StoreError
 from tests.acceptance.apps.exactly_once import TYPES, Service
-from tests.acceptance.test_exactly_once import check_charged_once, processes, spawn_worker
+from tests.acceptance.forked_workers import fork_worker, forked
+from tests.acceptance.test_exactly_once import check_charged_once
+from tests.forkserver import ForkServer
 
 SIZE = "32m"
 """Room, once the filler is gone, for what got in: the database's own file and a WAL of up to
@@ -87,7 +89,7 @@ def fill(disk: Path, leave: int, rng: random.Random) -> Path:
 
 @pytest.mark.acceptance
 async def test_a_full_disk_answers_every_write_truly_and_charges_each_payment_once(
-    tmp_path: Path,
+    tmp_path: Path, cli_forks: ForkServer
 ) -> None:
     seed = int(os.environ.get("STATEWRIGHT_CRASH_SEED", str(random.randrange(1 << 30))))
     rng = random.Random(seed)
@@ -102,10 +104,12 @@ async def test_a_full_disk_answers_every_write_truly_and_charges_each_payment_on
         async with engine:
             for wid in running:
                 await engine.start("slow_action_pay", workflow_id=wid)
-            with processes() as procs:
+            with forked() as procs:
                 for name in ("a", "b"):
                     procs.append(
-                        spawn_worker(db, tmp_path, name, "--lease-seconds", "2", EO_BLOCK="1.0")
+                        fork_worker(
+                            cli_forks, db, tmp_path, name, "--lease-seconds", "2", EO_BLOCK="1.0"
+                        )
                     )
                 # Both workers up (a worker whose first recovery meets a full disk exits 1):
                 # each has charged.

@@ -78,10 +78,12 @@ def test_bench_health(tmp_path: Path) -> None:
 def test_bench_http(tmp_path: Path) -> None:
     if shutil.which("wrk") is None:
         pytest.fail("bench_http needs wrk (apt-get install wrk)", pytrace=False)
-    # wrk runs at least 1 s per operation, whatever --duration says.
-    options = "--duration 0.5 --connections 1 --threads 1 --workflows 10 --warmup 0"
+    # wrk runs at least 1 s per operation, whatever --duration says: paced (a request every
+    # 50 ms) the server idles through it instead of answering flat out (2 CPU-s less).
+    options = "--duration 0.5 --connections 1 --threads 1 --workflows 10 --warmup 0 --pace 50"
     _run(tmp_path, f"bench/bench_http.py {options}", "--dir", str(tmp_path))
 
 
 def test_bench_cli(tmp_path: Path) -> None:
-    _run(tmp_path, "bench/bench_cli.py --runs 1 --warmup 0")
+    # One workflow in the store (`show w1`, `list`): each more is one more `statewright start`.
+    _run(tmp_path, "bench/bench_cli.py --runs 1 --warmup 0 --workflows 1")

@@ -13,6 +13,8 @@ import pytest
 
 from statewright import Engine, IllegalTransition, MachineBuilder, SQLiteStore
 from statewright.errors import StoreError
+from tests.forkserver import ForkServer
+from tests.store.sqlite.opener import PRELOAD
 
 MACHINE = (
     MachineBuilder("pingpong")
@@ -116,25 +118,18 @@ def _rows(path: Path) -> list[tuple[object, ...]]:
 def test_processes_opening_a_fresh_database_at_once_all_succeed(tmp_path: Path) -> None:
     # Regression: switching a new file to WAL answered "database is locked" at once (no busy
     # wait) when two processes opened it together, e.g. two `statewright mcp` sessions.
-    script = (
-        "import asyncio, sys, time\n"
-        "from statewright import SQLiteStore\n"
-        "async def main():\n"
-        "    at = float(sys.argv[2])\n"
-        "    time.sleep(max(0.0, at - time.time() - 0.02))  # then spin: all open at once\n"
-        "    while time.time() < at: pass\n"
-        "    s = SQLiteStore(sys.argv[1]); await s.open(); await s.close()\n"
-        "asyncio.run(main())\n"
-    )
-    for round_ in range(3):
-        db = tmp_path / f"fresh{round_}.db"
-        at = str(time.time() + 1.0)
-        procs = [
-            subprocess.Popen([sys.executable, "-c", script, str(db), at], stderr=subprocess.PIPE)
-            for _ in range(4)
-        ]
-        errors = [p.communicate(timeout=30)[1].decode() for p in procs]
-        assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+    # Four processes of their own, forked (tests/store/sqlite/opener.py) by a server that
+    # imported the store once, so that they are up long before the moment they all open it.
+    target = "tests.store.sqlite.opener:open_at"
+    with ForkServer(tmp_path / "forks.log", target, preload=PRELOAD, name="opener") as forks:
+        for round_ in range(3):
+            db = tmp_path / f"fresh{round_}.db"
+            at = str(time.time() + 0.5)
+            errs = [tmp_path / f"open-{round_}-{i}.err" for i in range(4)]
+            pids = [forks.spawn([str(db), at], err) for err in errs]
+            codes = [forks.wait(pid, 30) for pid in pids]
+            errors = [err.read_text() for err in errs]
+            assert codes == [0, 0, 0, 0], errors
 
 
 @pytest.mark.alone
