@@ -16,13 +16,10 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeAlias
 
 import httpx
 import pytest
@@ -42,14 +39,11 @@ def _env(tmp: Path, **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
-Proc: TypeAlias = "subprocess.Popen[str] | Child"
-"""A worker process: forked (:func:`fork_worker`) or started anew (:func:`spawn_worker`)."""
-
-
 @contextmanager
-def processes() -> Iterator[list[Proc]]:
-    """Processes started in the block; killed at the end whatever happens."""
-    procs: list[Proc] = []
+def processes() -> Iterator[list[Child]]:
+    """Processes forked in the block; killed at the end whatever happens (continued first, in
+    case the test froze one; signals are sent by the fork server, to its own child)."""
+    procs: list[Child] = []
     try:
         yield procs
     finally:
@@ -75,19 +69,6 @@ def fork_worker(forks: ForkServer, db: str, tmp: Path, name: str, *args: str, **
 def _fork(forks: ForkServer, argv: list[str], tmp: Path, name: str, env: dict[str, str]) -> Child:
     err = tmp / f"{name}.err"
     return Child(forks, forks.spawn(argv, Path(os.devnull), err, env=env, cwd=ROOT))
-
-
-def spawn_worker(db: str, tmp: Path, name: str, *args: str, **env: str) -> subprocess.Popen[str]:
-    """:func:`fork_worker` in a new ``python -m statewright.cli`` process."""
-    with (tmp / f"{name}.err").open("w") as err:  # the child keeps its own descriptor
-        return subprocess.Popen(
-            [sys.executable, "-m", "statewright.cli", *_worker_argv(db, *args)],
-            cwd=ROOT,
-            env=_env(tmp, **env),
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            text=True,
-        )
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:

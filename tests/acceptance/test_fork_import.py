@@ -19,8 +19,7 @@ import pytest
 from statewright import Applied, Engine, StatewrightError, store_from_url
 from statewright.errors import StepUnresolved, WorkflowBusy
 from tests.acceptance.apps.exactly_once import TYPES, Service
-from tests.acceptance.forked_workers import fork_worker, forked
-from tests.acceptance.test_exactly_once import eventually, markers
+from tests.acceptance.test_exactly_once import eventually, fork_worker, markers, processes
 from tests.forkserver import ForkServer
 
 
@@ -44,7 +43,7 @@ async def test_a_parked_charge_forked_is_charged_once(
         async def parked() -> bool:
             return (await engine.get(wid)).parked == "step_outcome_unknown"
 
-        with forked() as procs:
+        with processes() as procs:
             procs.append(fork_worker(cli_forks, pg_dsn, tmp_path, "a"))
             await eventually(parked, 30, "the workflow to park on the unknown charge")
             refused = await _refusal(engine.fork(wid, actor="ops", reason="try again"))
@@ -60,7 +59,7 @@ async def test_a_parked_charge_forked_is_charged_once(
         result = {"charge_id": charge_id, "key": key, "fence": fence}
         await engine.resolve_step(wid, "charge", Applied(result), actor="ops", reason="in PSP")
         fork = await engine.fork(wid, actor="ops", reason="try again")
-        with forked() as procs:
+        with processes() as procs:
             procs.append(fork_worker(cli_forks, pg_dsn, tmp_path, "b"))
             await eventually(
                 lambda: _all_done(engine, [wid, fork.id]), 30, "the source and its fork"
@@ -83,7 +82,7 @@ async def test_a_workflow_a_worker_holds_is_not_forked(
     service = Service(tmp_path / "service.db")
     async with engine:
         wid = (await engine.start("frozen_pay", workflow_id="in-flight")).row.id
-        with forked() as procs:
+        with processes() as procs:
             procs.append(fork_worker(cli_forks, pg_dsn, tmp_path, "a", EO_WINDOW="3"))
 
             async def in_step() -> bool:
@@ -121,7 +120,7 @@ async def test_a_tampered_archive_imported_while_a_worker_runs_charges_nothing(
         ids = ["order-1", "order-2", "order-3"]
         for wid in ids:
             await engine.start("frozen_pay", {"order": wid}, workflow_id=wid)
-        with forked() as procs:
+        with processes() as procs:
             procs.append(fork_worker(cli_forks, pg_dsn, tmp_path, "a", EO_WINDOW="0"))
             await eventually(lambda: _all_done(engine, ids), 30, "the orders to be paid")
             assert sorted(_charges(service)) == [f"{w}:charge" for w in ids]

@@ -30,8 +30,7 @@ import pytest
 from statewright import Engine, SQLiteStore
 from statewright.errors import OutcomeUnknown, StoreError
 from tests.acceptance.apps.exactly_once import TYPES, Service
-from tests.acceptance.forked_workers import fork_worker, forked
-from tests.acceptance.test_exactly_once import check_charged_once
+from tests.acceptance.test_exactly_once import check_charged_once, fork_worker, processes
 from tests.forkserver import ForkServer
 
 SIZE = "32m"
@@ -104,7 +103,7 @@ async def test_a_full_disk_answers_every_write_truly_and_charges_each_payment_on
         async with engine:
             for wid in running:
                 await engine.start("slow_action_pay", workflow_id=wid)
-            with forked() as procs:
+            with processes() as procs:
                 for name in ("a", "b"):
                     procs.append(
                         fork_worker(
