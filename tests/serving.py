@@ -8,16 +8,22 @@ waiting for, and the suite's serve fixtures spent about a CPU-minute per run on 
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 
 
+class Process(Protocol):
+    """What is waited on: a ``subprocess.Popen`` or a forked child (tests/forkserver.py)."""
+
+    def poll(self) -> int | None: ...
+
+
 def wait_until_up(
     url: str,
-    proc: subprocess.Popen[bytes],
+    proc: Process,
     log: Path,
     *,
     path: str = "/livez",

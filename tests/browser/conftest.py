@@ -18,9 +18,9 @@ own), so it is stopped as soon as the worker leaves the package.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,6 +30,7 @@ import pytest
 import yaml
 from playwright.sync_api import BrowserContext, expect, sync_playwright
 
+from tests.forkserver import Child, ForkServer
 from tests.serving import wait_until_up
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +72,7 @@ ADMIN = Caller("admin-token-root", "root", ("admin",))
 @dataclass(frozen=True)
 class Server:
     url: str
-    proc: subprocess.Popen[bytes]
+    proc: Child
     log: Path
 
     def output(self) -> str:
@@ -135,9 +136,9 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def _stop(proc: Child) -> None:
     if proc.poll() is None:
-        proc.terminate()
+        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -145,7 +146,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(STOP_TIMEOUT)
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
+def _wait_ready(url: str, proc: Child, log: Path) -> bool:
     """True once /ready answers 200; False if the process exited (e.g. the port was taken)."""
     try:
         return wait_until_up(url, proc, log, path="/ready", timeout=START_TIMEOUT, every=0.1)
@@ -155,9 +156,13 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
 
 
 @contextmanager
-def serve(tmp_path: Path, callers: tuple[Caller, ...] | None, port: int = 0) -> Iterator[Server]:
+def serve(
+    forks: ForkServer, tmp_path: Path, callers: tuple[Caller, ...] | None, port: int = 0
+) -> Iterator[Server]:
     """``statewright serve --worker`` on a free port (``port`` if it is free) over a fresh
-    SQLite file, with a tokens file for ``callers`` (None: open mode, no tokens)."""
+    SQLite file, with a tokens file for ``callers`` (None: open mode, no tokens); forked from
+    this worker's fork server of ``statewright`` command lines (the ``cli_forks`` fixture):
+    the same command line and process, without an interpreter start-up."""
     options = []
     if callers is not None:
         tokens = tmp_path / "tokens.yaml"
@@ -170,10 +175,7 @@ def serve(tmp_path: Path, callers: tuple[Caller, ...] | None, port: int = 0) -> 
     log = tmp_path / "serve.log"
     for attempt in range(3):  # another process may take the free port before we bind it
         port = _free_port(port if attempt == 0 else 0)
-        cmd = [
-            sys.executable,
-            "-m",
-            "statewright.cli",
+        argv = [
             "--db",
             str(tmp_path / "dashboard.db"),
             "--app",
@@ -186,10 +188,8 @@ def serve(tmp_path: Path, callers: tuple[Caller, ...] | None, port: int = 0) -> 
             *options,
             "--worker",
         ]
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                cmd, cwd=ROOT, env=_env(), stdout=out, stderr=subprocess.STDOUT
-            )
+        log.unlink(missing_ok=True)  # this attempt's output only
+        proc = forks.popen(argv, log, env=_env(), cwd=ROOT)
         url = f"http://127.0.0.1:{port}"
         if _wait_ready(url, proc, log):
             break
@@ -202,24 +202,26 @@ def serve(tmp_path: Path, callers: tuple[Caller, ...] | None, port: int = 0) -> 
 
 
 @pytest.fixture
-def server(tmp_path: Path, service_port: int) -> Iterator[Server]:
+def server(tmp_path: Path, service_port: int, cli_forks: ForkServer) -> Iterator[Server]:
     """The service with two tokens: an approver's and an agent's."""
-    with serve(tmp_path, (APPROVER, AGENT), service_port) as running:
+    with serve(cli_forks, tmp_path, (APPROVER, AGENT), service_port) as running:
         yield running
 
 
 @pytest.fixture
-def ops_server(tmp_path: Path, service_port: int) -> Iterator[Server]:
+def ops_server(tmp_path: Path, service_port: int, cli_forks: ForkServer) -> Iterator[Server]:
     """The service with an operator's (maria: approver and operator), an agent's and an
     admin's token."""
-    with serve(tmp_path, (APPROVER, AGENT, ADMIN), service_port) as running:
+    with serve(cli_forks, tmp_path, (APPROVER, AGENT, ADMIN), service_port) as running:
         yield running
 
 
 @pytest.fixture(scope="package")
-def open_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+def open_server(
+    tmp_path_factory: pytest.TempPathFactory, cli_forks: ForkServer
+) -> Iterator[Server]:
     """The service in open mode (no tokens: every local caller is an admin and approver),
     shared by the tests that use it: each starts workflows of its own ids and looks at those
     only (none counts what the service holds)."""
-    with serve(tmp_path_factory.mktemp("open_server"), None) as running:
+    with serve(cli_forks, tmp_path_factory.mktemp("open_server"), None) as running:
         yield running

@@ -11,8 +11,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from pathlib import Path
@@ -27,6 +25,7 @@ from sse_starlette.sse import AppStatus
 from statewright import Engine
 from statewright.errors import StoreError
 from statewright.http import create_app
+from tests.forkserver import Child, ForkServer
 from tests.http.conftest import TOKENS, auth, registry
 from tests.http.test_api import error_of, in_state, start
 
@@ -278,24 +277,28 @@ def _free_port() -> int:
         return port
 
 
-async def test_sigterm_to_a_real_server_ends_its_streams(tmp_path: Path) -> None:
+async def test_sigterm_to_a_real_server_ends_its_streams(
+    cli_forks: ForkServer, tmp_path: Path
+) -> None:
     """``statewright serve`` (uvicorn) with an open stream exits promptly on SIGTERM: the
-    stream ends cleanly instead of holding the shutdown forever."""
+    stream ends cleanly instead of holding the shutdown forever. (The server is forked from
+    the ``cli_forks`` fork server: the same command line, process and signal, without an
+    interpreter start-up.)"""
     token, actor, roles, tenant = TOKENS["agent"]
     tokens = tmp_path / "tokens.json"
     spec = {"token": token, "actor": actor, "roles": roles, "tenant": tenant}
     tokens.write_text(json.dumps({"tokens": [spec]}))
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATEWRIGHT_")}
-    cmd = [sys.executable, "-m", "statewright.cli", "--db", str(tmp_path / "s.db"), "serve"]
-    proc = subprocess.Popen(
-        [*cmd, "--port", str(port), "--tokens", str(tokens)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    argv = ["--db", str(tmp_path / "s.db"), "serve", "--port", str(port), "--tokens", str(tokens)]
+    out, err = tmp_path / "serve.out", tmp_path / "serve.err"
+    proc = Child(cli_forks, cli_forks.spawn(argv, out, err, env=env, cwd=ROOT))
+
+    def output() -> tuple[str, str]:
+        """The server's stdout and stderr so far (it creates the files once forked)."""
+        stdout, stderr = (p.read_text() if p.exists() else "" for p in (out, err))
+        return stdout, stderr
+
     base = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient(base_url=base, headers=auth("agent")) as client:
@@ -306,7 +309,7 @@ async def test_sigterm_to_a_real_server_ends_its_streams(tmp_path: Path) -> None
                         break
                 except httpx.TransportError:
                     pass
-                assert proc.poll() is None, proc.communicate()
+                assert proc.poll() is None, output()
                 assert time.monotonic() < deadline, "the server did not come up"
                 await asyncio.sleep(0.1)
             await start(client, wid="t-1")
@@ -325,11 +328,11 @@ async def test_sigterm_to_a_real_server_ends_its_streams(tmp_path: Path) -> None
             assert not [line for line in rest if line.startswith("data: ")]
         code = await asyncio.to_thread(proc.wait, TIMEOUT)
         assert time.monotonic() - sent < 5.0
-        _, stderr = proc.communicate()
+        _, stderr = output()
         # uvicorn re-raises the signal once it has shut down gracefully.
         assert code in (0, -signal.SIGTERM), stderr
         assert "Traceback" not in stderr and "ERROR" not in stderr, stderr
     finally:
         if proc.poll() is None:
             proc.kill()
-        proc.communicate()
+        proc.wait()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from statewright.definition import agent_task_machine, save_path
+from tests.forkserver import Child, ForkServer
 from tests.integration.conftest import EXAMPLES, Cli
 
 ORDERS = str(EXAMPLES / "order_fulfilment.py")
@@ -200,33 +200,41 @@ def test_worker_modes(cli: Cli) -> None:
     assert cli.error("worker", "--once", "--until-idle", code=2).startswith("error[invalid_input]")
 
 
+def _text(path: Path) -> str:
+    """What a child wrote to ``path`` so far (it creates the file once forked)."""
+    return path.read_text() if path.exists() else ""
+
+
+def _catches(pid: int, sig: signal.Signals) -> bool:
+    """Whether process ``pid`` has a handler for ``sig`` (its SigCgt mask in /proc)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (sig - 1) & 1)
+    raise AssertionError(f"no SigCgt in /proc/{pid}/status")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_worker_stops_cleanly_on_a_signal(tmp_path: Path, sig: signal.Signals) -> None:
+def test_worker_stops_cleanly_on_a_signal(
+    cli_forks: ForkServer, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """A real ``statewright worker`` process (forked from the ``cli_forks`` server, as
+    ``python -m statewright.cli`` would run it) exits 0 after ``sig``, having said so."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATEWRIGHT_")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "statewright.cli",
-            "--db",
-            str(tmp_path / "w.db"),
-            "worker",
-            "--poll-interval",
-            "0.05",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    out, err = tmp_path / "worker.out", tmp_path / "worker.err"
+    argv = ["--db", str(tmp_path / "w.db"), "worker", "--poll-interval", "0.05"]
+    proc = Child(cli_forks, cli_forks.spawn(argv, out, err, env=env))
     try:
-        assert proc.stderr is not None
-        assert proc.stderr.readline().startswith("worker ")  # it is up
-        time.sleep(0.2)
+        # It is up, and it handles SIGINT and SIGTERM: it installs both handlers at once, so
+        # a signal now is the one it stops on, not one that kills it before it listens.
+        deadline = time.monotonic() + 20
+        while not (_text(err).startswith("worker ") and _catches(proc.pid, signal.SIGTERM)):
+            assert proc.poll() is None, (_text(out), _text(err))
+            assert time.monotonic() < deadline, ("the worker did not start", _text(err))
+            time.sleep(0.01)
         proc.send_signal(sig)
-        stdout, _ = proc.communicate(timeout=20)
+        proc.wait(20)
     finally:
         proc.kill()
         proc.wait()
-    assert proc.returncode == 0
-    assert "worker stopped" in stdout
+    assert proc.returncode == 0, err.read_text()
+    assert "worker stopped" in out.read_text()

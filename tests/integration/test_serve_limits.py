@@ -1,14 +1,19 @@
 """Request limits with a real ``statewright serve`` (uvicorn, h11): a 10 MB body, declared or
 chunked, is answered 413 JSON while the server's memory stays flat; headers over the app's
 limit get a JSON 431 up to the HTTP parser's own limit, and the parser's plain 400 beyond it;
-the serve options and their environment variables set the limits and the /metrics token."""
+the serve options and their environment variables set the limits and the /metrics token.
+
+Each server is forked from this worker's fork server of ``statewright`` command lines (the
+``cli_forks`` fixture, tests/cli_forks.py): the same command line and process, without an
+interpreter start-up; the variables it reads are read by the command at run time (its options'
+``envvar``), in the child's own environment."""
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +24,7 @@ import httpx
 import yaml
 
 from statewright.http.limits import MAX_BODY_BYTES, MAX_HEADER_BYTES, parser_limit
+from tests.forkserver import Child, ForkServer
 from tests.serving import wait_until_up
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +36,7 @@ MB = 1024 * 1024
 @dataclass(frozen=True)
 class Served:
     url: str
-    proc: subprocess.Popen[bytes]
+    proc: Child
     log: Path
 
     @property
@@ -53,25 +59,22 @@ def _free_port() -> int:
 
 
 @contextmanager
-def serve(tmp_path: Path, *options: str, env: dict[str, str] | None = None) -> Iterator[Served]:
-    """``statewright serve`` on a free port over a fresh SQLite file."""
+def serve(
+    forks: ForkServer, tmp_path: Path, *options: str, env: dict[str, str] | None = None
+) -> Iterator[Served]:
+    """``statewright serve`` (forked) on a free port over a fresh SQLite file."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("STATEWRIGHT_")}
     port = _free_port()
     log = tmp_path / "serve.log"
-    cmd = [
-        *(sys.executable, "-m", "statewright.cli", "--db", str(tmp_path / "sw.db")),
-        *("serve", "--port", str(port), *options),
-    ]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=clean | (env or {}), stdout=out, stderr=subprocess.STDOUT
-        )
+    log.unlink(missing_ok=True)  # the log of this server only (a test may start two)
+    argv = ["--db", str(tmp_path / "sw.db"), "serve", "--port", str(port), *options]
+    proc = forks.popen(argv, log, env=clean | (env or {}), cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     try:
         assert wait_until_up(url, proc, log, timeout=TIMEOUT), f"serve exited:\n{log.read_text()}"
         yield Served(url, proc, log)
     finally:
-        proc.terminate()
+        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -94,8 +97,13 @@ def chunks(total: int, size: int = 64 * 1024) -> Iterator[bytes]:
         sent += size
 
 
-def test_a_10_mb_body_is_refused_413_and_the_server_does_not_grow(tmp_path: Path) -> None:
-    with serve(tmp_path) as served, httpx.Client(base_url=served.url, timeout=TIMEOUT) as api:
+def test_a_10_mb_body_is_refused_413_and_the_server_does_not_grow(
+    cli_forks: ForkServer, tmp_path: Path
+) -> None:
+    with (
+        serve(cli_forks, tmp_path) as served,
+        httpx.Client(base_url=served.url, timeout=TIMEOUT) as api,
+    ):
         json_headers = {"Content-Type": "application/json"}
         for _ in range(3):  # warm up: what the first requests import and cache
             assert api.get("/metrics").status_code == 200
@@ -136,9 +144,14 @@ def slow_head(port: int, size: int) -> bytes:
         return answer
 
 
-def test_headers_get_a_json_431_up_to_the_parsers_limit(tmp_path: Path) -> None:
+def test_headers_get_a_json_431_up_to_the_parsers_limit(
+    cli_forks: ForkServer, tmp_path: Path
+) -> None:
     limit = parser_limit(MAX_HEADER_BYTES)
-    with serve(tmp_path) as served, httpx.Client(base_url=served.url, timeout=TIMEOUT) as api:
+    with (
+        serve(cli_forks, tmp_path) as served,
+        httpx.Client(base_url=served.url, timeout=TIMEOUT) as api,
+    ):
         assert api.get("/livez", headers={"X-Pad": "a" * (MAX_HEADER_BYTES // 2)}).is_success
         for size in (MAX_HEADER_BYTES + 1, limit - 1024):
             error = error_of(api.get("/livez", headers={"X-Pad": "a" * size}), 431)
@@ -152,7 +165,9 @@ def test_headers_get_a_json_431_up_to_the_parsers_limit(tmp_path: Path) -> None:
         assert api.get("/livez").status_code == 200  # and the server goes on
 
 
-def test_the_limits_and_the_metrics_token_are_serve_options(tmp_path: Path) -> None:
+def test_the_limits_and_the_metrics_token_are_serve_options(
+    cli_forks: ForkServer, tmp_path: Path
+) -> None:
     tokens = tmp_path / "tokens.yaml"
     entries = [
         {"token": "ops-token-1", "actor": "prometheus", "roles": ["ops"]},
@@ -162,7 +177,7 @@ def test_the_limits_and_the_metrics_token_are_serve_options(tmp_path: Path) -> N
     options = ("--tokens", str(tokens), "--max-body-bytes", "2000", "--metrics-auth")
     env = {"STATEWRIGHT_MAX_HEADER_BYTES": "4096"}
     with (
-        serve(tmp_path, *options, env=env) as served,
+        serve(cli_forks, tmp_path, *options, env=env) as served,
         httpx.Client(base_url=served.url, timeout=TIMEOUT) as api,
     ):
         agent = {"Authorization": "Bearer agent-token-1"}
@@ -177,7 +192,7 @@ def test_the_limits_and_the_metrics_token_are_serve_options(tmp_path: Path) -> N
     # The variables do the same as the options.
     env = {"STATEWRIGHT_MAX_BODY_BYTES": "3000", "STATEWRIGHT_METRICS_AUTH": "true"}
     with (
-        serve(tmp_path, "--tokens", str(tokens), env=env) as served,
+        serve(cli_forks, tmp_path, "--tokens", str(tokens), env=env) as served,
         httpx.Client(base_url=served.url, timeout=TIMEOUT) as api,
     ):
         r = api.post("/v1/workflows", content=b" " * 3001, headers=agent)

@@ -1,5 +1,6 @@
-"""Real MCP clients (the SDK's) against real servers: ``statewright mcp`` over stdio and
-``statewright serve`` over streamable HTTP, as subprocesses on an SQLite file.
+"""Real MCP clients (the SDK's) against real servers on an SQLite file: ``statewright mcp``
+over stdio (a new process: the SDK's client spawns it with pipes) and ``statewright serve`` over
+streamable HTTP (a process forked by the ``cli_forks`` fixture).
 
 Tokens (tenant ``acme`` unless named): ``agent`` (roles agent), ``ops`` (system, operator:
 the warehouse and carrier integration), ``boss`` (approver, operator), ``viewer`` (viewer),
@@ -29,6 +30,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from statewright import SQLiteStore, ids
 from statewright.types import TransitionRecord
+from tests.forkserver import ForkServer
 from tests.serving import wait_until_up
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,50 +186,47 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served(tmp_path_factory: pytest.TempPathFactory, cli_forks: ForkServer) -> Iterator[Served]:
     base = tmp_path_factory.mktemp("serve")
-    yield from _serve(base, write_tokens(base / "tokens.yaml"))
+    yield from _serve(cli_forks, base, write_tokens(base / "tokens.yaml"))
 
 
 @pytest.fixture(scope="module")
-def served_open(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served_open(
+    tmp_path_factory: pytest.TempPathFactory, cli_forks: ForkServer
+) -> Iterator[Served]:
     """``statewright serve --worker`` without tokens (open mode, on loopback)."""
-    yield from _serve(tmp_path_factory.mktemp("serve-open"), None)
+    yield from _serve(cli_forks, tmp_path_factory.mktemp("serve-open"), None)
 
 
-def _serve(base: Path, tokens: Path | None) -> Iterator[Served]:
+def _serve(forks: ForkServer, base: Path, tokens: Path | None) -> Iterator[Served]:
+    """``statewright serve --worker``, forked from this worker's fork server of ``statewright``
+    command lines (the ``cli_forks`` fixture): the same command line and process, without an
+    interpreter start-up. The MCP server package is not preloaded there: the service imports
+    it at its first MCP request, as it does in a process of its own."""
     port = free_port()
     db, log = base / "sw.db", base / "serve.log"
     auth = () if tokens is None else ("--tokens", str(tokens))
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "statewright.cli", "--db", str(db), "--app", APPS),
-                *("serve", "--worker", *auth, "--port", str(port)),
-            ],
-            cwd=ROOT,
-            env=clean_env(),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-        url = f"http://127.0.0.1:{port}"
+    argv = ["--db", str(db), "--app", APPS, "serve", "--worker", *auth, "--port", str(port)]
+    proc = forks.popen(argv, log, env=clean_env(), cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        up = wait_until_up(url, proc, log, timeout=TIMEOUT)
+        assert up, f"serve exited early:\n{log.read_text()}"
+        yield Served(url, db, log)
+    finally:
+        proc.send_signal(signal.SIGTERM)
         try:
-            up = wait_until_up(url, proc, log, timeout=TIMEOUT)
-            assert up, f"serve exited early:\n{log.read_text()}"
-            yield Served(url, db, log)
-        finally:
-            proc.terminate()
-            try:
-                code = proc.wait(TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                raise
-        # The MCP session manager runs inside the app's lifespan: the service still stops
-        # cleanly (uvicorn re-raises the SIGTERM it handled once it has shut down).
-        text = log.read_text()
-        assert code in (0, -signal.SIGTERM), text
-        assert "Traceback" not in text and "ERROR" not in text, text
+            code = proc.wait(TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+    # The MCP session manager runs inside the app's lifespan: the service still stops
+    # cleanly (uvicorn re-raises the SIGTERM it handled once it has shut down).
+    text = log.read_text()
+    assert code in (0, -signal.SIGTERM), text
+    assert "Traceback" not in text and "ERROR" not in text, text
 
 
 def _http(who: str | None) -> httpx2.AsyncClient:

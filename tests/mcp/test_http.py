@@ -1,7 +1,7 @@
-"""The MCP server mounted in ``statewright serve --worker`` (a real subprocess), over streamable
-HTTP with the SDK's clients: the initialize-handshake session (2025-11-25) and the high-level
-``Client`` (which negotiates the per-request protocol, 2026-07-28). Each request is
-authenticated by its own bearer token."""
+"""The MCP server mounted in ``statewright serve --worker`` (a real process, forked by the
+``cli_forks`` fixture: tests/mcp/conftest.py), over streamable HTTP with the SDK's clients: the
+initialize-handshake session (2025-11-25) and the high-level ``Client`` (which negotiates the
+per-request protocol, 2026-07-28). Each request is authenticated by its own bearer token."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 from tests.mcp.conftest import (
     FIXED_TOOLS,
     ORDER,
+    TIMEOUT,
     TOKENS,
     WRITING_TOOLS,
     Progress,
@@ -40,14 +41,17 @@ HEADERS = {"Accept": "application/json, text/event-stream"}
 
 def test_a_request_without_a_valid_token_is_refused(served: Served) -> None:
     for headers in ({}, {"Authorization": "Bearer nope-nope-nope"}, {"Authorization": "Basic x"}):
-        r = httpx.post(served.mcp, json=INIT, headers={**HEADERS, **headers})
+        r = httpx.post(served.mcp, json=INIT, headers={**HEADERS, **headers}, timeout=TIMEOUT)
         assert r.status_code == 401, r.text
         assert r.headers["www-authenticate"].startswith("Bearer")
         assert r.json()["error"]["code"] == "unauthorized"
+    # The first request with a token imports the MCP server (lazily, as at its first use in
+    # production): seconds on a busy machine, more than httpx's default 5 s timeout.
     ok = httpx.post(
         served.mcp,
         json=INIT,
         headers={**HEADERS, "Authorization": f"Bearer {TOKENS['agent'][0]}"},
+        timeout=TIMEOUT,
     )
     assert ok.status_code == 200, ok.text
 
@@ -218,5 +222,5 @@ async def test_in_open_mode_mcp_callers_are_agents(served_open: Served) -> None:
     records = await history(served_open.db, wid, tenant="default")
     assert len(records) == paused["version"] and records[0].actor == "local-agent"
     # The API itself is still open to the local admin (the dashboard's approve button).
-    r = httpx.get(f"{served_open.url}/v1/workflows/{wid}")
+    r = httpx.get(f"{served_open.url}/v1/workflows/{wid}", timeout=TIMEOUT)
     assert r.status_code == 200 and "approval_granted" in r.json()["allowed_events"]
