@@ -220,10 +220,10 @@ def test_any_accepted_json_is_readable_by_every_route_and_the_stream(
     request: pytest.FixtureRequest, tmp_path: Path, backend: str, examples: int
 ) -> None:
     """Derandomized: 20 objects on SQLite and 15 on PostgreSQL by default, 60 and 25 under
-    ``--torture`` (tests/torture.py). The default ones still hold flat and nested values of
-    every leaf type, values 39 and 49 levels deep that are accepted and read back, and values
-    66 and 81 levels deep that are refused (nothing stored) on both backends (about 80 ms of
-    CPU an object)."""
+    ``--torture`` (tests/torture.py). The default ones still hold, on both backends, flat and
+    nested values of every leaf type, values 31 to 64 levels deep (64: the limit) that are
+    accepted and read back, and values 67 to 87 levels deep that are refused with nothing
+    stored (about 80 ms of CPU an object)."""
     store: Store = (
         SQLiteStore(tmp_path / "p.db")
         if backend == "sqlite"
