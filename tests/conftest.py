@@ -45,6 +45,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from statewright.store.postgres import PostgresStore
+from tests import torture
 from tests.cli_forks import CliForkServer
 
 PG_DSN_ENV = "STATEWRIGHT_TEST_PG_DSN"
@@ -421,6 +422,9 @@ def _distributing(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The hypothesis profile of the run: the property tests' full counts under --torture only
+    # (tests/torture.py); loaded before any test module (and its @settings) is imported.
+    torture.configure(config)
     if _distributing(config):
         folder = Path(tempfile.mkdtemp(prefix="statewright-xdist-"))
         config.stash[run_dir_key] = folder

@@ -11,7 +11,13 @@ sometimes those of seeded workflows (in several states and two tenants), so the 
 reached too, not only 404s.
 
 The stream (``/v1/stream``) never ends by itself: schemathesis cuts it at its request timeout
-and checks the events it got. Bounded: derandomized, ``MAX_EXAMPLES`` per operation.
+and checks the events it got. Bounded: derandomized, ``MAX_EXAMPLES`` fuzzing cases per
+operation and role: 3 by default, 12 under ``--torture`` (tests/torture.py). The fuzzing
+phase is the repeated random try; by default every operation still gets, per role, its
+explicit examples and 3 generated cases (about 100 per role: each operation's valid and
+invalid shapes, seeded ids half the time), and as the admin all 1,314 coverage cases, whose
+number does not depend on ``MAX_EXAMPLES``. The 12 of ``--torture`` (about 380 generated
+cases per role) cost 20 CPU-seconds more.
 
 The app runs with a small body limit (``BODY_LIMIT``). Hostile bodies are added as explicit
 cases, checked the same way: every operation that takes a body, sent one over the limit,
@@ -54,8 +60,9 @@ from statewright import Engine, ManualClock, SQLiteStore, paging
 from statewright.engine.builtin import agent_task_type
 from statewright.http import create_app
 from tests.http.conftest import auth, order_type, refund_type, registry
+from tests.torture import examples
 
-MAX_EXAMPLES = 12
+MAX_EXAMPLES = examples(12, 3)
 BODY_LIMIT = 64 * 1024
 STREAM_TIMEOUT = 0.3
 """Seconds a stream is read before it is cut (the stream polls every 0.02 s here)."""

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from statewright.errors import InvalidInput, ValueTooDeep, ValueTooLarge
 from statewright.jsonvalue import Limits, _dumps_deep, _loads_deep, depth, dumps, loads
+from tests.torture import examples
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
 values = st.recursive(
@@ -28,20 +29,25 @@ def nested(levels: int, leaf: Any = 1) -> Any:
     return value
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300, 100))
 @given(values, st.booleans(), st.booleans())
 def test_the_iterative_encoder_writes_what_json_writes(
     value: Any, sort_keys: bool, ensure_ascii: bool
 ) -> None:
+    """Random values (a new draw each run): 100 by default, 300 under ``--torture``
+    (tests/torture.py); 100 still meet every scalar type, nested lists and objects, and both
+    flags either way, many times over."""
     expected = json.dumps(
         value, separators=(",", ":"), sort_keys=sort_keys, ensure_ascii=ensure_ascii
     )
     assert _dumps_deep(value, sort_keys, ensure_ascii, True) == expected
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300, 100))
 @given(values, st.sampled_from([None, 0, 2]))
 def test_the_iterative_parser_reads_what_json_reads(value: Any, indent: int | None) -> None:
+    """As the encoder's test: 100 random values by default (each indent about 33 times), 300
+    under ``--torture``."""
     text = json.dumps(value, indent=indent)
     assert _loads_deep(text) == json.loads(text)
 

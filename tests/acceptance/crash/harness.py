@@ -34,20 +34,14 @@ from tests.acceptance.crash.app import (
     amount_of,
 )
 from tests.acceptance.crash.zygote import Zygote
+from tests.torture import torture_enabled
 
 SEED_ENV = "STATEWRIGHT_CRASH_SEED"
-TORTURE_ENV = "STATEWRIGHT_TORTURE"
 KILLED = -9
 """Exit code of a process that died of SIGKILL (as ``Popen.returncode``)."""
 TARGETED = ("during_step/notify", "before_effect/notify", "after_transition/done")
 """Extra kill points for one step or state: the last step after (or before) the service
 applied it, and dying right after the final transition."""
-
-
-def torture_enabled(config: pytest.Config) -> bool:
-    """``--torture`` or ``STATEWRIGHT_TORTURE=1``: the long runs (hundreds of kills)."""
-    flag = bool(config.getoption("--torture", default=False))
-    return flag or os.environ.get(TORTURE_ENV, "").strip() not in ("", "0")
 
 
 def crash_seed() -> int:
