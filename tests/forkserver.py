@@ -203,8 +203,10 @@ class _Server:
                 os.chdir(cwd)
             os.close(self.proto_in)  # the test sees EOF from the server alone, not its children
             os.close(self.proto_out)
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                signal.signal(sig, signal.SIG_DFL)
+            # The handlers a fresh interpreter starts with (the server ignores SIGINT):
+            # KeyboardInterrupt on SIGINT (asyncio.run installs its own only over this one).
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
             mode = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else os.O_TRUNC)
             opened: dict[str, int] = {}
             for target, path in zip((1, 2), outputs, strict=True):
