@@ -16,16 +16,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # The dependencies are installed with uv (itself installed with pip, into .venv only): it
 # resolves, downloads and unpacks in parallel, 3 s here against pip's 22 s for the test
-# dependencies. Where uv cannot be had or fails, pip does it all. COMPILE=1 (scripts/test)
-# compiles them too, on every core (8 s here): otherwise the suite's three workers, collecting
-# at once, each compiled what they import (20 CPU-s each), and its first servers theirs.
-pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
-compile=()
-[ "${COMPILE:-0}" = 1 ] && compile=(--compile-bytecode) || pip+=(--no-compile)
+# dependencies. Where uv cannot be had or fails, pip does it all. Nothing is compiled here:
+# Python compiles what it imports, and scripts/test compiles what the suite imports before
+# it starts (scripts/_warm_pycache.py).
+pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check --no-compile)
 uv_install() {
-  { [ -x .venv/bin/uv ] || "${pip[@]}" --no-compile uv >/dev/null 2>&1; } &&
+  { [ -x .venv/bin/uv ] || "${pip[@]}" uv >/dev/null 2>&1; } &&
     VIRTUAL_ENV="$PWD/.venv" .venv/bin/uv pip install --quiet --python .venv/bin/python \
-      "${compile[@]}" -e ".${EXTRAS:-}"
+      -e ".${EXTRAS:-}"
 }
 if ! uv_install; then
   echo "installing with uv failed: installing with pip (slower)" >&2

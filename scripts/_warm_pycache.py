@@ -1,13 +1,20 @@
-"""Compile the package and rewrite the tests' asserts once, before the test workers start.
+"""Compile the dependencies and the package, and rewrite the tests' asserts, once, on every core,
+before the test workers start.
 
 Run by scripts/test. In a fresh clone nothing is compiled yet, and each pytest-xdist worker
-would rewrite the asserts of every test module and compile it (pytest caches the result in
-``__pycache__``, keyed by a hash of the source, but the workers start together and all miss):
-10 CPU-seconds per worker, a third of the suite's start. Done here once, on every core, the
-workers find it cached. pytest has no public call that only rewrites a file, so this uses its
-own rewriting functions (``_pytest.assertion.rewrite``) and writes the file pytest itself
-would write; if they change or fail, it gives up quietly and pytest does the work as before
-(the cache is only ever a cache: pytest checks every file's hash before it uses it).
+would compile what it imports and rewrite the asserts of every test module (pytest caches the
+result in ``__pycache__``, keyed by a hash of the source, but the workers start together and
+all miss): 20 CPU-seconds per worker, a third of the suite's start, and its first servers
+would compile theirs. Done here once, on every core, the workers find it cached.
+
+Not compiled: the dependencies of which the suite imports a sliver (:data:`LAZY`, a third of
+the installed source: the agent SDKs' thousands of generated modules, installers, mypy's
+sources next to its compiled extension); whoever imports a module of theirs compiles it.
+
+pytest has no public call that only rewrites a file, so this uses its own rewriting functions
+(``_pytest.assertion.rewrite``) and writes the file pytest itself would write; if they change
+or fail, it gives up quietly and pytest does the work as before (the cache is only ever a
+cache: pytest checks every file's hash before it uses it).
 """
 
 from __future__ import annotations
@@ -16,11 +23,16 @@ import contextlib
 import importlib.util
 import os
 import py_compile
+import site
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+LAZY = frozenset(
+    {"anthropic", "openai", "pip", "setuptools", "pkg_resources", "_distutils_hack"}
+    | {"mypy", "mypyc"}
+)
 
 
 def _rewrite(source_path: str) -> None:
@@ -47,22 +59,42 @@ def _compile(source_path: str) -> None:
     )
 
 
+def _compile_installed(source_path: str) -> None:
+    # As pip and uv compile what they install (the files never change once installed).
+    if not Path(importlib.util.cache_from_source(source_path)).exists():
+        py_compile.compile(source_path, doraise=True)
+
+
+JOBS = {"rewrite": _rewrite, "compile": _compile, "installed": _compile_installed}
+
+
 def _job(item: tuple[str, str]) -> None:
     kind, path = item
-    with contextlib.suppress(Exception):  # a cache: pytest redoes whatever failed here
-        (_rewrite if kind == "rewrite" else _compile)(path)
+    with contextlib.suppress(Exception):  # a cache: an import redoes whatever failed here
+        JOBS[kind](path)
+
+
+def _installed() -> list[Path]:
+    sources: list[Path] = []
+    for folder in {Path(f).resolve() for f in site.getsitepackages()}:
+        for top in folder.iterdir():
+            if top.name in LAZY or top.name.endswith((".dist-info", ".egg-info", "__pycache__")):
+                continue
+            sources += [top] if top.suffix == ".py" else top.rglob("*.py")
+    return sources
 
 
 def main() -> None:
     if sys.dont_write_bytecode:
         return
-    jobs = [
+    jobs = [("installed", str(p)) for p in _installed()]
+    jobs += [
         ("rewrite" if p.name == "conftest.py" or p.name.startswith("test_") else "compile", str(p))
         for folder in ("tests", "statewright")
         for p in (ROOT / folder).rglob("*.py")
     ]
     with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
-        list(pool.map(_job, jobs, chunksize=8))
+        list(pool.map(_job, jobs, chunksize=32))
 
 
 if __name__ == "__main__":
