@@ -7,9 +7,8 @@ result in ``__pycache__``, keyed by a hash of the source, but the workers start 
 all miss): 20 CPU-seconds per worker, a third of the suite's start, and its first servers
 would compile theirs. Done here once, on every core, the workers find it cached.
 
-Not compiled: the dependencies of which the suite imports a sliver (:data:`LAZY`, a third of
-the installed source: the agent SDKs' thousands of generated modules, installers, mypy's
-sources next to its compiled extension); whoever imports a module of theirs compiles it.
+Not compiled: what the suite does not import (:data:`LAZY`: the installers, and mypy's sources
+next to its compiled modules); whoever imports a module of theirs compiles it.
 
 pytest has no public call that only rewrites a file, so this uses its own rewriting functions
 (``_pytest.assertion.rewrite``) and writes the file pytest itself would write; if they change
@@ -29,10 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAZY = frozenset(
-    {"anthropic", "openai", "pip", "setuptools", "pkg_resources", "_distutils_hack"}
-    | {"mypy", "mypyc"}
-)
+LAZY = frozenset({"pip", "setuptools", "pkg_resources", "_distutils_hack", "mypy", "mypyc"})
 
 
 def _rewrite(source_path: str) -> None:
