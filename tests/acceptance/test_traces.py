@@ -4,7 +4,10 @@ variables alone) yields handler and step spans in that request's trace.
 
 The worker exports to the SDK's in-memory exporter, written to a file at exit
 (tests/acceptance/apps/span_file.py), installed as an ``opentelemetry_traces_exporter`` entry
-point the way an exporter package is: a ``.dist-info`` directory on the worker's path.
+point the way an exporter package is: a ``.dist-info`` directory on the worker's path. The
+worker and server processes are forked from the ``cli_forks`` fork server (tests/cli_forks.py):
+the SDK is set up from the variables in the child, and the exporter flushes at its exit. The
+test without the SDK starts fresh interpreters: what it checks is what one can import.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from statewright.http import create_app
 from statewright.store import store_from_url
 from tests.acceptance.apps.span_file import ENV
 from tests.acceptance.apps.traced import TYPES
+from tests.forkserver import ForkServer
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "tests" / "acceptance" / "apps" / "traced.py"
@@ -67,19 +71,20 @@ def traced_env(tmp: Path, service: str, spans: Path) -> dict[str, str]:
     return env
 
 
-def run_worker(db: str, tmp: Path) -> list[dict[str, Any]]:
-    """``statewright worker --until-idle`` with OTEL_* variables; the spans it exported."""
+def run_worker(forks: ForkServer, db: str, tmp: Path) -> list[dict[str, Any]]:
+    """``statewright worker --until-idle`` with OTEL_* variables, forked from ``forks`` (the
+    ``cli_forks`` fixture: the CLI's own entry point in a process of its own, its SDK set up
+    by the variables after the fork, its exporter flushed at exit); the spans it exported."""
     spans = tmp / "spans.jsonl"
     env = traced_env(tmp, "order-worker", spans)
-    done = subprocess.run(
+    done = forks.run(
         [
-            *(sys.executable, "-m", "statewright.cli", "--db", db, "--app", str(APP)),
+            *("--db", db, "--app", str(APP)),
             *("worker", "--until-idle", "--poll-interval", "0.05"),
         ],
+        tmp,
         cwd=ROOT,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=TIMEOUT,
     )
     assert done.returncode == 0, done.stderr
@@ -121,14 +126,14 @@ def check_chain(found: dict[str, dict[str, Any]], trace_id: str, parent_id: str 
 
 @pytest.mark.acceptance
 async def test_worker_spans_join_the_trace_of_the_span_that_started_the_workflow(
-    pg_dsn: str, tmp_path: Path
+    pg_dsn: str, tmp_path: Path, cli_forks: ForkServer
 ) -> None:
     provider = TracerProvider()  # this process's own SDK (not the global one)
     async with Engine(store_from_url(pg_dsn), TYPES) as engine:
         with provider.get_tracer("test").start_as_current_span("POST /orders") as request:
             await engine.start("order", workflow_id="o1")
         await engine.start("order", workflow_id="o2")  # outside any span
-        spans = run_worker(pg_dsn, tmp_path)
+        spans = run_worker(cli_forks, pg_dsn, tmp_path)
         assert {(await engine.get(w)).state for w in ("o1", "o2")} == {"done"}
     ctx = request.get_span_context()
     check_chain(named(spans, "o1"), f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}")
@@ -140,7 +145,9 @@ async def test_worker_spans_join_the_trace_of_the_span_that_started_the_workflow
 
 
 @pytest.mark.acceptance
-async def test_worker_spans_join_the_trace_of_an_http_request(tmp_path: Path) -> None:
+async def test_worker_spans_join_the_trace_of_an_http_request(
+    tmp_path: Path, cli_forks: ForkServer
+) -> None:
     db = tmp_path / "sw.db"
     async with Engine(SQLiteStore(db), TYPES) as engine:
         app = create_app(engine, manage_engine=False)  # no tracer provider in this process
@@ -152,7 +159,7 @@ async def test_worker_spans_join_the_trace_of_an_http_request(tmp_path: Path) ->
                 headers={"traceparent": f"00-{PARENT_TRACE}-{PARENT_SPAN}-01"},
             )
             assert r.status_code == 201, r.text
-        spans = run_worker(str(db), tmp_path)
+        spans = run_worker(cli_forks, str(db), tmp_path)
         assert (await engine.get("h1")).state == "done"
     check_chain(named(spans, "h1"), PARENT_TRACE, PARENT_SPAN)
 
@@ -188,27 +195,27 @@ def _free_port() -> int:
 
 
 @pytest.mark.acceptance
-async def test_a_real_server_and_a_real_worker_share_the_callers_trace(tmp_path: Path) -> None:
+async def test_a_real_server_and_a_real_worker_share_the_callers_trace(
+    tmp_path: Path, cli_forks: ForkServer
+) -> None:
     """Three processes: a client sends a traceparent to a real ``serve`` (its SDK configured
     by OTEL_* variables), a real ``worker`` runs the workflow; the server's request spans and
     the worker's handler and step spans are all in the client's trace."""
     db, served = tmp_path / "sw.db", tmp_path / "serve-spans.jsonl"
     port = _free_port()
-    cmd = [sys.executable, "-m", "statewright.cli", "--db", str(db), "--app", str(APP)]
-    server = subprocess.Popen(
-        [*cmd, "serve", "--port", str(port)],
+    log = tmp_path / "serve.log"
+    server = cli_forks.popen(
+        ["--db", str(db), "--app", str(APP), "serve", "--port", str(port)],
+        log,
         cwd=ROOT,
         env=traced_env(tmp_path, "order-api", served),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + TIMEOUT
         async with httpx.AsyncClient(base_url=base, timeout=5.0) as client:
             while True:
-                assert server.poll() is None, server.communicate()
+                assert server.poll() is None, log.read_text()
                 assert time.monotonic() < deadline, "serve did not come up"
                 try:
                     if (await client.get("/livez")).status_code == 200:
@@ -224,9 +231,9 @@ async def test_a_real_server_and_a_real_worker_share_the_callers_trace(tmp_path:
             assert r.status_code == 201, r.text
     finally:
         server.send_signal(signal.SIGTERM)
-        _, err = server.communicate(timeout=TIMEOUT)
+        server.wait(TIMEOUT)
     # uvicorn ends by raising the signal again: -SIGTERM is its clean exit.
-    assert server.returncode in (0, -signal.SIGTERM), err
+    assert server.returncode in (0, -signal.SIGTERM), log.read_text()
     exported = [json.loads(line) for line in served.read_text().splitlines()]
     in_trace = {s["name"]: s for s in exported if s["trace_id"] == PARENT_TRACE}
     # The server's span of the request (FastAPI records one when an SDK is set), a child of
@@ -235,4 +242,5 @@ async def test_a_real_server_and_a_real_worker_share_the_callers_trace(tmp_path:
     assert (request["kind"], request["parent_id"]) == ("SERVER", PARENT_SPAN)
     assert request["service"] == "order-api"
     [current] = [s for s in in_trace.values() if "statewright.transition" in s["events"]]
-    check_chain(named(run_worker(str(db), tmp_path), "s1"), PARENT_TRACE, current["span_id"])
+    spans = run_worker(cli_forks, str(db), tmp_path)
+    check_chain(named(spans, "s1"), PARENT_TRACE, current["span_id"])
