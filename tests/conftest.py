@@ -456,6 +456,26 @@ def _run_order(item: pytest.Item) -> int:
     return 1 if _group(item) is None else 0
 
 
+def _interleaved(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The modules of each test folder (tests/acceptance, tests/unit, ...) taken in turn, each
+    module's tests together: in collection order, the folders' tests came one folder at a
+    time, and while the acceptance tests' processes waited (a lease to lapse, a window in which
+    nothing may happen) every worker waited with them, the cores idle."""
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    folders: dict[str, list[list[pytest.Item]]] = {}
+    for module, tests in modules.items():
+        folders.setdefault(module.split("/")[1] if "/" in module else "", []).append(tests)
+    queues = list(folders.values())
+    ordered: list[pytest.Item] = []
+    while queues:
+        for queue in queues:
+            ordered += queue.pop(0)
+        queues = [queue for queue in queues if queue]
+    return ordered
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
@@ -463,8 +483,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     # Every worker collects, and orders, the same way: the tests that run alone in part
     # (``run_alone``: a long setup, a short measure) and the groups (one unit of work each,
-    # the longest ones) first; the ``alone`` ones last.
+    # the longest ones) first; the ``alone`` ones last; in between, the modules of the test
+    # folders taken in turn (see ``_interleaved``).
     items.sort(key=_run_order)
+    plain = [i for i, item in enumerate(items) if _run_order(item) == 1]
+    if plain:
+        items[plain[0] : plain[-1] + 1] = _interleaved(items[plain[0] : plain[-1] + 1])
     groups = {item.nodeid: group for item in items if (group := _group(item)) is not None}
     folder = Path(workerinput[RUN_DIR])
     done = folder / f"groups-{workerinput['workerid']}.json"
