@@ -54,8 +54,31 @@ def _free_port() -> int:
         return port
 
 
-class Proc:
+class _Watched:
+    """What the test does with a process, started anew or forked: check it runs, stop it."""
+
+    name: str
+    lines: list[str]
+    popen: subprocess.Popen[str] | Child
+
+    def alive(self) -> None:
+        code = self.popen.poll()
+        assert code is None, f"{self.name} exited {code}:\n" + "\n".join(self.lines[-30:])
+
+    def _signal_and_wait(self, sig: int) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+class Proc(_Watched):
     """A subprocess whose stderr is read into :attr:`lines` by a thread (no pipe fills up)."""
+
+    popen: subprocess.Popen[str]
 
     def __init__(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.name = name
@@ -77,28 +100,20 @@ class Proc:
         for line in self.popen.stderr:
             self.lines.append(line.rstrip("\n"))
 
-    def alive(self) -> None:
-        code = self.popen.poll()
-        assert code is None, f"{self.name} exited {code}:\n" + "\n".join(self.lines[-30:])
-
     def stop(self, sig: int = signal.SIGTERM) -> int:
         """Signal the process (unless it exited), wait for it and close its pipe."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(sig)
-            try:
-                self.popen.wait(TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        self._signal_and_wait(sig)
         self._reader.join(5)
         assert self.popen.stderr is not None
         self.popen.stderr.close()
         return self.popen.returncode
 
 
-class ForkedProc:
+class ForkedProc(_Watched):
     """A ``statewright`` process forked from the fork server, with :class:`Proc`'s interface:
     its stderr goes to a file, read for :attr:`lines`."""
+
+    popen: Child
 
     def __init__(
         self, forks: ForkServer, name: str, argv: list[str], env: dict[str, str], err: Path
@@ -108,22 +123,12 @@ class ForkedProc:
         self.popen = Child(forks, forks.spawn(argv, Path(os.devnull), err, env=env, cwd=ROOT))
 
     @property
-    def lines(self) -> list[str]:
+    def lines(self) -> list[str]:  # type: ignore[override]  # read-only here: read from a file
         return self.err.read_text(errors="replace").splitlines() if self.err.exists() else []
-
-    def alive(self) -> None:
-        code = self.popen.poll()
-        assert code is None, f"{self.name} exited {code}:\n" + "\n".join(self.lines[-30:])
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
         """Signal the process (unless it exited) and wait for it."""
-        if self.popen.poll() is None:
-            self.popen.send_signal(sig)
-            try:
-                self.popen.wait(TIMEOUT)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        self._signal_and_wait(sig)
         return self.popen.returncode
 
 
