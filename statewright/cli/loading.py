@@ -171,8 +171,11 @@ def with_engine(settings: Settings, fn: Callable[[Engine], Awaitable[T]]) -> T:
 
 
 def db_path(engine: Engine) -> str:
-    """The store's file, absolute, for messages (or its URL when it has no file)."""
+    """The store's file, absolute, for messages; a server's ``dbname@host:port`` (never its
+    credentials) when it has no file."""
     path = getattr(engine.store, "path", None)
+    if path is None:
+        return str(getattr(engine.store, "where", type(engine.store).__name__))
     if not isinstance(path, str) or path == ":memory:":
         return str(path)
     return str(Path(path).resolve())

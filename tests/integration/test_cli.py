@@ -6,6 +6,9 @@ import json
 
 import pytest
 
+from statewright import Engine
+from statewright.cli.loading import db_path
+from statewright.store.postgres import PostgresStore
 from tests.integration.conftest import Cli
 
 
@@ -209,3 +212,10 @@ def test_stuck_lists_workflows_past_their_threshold(cli: Cli) -> None:
     found = cli.json("--app", str(machine), "stuck")
     assert [(x["workflow"]["id"], x["threshold"]) for x in found] == [("s1", 0.001)]
     assert "s1" in cli("--app", str(machine), "stuck").stdout
+
+
+def test_messages_name_a_postgres_store_by_database_and_host_never_credentials() -> None:
+    """The worker's start-up line and the JSON of ``init`` name the store (a SQLite file, or
+    a server's ``dbname@host:port``); a PostgreSQL store was named ``None``."""
+    store = PostgresStore("postgresql://ops:s3cret@db.internal:5433/orders")
+    assert db_path(Engine(store, [])) == "orders@db.internal:5433"
