@@ -402,13 +402,15 @@ class ForkServer:
     def popen(
         self,
         argv: Sequence[str],
-        log: Path,
+        stdout: Path,
+        stderr: Path | None = None,
         *,
         env: Mapping[str, str] | None = None,
         cwd: Path | str | None = None,
     ) -> Child:
-        """:meth:`spawn` with stdout and stderr appended to ``log``, as a Popen-like handle."""
-        return Child(self, self.spawn(argv, log, append=True, env=env, cwd=cwd))
+        """:meth:`spawn` with its output appended to ``stdout`` and ``stderr`` (both to
+        ``stdout`` if None), as a Popen-like handle."""
+        return Child(self, self.spawn(argv, stdout, stderr, append=True, env=env, cwd=cwd))
 
     def run(
         self,

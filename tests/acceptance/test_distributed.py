@@ -77,8 +77,7 @@ def _spawn(zygote: Zygote, dsn: str, tmp: Path, name: str) -> ForkedChild:
         *("--watch-interval", str(WATCH)),
         *("--jitter", "0.004"),
     ]
-    pid = zygote.spawn(argv, tmp / f"{name}.out", tmp / f"{name}.err")
-    return ForkedChild(zygote, pid)
+    return zygote.popen(argv, tmp / f"{name}.out", tmp / f"{name}.err")
 
 
 def _stderr(tmp: Path, name: str) -> str:

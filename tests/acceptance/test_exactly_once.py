@@ -68,7 +68,7 @@ def fork_worker(forks: ForkServer, db: str, tmp: Path, name: str, *args: str, **
 
 def _fork(forks: ForkServer, argv: list[str], tmp: Path, name: str, env: dict[str, str]) -> Child:
     err = tmp / f"{name}.err"
-    return Child(forks, forks.spawn(argv, Path(os.devnull), err, env=env, cwd=ROOT))
+    return forks.popen(argv, Path(os.devnull), err, env=env, cwd=ROOT)
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:

@@ -120,7 +120,7 @@ class ForkedProc(_Watched):
     ) -> None:
         self.name = name
         self.err = err
-        self.popen = Child(forks, forks.spawn(argv, Path(os.devnull), err, env=env, cwd=ROOT))
+        self.popen = forks.popen(argv, Path(os.devnull), err, env=env, cwd=ROOT)
 
     @property
     def lines(self) -> list[str]:  # type: ignore[override]  # read-only here: read from a file

@@ -56,7 +56,7 @@ def _spawn(
         argv += ["--clock", str(clock)]
     argv += extra
     err = log.parent / f"{name}.err"
-    return Child(forks, forks.spawn(argv, Path(os.devnull), err, cwd=ROOT))
+    return forks.popen(argv, Path(os.devnull), err, cwd=ROOT)
 
 
 def _lines(log: Path) -> list[list[str]]:

@@ -25,7 +25,7 @@ import pytest
 from statewright import Engine, SQLiteStore
 from statewright.types import WorkflowRow
 from tests.acceptance.apps.slow import TYPES
-from tests.forkserver import Child, ForkServer
+from tests.forkserver import ForkServer
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "tests" / "acceptance" / "apps" / "slow.py"
@@ -50,7 +50,7 @@ class Proc:
 
     def __init__(self, forks: ForkServer, argv: list[str], env: dict[str, str], tmp: Path):
         self.out, self.err = tmp / "worker.out", tmp / "worker.err"
-        self.child = Child(forks, forks.spawn(argv, self.out, self.err, env=env, cwd=ROOT))
+        self.child = forks.popen(argv, self.out, self.err, env=env, cwd=ROOT)
 
     def poll(self) -> int | None:
         return self.child.poll()

@@ -25,7 +25,7 @@ from sse_starlette.sse import AppStatus
 from statewright import Engine
 from statewright.errors import StoreError
 from statewright.http import create_app
-from tests.forkserver import Child, ForkServer
+from tests.forkserver import ForkServer
 from tests.http.conftest import TOKENS, auth, registry
 from tests.http.test_api import error_of, in_state, start
 
@@ -292,7 +292,7 @@ async def test_sigterm_to_a_real_server_ends_its_streams(
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATEWRIGHT_")}
     argv = ["--db", str(tmp_path / "s.db"), "serve", "--port", str(port), "--tokens", str(tokens)]
     out, err = tmp_path / "serve.out", tmp_path / "serve.err"
-    proc = Child(cli_forks, cli_forks.spawn(argv, out, err, env=env, cwd=ROOT))
+    proc = cli_forks.popen(argv, out, err, env=env, cwd=ROOT)
 
     def output() -> tuple[str, str]:
         """The server's stdout and stderr so far (it creates the files once forked)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from statewright.definition import agent_task_machine, save_path
-from tests.forkserver import Child, ForkServer
+from tests.forkserver import ForkServer
 from tests.integration.conftest import EXAMPLES, Cli
 
 ORDERS = str(EXAMPLES / "order_fulfilment.py")
@@ -222,7 +222,7 @@ def test_worker_stops_cleanly_on_a_signal(
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATEWRIGHT_")}
     out, err = tmp_path / "worker.out", tmp_path / "worker.err"
     argv = ["--db", str(tmp_path / "w.db"), "worker", "--poll-interval", "0.05"]
-    proc = Child(cli_forks, cli_forks.spawn(argv, out, err, env=env))
+    proc = cli_forks.popen(argv, out, err, env=env)
     try:
         # It is up, and it handles SIGINT and SIGTERM: it installs both handlers at once, so
         # a signal now is the one it stops on, not one that kills it before it listens.
