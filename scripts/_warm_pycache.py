@@ -7,8 +7,16 @@ result in ``__pycache__``, keyed by a hash of the source, but the workers start 
 all miss): 20 CPU-seconds per worker, a third of the suite's start, and its first servers
 would compile theirs. Done here once, on every core, the workers find it cached.
 
-Not compiled: what the suite does not import (:data:`LAZY`: the installers, and mypy's sources
-next to its compiled modules); whoever imports a module of theirs compiles it.
+Not compiled: what the suite does not import, or imports in one test only (:data:`LAZY`: the
+installers; mypy's sources next to its compiled modules; the OpenAI SDK, of whose 2,100 modules
+the classification tests import a quarter, and graphql, which nothing imports); whoever imports
+a module of theirs compiles it, once.
+
+Also done once here: hypothesis's table of the constants in the suite's own modules. Hypothesis
+parses every module of the project a test process has imported (statewright, the tests, the
+examples) for literals to try, on its first example, and caches the result in
+``.hypothesis/constants``; in a fresh clone every worker parsed them all again (1.3 CPU-seconds
+each) as its first property test started.
 
 pytest has no public call that only rewrites a file, so this uses its own rewriting functions
 (``_pytest.assertion.rewrite``) and writes the file pytest itself would write; if they change
@@ -24,11 +32,17 @@ import os
 import py_compile
 import site
 import sys
+import types
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAZY = frozenset({"pip", "setuptools", "pkg_resources", "_distutils_hack", "mypy", "mypyc"})
+LAZY = frozenset(
+    {
+        *("pip", "setuptools", "pkg_resources", "_distutils_hack", "mypy", "mypyc"),
+        *("openai", "graphql", "hypothesis_graphql"),
+    }
+)
 
 
 def _rewrite(source_path: str) -> None:
@@ -61,7 +75,23 @@ def _compile_installed(source_path: str) -> None:
         py_compile.compile(source_path, doraise=True)
 
 
-JOBS = {"rewrite": _rewrite, "compile": _compile, "installed": _compile_installed}
+def _constants(source_path: str) -> None:
+    # Hypothesis's own function, on a module object that only names the file: it reads the
+    # source, and writes the cache file the test processes then read (keyed by the source's
+    # hash). Internal API: if it changes, the job fails quietly and hypothesis does it as before.
+    from hypothesis.internal.constants_ast import constants_from_module
+
+    module = types.ModuleType(Path(source_path).stem)
+    module.__file__ = source_path
+    constants_from_module(module)
+
+
+JOBS = {
+    "rewrite": _rewrite,
+    "compile": _compile,
+    "installed": _compile_installed,
+    "constants": _constants,
+}
 
 
 def _job(item: tuple[str, str]) -> None:
@@ -87,6 +117,11 @@ def main() -> None:
     jobs += [
         ("rewrite" if p.name == "conftest.py" or p.name.startswith("test_") else "compile", str(p))
         for folder in ("tests", "statewright")
+        for p in (ROOT / folder).rglob("*.py")
+    ]
+    jobs += [
+        ("constants", str(p))
+        for folder in ("tests", "statewright", "examples")
         for p in (ROOT / folder).rglob("*.py")
     ]
     with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
