@@ -17,7 +17,8 @@ Under pytest-xdist (``scripts/test`` runs the suite on several workers) every fi
 per worker: each worker process starts its own throwaway server (or uses the shared one of
 ``STATEWRIGHT_TEST_PG_DSN``, with a template database and a pool of its own), and has its own
 temp dirs and environment; ports are always free ones. A test marked ``alone`` (it measures time or
-memory) runs while no other test does: see ``pytest_runtest_protocol`` below.
+memory) runs on the quiet worker while the others run at the lowest CPU priority: see "Parallel
+runs" below.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import fcntl
 import gc
 import json
 import os
@@ -33,7 +33,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Generator, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
@@ -102,6 +102,10 @@ def stop_pgserver(server: Any) -> None:
     atexit.unregister(server._cleanup)
 
 
+_postmaster: list[int] = []
+"""The pid of this worker's PostgreSQL server, once started (``pg_server``)."""
+
+
 @pytest.fixture(scope="session")
 def pg_server(request: pytest.FixtureRequest) -> Iterator[str]:
     """DSN of a PostgreSQL server for this session, with the right to create databases."""
@@ -122,6 +126,11 @@ def pg_server(request: pytest.FixtureRequest) -> Iterator[str]:
             f"install the test extra or set {PG_DSN_ENV} to a server's DSN",
             pytrace=False,
         )
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        _postmaster.append(int((base / "data" / "postmaster.pid").read_text().split()[0]))
+    if os.getpriority(os.PRIO_PROCESS, 0) == LOWEST_PRIORITY:  # not the quiet worker, or no
+        for pid in _postmaster:  # more (its processes have its priority; not its group's)
+            _lowest_priority(pid)
     try:
         dsn = server.get_uri()
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -386,16 +395,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 #
 # ``scripts/test`` runs the suite on several worker processes (``-n``, ``--dist loadgroup``).
 #
-# A test marked ``alone`` measures time against a bound: other tests running at the same time
-# on a 2-core machine would make it fail for nothing. It runs while no other test does: every
-# test holds a lock file shared by the run's workers (setup, call and teardown), shared by
-# ordinary tests and exclusive by an ``alone`` one. A test waiting for it exclusively first
-# takes a turnstile that ordinary tests pass on their way in, so that it is not starved by
-# them. A test that measures in one part only (after a long setup) runs that part alone with
-# the ``run_alone`` fixture instead. The ``alone`` tests are handed out last, when the other
-# workers only have short tests left to finish; the ``run_alone`` ones first, so that their long
-# setup runs next to the other tests instead of in the tail of the run, where the other workers
-# would wait. Without xdist every test runs alone anyway.
+# A test marked ``alone`` measures time against a bound (or memory, or the latency of a probe):
+# other tests competing with it for the CPU of a 2-core machine would make it fail for nothing.
+# The run's first worker, ``gw0``, the quiet one, runs these tests first, one after the other,
+# and meanwhile every other worker runs at the lowest CPU priority (nice 19), and so do the
+# processes it starts (they inherit it) and its PostgreSQL server (whose processes ``pg_ctl``
+# puts in a session, and so a scheduling group, of their own: the group's nice value is set
+# too, see ``_lowest_priority``). The quiet worker's tests get the CPU as soon as they want
+# it; the rest of the run gets what they leave, which is most of it, as they mostly wait. Once
+# the ``alone`` tests are done, the quiet worker lowers its own priority and takes ordinary
+# tests like the others. Before, such a test held a lock that kept every other test out while
+# it ran: the last 35 s of a run went by on one busy core, the ``alone`` tests in turn.
 #
 # A module marked ``one_worker`` sets up something costly once for all its tests (a server, a
 # filled store, in a module-scoped fixture): its tests run on one worker, which sets it up
@@ -403,22 +413,55 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 #
 # pytest-xdist's own ``loadgroup`` cannot group under pytest 9.2 (it renames the items'
 # ``_nodeid``, which pytest no longer reads), so the run's controller schedules by the groups
-# its workers wrote down while collecting (``GroupScheduling``).
+# (and the ``alone`` tests) its workers wrote down while collecting (``GroupScheduling``).
 
 ALONE = "alone"
 ONE_WORKER = "one_worker"
+QUIET_WORKER = "gw0"
 RUN_DIR = "statewright_run_dir"
 """Key, in ``workerinput``, of the folder the controller and the workers of one run share."""
+QUIET = "statewright_quiet"
+"""Key, in ``workerinput``: whether the worker is the quiet one (absent: no quiet worker, as
+when the run is not scheduled by ``GroupScheduling``)."""
+LOWEST_PRIORITY = 19
 run_dir_key = pytest.StashKey[Path]()
 
 
 def _distributing(config: pytest.Config) -> bool:
-    """This process is the controller of a pytest-xdist run."""
+    """This process is the controller of a pytest-xdist run that ``GroupScheduling`` schedules."""
     return (
         config.pluginmanager.hasplugin("xdist")
         and not hasattr(config, "workerinput")
-        and config.getoption("dist", "no") != "no"
+        and config.getoption("dist", "no") in ("load", "loadgroup")
     )
+
+
+def _lowest_priority(pid: int = 0) -> None:
+    """Put process ``pid`` (0: this one) at the lowest CPU priority, with its scheduling group.
+
+    Linux schedules by groups first when ``kernel.sched_autogroup_enabled`` is on (the default
+    of most distributions, and here): one group per session, so a nice value only counts
+    against the processes of the same session. The tests, their workers and what they start
+    share the run's session; a PostgreSQL server has a session of its own (``pg_ctl`` starts
+    it with ``setsid``), and its group is lowered through ``/proc/PID/autogroup``. Lowering
+    needs no privilege; where it is refused or missing, the process keeps its priority.
+    """
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, pid, LOWEST_PRIORITY)
+    if pid:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/autogroup", "w") as group:
+            group.write(str(LOWEST_PRIORITY))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    workerinput: dict[str, Any] | None = getattr(item.config, "workerinput", None)
+    quiet = workerinput is not None and workerinput.get(QUIET) is True
+    if quiet and not _alone(item) and os.getpriority(os.PRIO_PROCESS, 0) != LOWEST_PRIORITY:
+        # The quiet worker's ``alone`` tests are done: it takes ordinary ones, as the others do.
+        _lowest_priority()
+        for pid in _postmaster:
+            _lowest_priority(pid)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -429,11 +472,16 @@ def pytest_configure(config: pytest.Config) -> None:
         folder = Path(tempfile.mkdtemp(prefix="statewright-xdist-"))
         config.stash[run_dir_key] = folder
         config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    if workerinput is not None and workerinput.get(QUIET) is False:
+        _lowest_priority()
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
-    node.workerinput[RUN_DIR] = str(node.config.stash[run_dir_key])
+    if run_dir_key in node.config.stash:
+        node.workerinput[RUN_DIR] = str(node.config.stash[run_dir_key])
+        node.workerinput[QUIET] = node.gateway.id == QUIET_WORKER
 
 
 def _group(item: pytest.Item) -> str | None:
@@ -448,11 +496,15 @@ def _group(item: pytest.Item) -> str | None:
     return None
 
 
+def _alone(item: pytest.Item) -> bool:
+    return item.get_closest_marker(ALONE) is not None or "run_alone" in getattr(
+        item, "fixturenames", ()
+    )
+
+
 def _run_order(item: pytest.Item) -> int:
-    if item.get_closest_marker(ALONE) is not None:
+    if _alone(item):
         return 2
-    if "run_alone" in getattr(item, "fixturenames", ()):
-        return 0
     return 1 if _group(item) is None else 0
 
 
@@ -481,19 +533,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if workerinput is None or RUN_DIR not in workerinput:
         return
-    # Every worker collects, and orders, the same way: the tests that run alone in part
-    # (``run_alone``: a long setup, a short measure) and the groups (one unit of work each,
-    # the longest ones) first; the ``alone`` ones last; in between, the modules of the test
-    # folders taken in turn (see ``_interleaved``).
+    # Every worker collects, and orders, the same way: the groups (one unit of work each, the
+    # longest ones) first, then the modules of the test folders taken in turn (see
+    # ``_interleaved``); the ``alone`` ones (the quiet worker's) last.
     items.sort(key=_run_order)
     plain = [i for i, item in enumerate(items) if _run_order(item) == 1]
     if plain:
         items[plain[0] : plain[-1] + 1] = _interleaved(items[plain[0] : plain[-1] + 1])
-    groups = {item.nodeid: group for item in items if (group := _group(item)) is not None}
+    written = {
+        "groups": {item.nodeid: group for item in items if (group := _group(item)) is not None},
+        "alone": [item.nodeid for item in items if _alone(item)],
+    }
     folder = Path(workerinput[RUN_DIR])
-    done = folder / f"groups-{workerinput['workerid']}.json"
+    done = folder / f"collected-{workerinput['workerid']}.json"
     writing = done.with_suffix(".tmp")
-    writing.write_text(json.dumps(groups))
+    writing.write_text(json.dumps(written))
     writing.replace(done)
 
 
@@ -511,107 +565,85 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    if config.getoption("dist") != "loadgroup" or run_dir_key not in config.stash:
+    if run_dir_key not in config.stash:
         return None
     from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
 
     class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]
-        """``--dist loadgroup``: a group's tests are one unit of work, handed to one worker;
-        every other test is a unit of its own. The units go out in the order of the
-        collection (see ``pytest_collection_modifyitems``: the ``alone`` ones last)."""
+        """A group's tests are one unit of work, handed to one worker; every other test is a
+        unit of its own. The units go out in the order of the collection (see
+        ``pytest_collection_modifyitems``), the ``alone`` ones to the quiet worker only, before
+        any other; the others to any worker, the quiet one once it has no ``alone`` one left.
+        When the quiet worker is gone (it crashed and was replaced), any worker takes them."""
 
         def __init__(self, config: pytest.Config, log: Any, folder: Path) -> None:
             config.option.loadscopereorder = False  # not the largest groups first
             super().__init__(config, log)
             self.folder = folder
             self.groups: dict[str, str] | None = None
+            self.alone: set[str] = set()
+            self.alone_units: list[str] | None = None
 
         def _split_scope(self, nodeid: str) -> str:
             if self.groups is None:  # every worker has collected (and written) by now
                 self.groups = {}
-                for written in sorted(self.folder.glob("groups-*.json")):
-                    self.groups.update(json.loads(written.read_text()))
+                for written in sorted(self.folder.glob("collected-*.json")):
+                    collected = json.loads(written.read_text())
+                    self.groups.update(collected["groups"])
+                    self.alone.update(collected["alone"])
             return self.groups.get(nodeid, nodeid)
 
+        def _quiet(self, node: Any) -> bool:
+            return bool(node.workerinput.get(QUIET))
+
+        def _unit_for(self, node: Any) -> str | None:
+            """The first unit of work ``node`` may take, if any."""
+            if self.alone_units is None:  # the queue is complete by now (``schedule``)
+                self.alone_units = [
+                    scope
+                    for scope, unit in self.workqueue.items()
+                    if not self.alone.isdisjoint(unit)
+                ]
+            if self._quiet(node) or not any(self._quiet(n) for n in self.nodes):
+                for scope in self.alone_units:
+                    if scope in self.workqueue:
+                        return str(scope)
+            for scope in self.workqueue:  # the ``alone`` units come last: found at once
+                if scope not in self.alone_units:
+                    return str(scope)
+            return None
+
+        def _assign_work_unit(self, node: Any) -> None:
+            scope = self._unit_for(node)
+            if scope is None:
+                node.shutdown()  # none of its kind left: none will come
+                return
+            unit = self.workqueue.pop(scope)
+            self.assigned_work.setdefault(node, {})[scope] = unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some(
+                [collection.index(nodeid) for nodeid, done in unit.items() if not done]
+            )
+
+        def _reschedule(self, node: Any) -> None:
+            if node.shutting_down:
+                return
+            if self._unit_for(node) is None:
+                node.shutdown()
+                return
+            if self._pending_of(self.assigned_work[node]) > 2:
+                return
+            self._assign_work_unit(node)
+
     return GroupScheduling(config, log, config.stash[run_dir_key])
-
-
-class RunLock:
-    """The lock of one xdist run, in the folder its workers share."""
-
-    def __init__(self, folder: Path) -> None:
-        self.gate = os.open(folder / "alone.gate", os.O_RDWR | os.O_CREAT, 0o600)
-        self.lock = os.open(folder / "alone.lock", os.O_RDWR | os.O_CREAT, 0o600)
-
-    def acquire(self, alone: bool) -> None:
-        fcntl.flock(self.gate, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(self.lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        except BaseException:
-            fcntl.flock(self.gate, fcntl.LOCK_UN)
-            raise
-        if not alone:
-            fcntl.flock(self.gate, fcntl.LOCK_UN)
-
-    def release(self, alone: bool) -> None:
-        fcntl.flock(self.lock, fcntl.LOCK_UN)
-        if alone:
-            fcntl.flock(self.gate, fcntl.LOCK_UN)
-
-
-run_lock_key = pytest.StashKey[RunLock]()
-
-
-def _run_lock(config: pytest.Config) -> RunLock | None:
-    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
-    if workerinput is None or RUN_DIR not in workerinput:  # not a worker of a run
-        return None
-    lock = config.stash.get(run_lock_key, None)
-    if lock is None:
-        lock = config.stash[run_lock_key] = RunLock(Path(workerinput[RUN_DIR]))
-    return lock
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(
-    item: pytest.Item, nextitem: pytest.Item | None
-) -> Generator[None, object, object]:
-    lock = _run_lock(item.config)
-    if lock is None:
-        return (yield)
-    alone = item.get_closest_marker(ALONE) is not None
-    lock.acquire(alone)
-    try:
-        return (yield)
-    finally:
-        lock.release(alone)
-
-
-@contextlib.contextmanager
-def alone_section(config: pytest.Config, alone: bool = False) -> Iterator[None]:
-    """Run the block while no other test of the run does (``alone``: the test holds the run
-    to itself already); for what measures time in a module-scoped fixture."""
-    lock = _run_lock(config)
-    if lock is None or alone:  # not under xdist, or alone already
-        yield
-        return
-    lock.release(False)  # holding nothing while it waits: no deadlock with another
-    try:
-        lock.acquire(True)
-        try:
-            yield
-        finally:
-            lock.release(True)
-    finally:
-        lock.acquire(False)
 
 
 @pytest.fixture
 def run_alone(
     request: pytest.FixtureRequest,
 ) -> Callable[[], contextlib.AbstractContextManager[None]]:
-    """For a test that measures time in one part of it only (after a long setup, say):
-    ``with run_alone():`` runs that part while no other test runs; the rest of the test runs
-    alongside the others."""
-    alone = request.node.get_closest_marker(ALONE) is not None
-    return lambda: alone_section(request.config, alone)
+    """For a test that measures time in one part of it only (after a long setup, say): ``with
+    run_alone():`` marks that part. A test that asks for this fixture runs on the quiet worker
+    like an ``alone`` one (see above), which makes the whole test alone: the block is a plain
+    block."""
+    return contextlib.nullcontext
