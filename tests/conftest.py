@@ -102,10 +102,6 @@ def stop_pgserver(server: Any) -> None:
     atexit.unregister(server._cleanup)
 
 
-_postmaster: list[int] = []
-"""The pid of this worker's PostgreSQL server, once started (``pg_server``)."""
-
-
 @pytest.fixture(scope="session")
 def pg_server(request: pytest.FixtureRequest) -> Iterator[str]:
     """DSN of a PostgreSQL server for this session, with the right to create databases."""
@@ -126,11 +122,6 @@ def pg_server(request: pytest.FixtureRequest) -> Iterator[str]:
             f"install the test extra or set {PG_DSN_ENV} to a server's DSN",
             pytrace=False,
         )
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        _postmaster.append(int((base / "data" / "postmaster.pid").read_text().split()[0]))
-    if os.getpriority(os.PRIO_PROCESS, 0) == LOWEST_PRIORITY:  # not the quiet worker, or no
-        for pid in _postmaster:  # more (its processes have its priority; not its group's)
-            _lowest_priority(pid)
     try:
         dsn = server.get_uri()
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -399,10 +390,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # other tests competing with it for the CPU of a 2-core machine would make it fail for nothing.
 # The run's first worker, ``gw0``, the quiet one, runs these tests first, one after the other,
 # and meanwhile every other worker runs at the lowest CPU priority (nice 19), and so do the
-# processes it starts (they inherit it) and its PostgreSQL server (whose processes ``pg_ctl``
-# puts in a session, and so a scheduling group, of their own: the group's nice value is set
-# too, see ``_lowest_priority``). The quiet worker's tests get the CPU as soon as they want
-# it; the rest of the run gets what they leave, which is most of it, as they mostly wait. Once
+# processes it starts (they inherit it; not PostgreSQL's nor Chromium's, see
+# ``_lowest_priority``). The quiet worker's tests get the CPU as soon as they want it; the
+# rest of the run gets what they leave, which is most of it, as they mostly wait. Once
 # the ``alone`` tests are done, the quiet worker lowers its own priority and takes ordinary
 # tests like the others. Before, such a test held a lock that kept every other test out while
 # it ran: the last 35 s of a run went by on one busy core, the ``alone`` tests in turn.
@@ -436,32 +426,18 @@ def _distributing(config: pytest.Config) -> bool:
     )
 
 
-def _lowest_priority(pid: int = 0) -> None:
-    """Put process ``pid`` (0: this one) at the lowest CPU priority, with its scheduling group.
+def _lowest_priority() -> None:
+    """Put this process, and what it starts from now on, at the lowest CPU priority.
 
-    Linux schedules by groups first when ``kernel.sched_autogroup_enabled`` is on (the default
-    of most distributions, and here): one group per session, so a nice value only counts
-    against the processes of the same session. The tests, their workers and what they start
-    share the run's session; a PostgreSQL server has a session of its own (``pg_ctl`` starts
-    it with ``setsid``), and its group is lowered through ``/proc/PID/autogroup``. Lowering
-    needs no privilege; where it is refused or missing, the process keeps its priority.
+    Lowering needs no privilege; where it is refused, the process keeps its priority. Linux
+    schedules by groups first (``kernel.sched_autogroup_enabled``, on by default): one group
+    per session, and a nice value only counts against the processes of the same session. The
+    workers and what they start share the run's session, but PostgreSQL's processes (each
+    backend calls ``setsid``) and Chromium's have sessions of their own, and keep their share:
+    a quiet test competes with them as it did with every test before.
     """
     with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, pid, LOWEST_PRIORITY)
-    if pid:
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/autogroup", "w") as group:
-            group.write(str(LOWEST_PRIORITY))
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    workerinput: dict[str, Any] | None = getattr(item.config, "workerinput", None)
-    quiet = workerinput is not None and workerinput.get(QUIET) is True
-    if quiet and not _alone(item) and os.getpriority(os.PRIO_PROCESS, 0) != LOWEST_PRIORITY:
-        # The quiet worker's ``alone`` tests are done: it takes ordinary ones, as the others do.
-        _lowest_priority()
-        for pid in _postmaster:
-            _lowest_priority(pid)
+        os.setpriority(os.PRIO_PROCESS, 0, LOWEST_PRIORITY)
 
 
 def pytest_configure(config: pytest.Config) -> None:
