@@ -165,14 +165,27 @@ def app() -> Iterator[FastAPI]:
         shutil.rmtree(DB.parent, ignore_errors=True)
 
 
+@pytest.fixture(scope="module")
+def client(app: FastAPI) -> Iterator[asgi.ASGIClient]:
+    """One session for every request of the module. Given no session, schemathesis's ASGI
+    transport builds one per request (a ``requests.Session`` and its adapters); and
+    ``trust_env`` off spares each request the proxy and netrc look-ups in the environment
+    (``os.environ`` walked twice a request), which an in-process app never uses. The app sets
+    no cookies, so nothing is carried from one request to the next."""
+    with asgi.get_client(ASGI_APP) as session:
+        session.trust_env = False
+        yield session
+
+
 SETTINGS = settings(max_examples=MAX_EXAMPLES, derandomize=True, deadline=None, database=None)
 
 
-def _call_and_validate(case: schemathesis.Case[Any], who: str) -> None:
+def _call_and_validate(case: schemathesis.Case[Any], who: str, session: asgi.ASGIClient) -> None:
     streaming = case.operation.path == "/v1/stream"
     # (A generated cursor is schema-valid base64url that no page returned: 409 invalid_cursor,
     # which the document says, not a 422 for a request the schema admits.)
     case.call_and_validate(
+        session=session,
         headers=auth(who),
         timeout=STREAM_TIMEOUT if streaming else 10.0,
         excluded_checks=[negative_data_rejection],
@@ -200,7 +213,10 @@ def schemas(app: FastAPI) -> dict[str, tuple[Any, FeedbackSources]]:
 @pytest.mark.parametrize("who", ["admin", "agent"])
 @pytest.mark.parametrize("label", OPERATIONS)
 def test_openapi_contract(
-    schemas: dict[str, tuple[Any, FeedbackSources]], label: str, who: str
+    schemas: dict[str, tuple[Any, FeedbackSources]],
+    client: asgi.ASGIClient,
+    label: str,
+    who: str,
 ) -> None:
     """One operation's schemathesis test, built here rather than by ``schema.parametrize()``:
     that builds every operation's explicit and coverage cases at collection, on every xdist
@@ -216,7 +232,7 @@ def test_openapi_contract(
     def check(case: schemathesis.Case[Any], who: str) -> None:
         nonlocal checked
         checked += 1
-        _call_and_validate(case, who)
+        _call_and_validate(case, who, client)
 
     test = build_operation_test(
         config=loaded.config,
@@ -298,13 +314,15 @@ def nested(depth: int, shape: str) -> bytes:
 
 @pytest.mark.parametrize("operation", BODY_OPERATIONS, ids="{0[1]} {0[0]}".format)
 def test_a_body_over_the_limit_is_refused_413_as_documented(
-    app: FastAPI, operation: tuple[str, str]
+    client: asgi.ASGIClient, operation: tuple[str, str]
 ) -> None:
     fields, _ = BODIES[operation]
     body = json.dumps({**fields, "pad": "x" * BODY_LIMIT}).encode()
     assert len(body) > BODY_LIMIT
     response = hostile_case(operation, body).call_and_validate(
-        headers=auth("admin"), excluded_checks=[negative_data_rejection, positive_data_acceptance]
+        session=client,
+        headers=auth("admin"),
+        excluded_checks=[negative_data_rejection, positive_data_acceptance],
     )
     assert response.status_code == 413, response.text
     assert response.json()["error"] == {
@@ -318,7 +336,7 @@ def test_a_body_over_the_limit_is_refused_413_as_documented(
 @pytest.mark.parametrize("depth", [100, 256, 10_000])
 @pytest.mark.parametrize("operation", ANY_JSON, ids="{0[1]} {0[0]}".format)
 def test_deep_json_gets_a_4xx_json_error_never_a_5xx(
-    app: FastAPI, operation: tuple[str, str], depth: int, shape: str
+    client: asgi.ASGIClient, operation: tuple[str, str], depth: int, shape: str
 ) -> None:
     fields, field = BODIES[operation]
     assert field is not None
@@ -328,14 +346,18 @@ def test_deep_json_gets_a_4xx_json_error_never_a_5xx(
     body = json.dumps(fields).encode()[:-1] + b', "' + field.encode() + b'": ' + value + b"}"
     assert len(body) < BODY_LIMIT  # refused for its depth, not its size
     response = hostile_case(operation, body).call_and_validate(
-        headers=auth("admin"), excluded_checks=[negative_data_rejection, positive_data_acceptance]
+        session=client,
+        headers=auth("admin"),
+        excluded_checks=[negative_data_rejection, positive_data_acceptance],
     )
     # Whatever got stored stays readable: the reads of the workflow answer as documented.
     wid = response.json()["id"] if response.status_code == 201 else PATH_VALUES["workflow_id"]
     for path in READS:
         names = {p.name for p in schema[path]["GET"].path_parameters}
         read = schema[path]["GET"].Case(path_parameters={"workflow_id": wid} if names else {})
-        read.call_and_validate(headers=auth("admin"), excluded_checks=[negative_data_rejection])
+        read.call_and_validate(
+            session=client, headers=auth("admin"), excluded_checks=[negative_data_rejection]
+        )
     # The documented JSON error (call_and_validate checked the status, type and shape).
     assert 400 <= response.status_code < 500, response.text
     assert response.json()["error"]["code"], response.text
@@ -379,47 +401,48 @@ def _body_schema(method: str, path: str) -> dict[str, Any]:
     return schema
 
 
-def test_a_schema_valid_value_is_never_refused_as_invalid_input(app: FastAPI) -> None:
+def test_a_schema_valid_value_is_never_refused_as_invalid_input(
+    client: asgi.ASGIClient,
+) -> None:
     """What the document admits, the server takes (a 2xx, or a 404/409 about the workflow,
     never 422), and what it refuses is 422: reasons (the engine's 1,000-character limit, and
     text with nothing but whitespace), an approver's name, a timer's event (its default key),
     and cursors (base64url that no page returned is 409 invalid_cursor, not 422)."""
-    with asgi.get_client(ASGI_APP) as client:
-        r = client.post("/v1/workflows", json={"type": "agent_task", "id": "edge-1"},
-                        headers=auth("admin"))  # fmt: skip
-        assert r.status_code == 201, r.text
-        checked = 0
-        for method, template, body, field in EDGES:
-            valid = _validator(_body_schema(method, template))
-            path = template.format(workflow_id="edge-1", step="charge")
-            for text in TEXTS:
-                sent = {**body, field: text}
-                admitted = valid.is_valid(sent)
-                r = client.request(method, path, json=sent, headers=auth("admin"))
-                assert r.status_code < 500, r.text
-                if admitted:
-                    assert r.status_code != 422, (path, field, text[:20], r.text)
-                else:
-                    assert r.status_code == 422, (path, field, text[:20], r.text)
-                checked += admitted
-        assert checked >= len(EDGES) * 3  # (the limits are not all refusing)
+    edge = {"type": "agent_task", "id": "edge-1"}
+    r = client.post("/v1/workflows", json=edge, headers=auth("admin"))
+    assert r.status_code == 201, r.text
+    checked = 0
+    for method, template, body, field in EDGES:
+        valid = _validator(_body_schema(method, template))
+        path = template.format(workflow_id="edge-1", step="charge")
+        for text in TEXTS:
+            sent = {**body, field: text}
+            admitted = valid.is_valid(sent)
+            r = client.request(method, path, json=sent, headers=auth("admin"))
+            assert r.status_code < 500, r.text
+            if admitted:
+                assert r.status_code != 422, (path, field, text[:20], r.text)
+            else:
+                assert r.status_code == 422, (path, field, text[:20], r.text)
+            checked += admitted
+    assert checked >= len(EDGES) * 3  # (the limits are not all refusing)
 
-        workflows = OPENAPI["paths"]["/v1/workflows"]["get"]["parameters"]
-        cursor = next(p for p in workflows if p["name"] == "cursor")["schema"]
-        good = paging.encode(1_800_000_000.0, "seed-running")
-        for value, status in (
-            (good, 200),
-            ("bm90IGpzb24", 409),  # base64url of "not json"
-            (paging.encode(1.5), 409),
-            ("not a cursor", 422),
-            ("A" * 2001, 422),
-        ):
-            assert _validator(cursor).is_valid(value) == (status != 422), value
-            for path in ("/v1/workflows", "/v1/stuck", "/v1/workflows/edge-1/steps"):
-                r = client.get(path, params={"cursor": value}, headers=auth("admin"))
-                if status == 200 and path == "/v1/stuck":
-                    good_stuck = paging.encode("agent_task", "running", 1.0, "x")
-                    r = client.get(path, params={"cursor": good_stuck}, headers=auth("admin"))
-                assert r.status_code == status, (path, value, r.text)
-                if status == 409:
-                    assert r.json()["error"]["code"] == "invalid_cursor"
+    workflows = OPENAPI["paths"]["/v1/workflows"]["get"]["parameters"]
+    cursor = next(p for p in workflows if p["name"] == "cursor")["schema"]
+    good = paging.encode(1_800_000_000.0, "seed-running")
+    for value, status in (
+        (good, 200),
+        ("bm90IGpzb24", 409),  # base64url of "not json"
+        (paging.encode(1.5), 409),
+        ("not a cursor", 422),
+        ("A" * 2001, 422),
+    ):
+        assert _validator(cursor).is_valid(value) == (status != 422), value
+        for path in ("/v1/workflows", "/v1/stuck", "/v1/workflows/edge-1/steps"):
+            r = client.get(path, params={"cursor": value}, headers=auth("admin"))
+            if status == 200 and path == "/v1/stuck":
+                good_stuck = paging.encode("agent_task", "running", 1.0, "x")
+                r = client.get(path, params={"cursor": good_stuck}, headers=auth("admin"))
+            assert r.status_code == status, (path, value, r.text)
+            if status == 409:
+                assert r.json()["error"]["code"] == "invalid_cursor"

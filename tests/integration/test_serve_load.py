@@ -14,8 +14,12 @@ The machine is shared and noisy: the bounds are generous (twice the worst measur
 fix), and still far below what the code before did.
 
 The load runs in a process of its own (this file run as a script), so that its clients do not
-share the probe's interpreter. Only the load and the probes run alone (``run_alone``): the seed,
-the server's start, its warm-up and the load process's start-up run beside other tests.
+share the probe's interpreter. The server is forked from this worker's fork server of
+``statewright`` command lines (the ``cli_forks`` fixture, tests/cli_forks.py): the same command
+line and process, without the 2 CPU-seconds of a ``serve`` start-up (its growth is measured from
+its own size once it has served, as before). Only the load and the probes run alone
+(``run_alone``): the seed, the server's start, its warm-up and the load process's start-up run
+beside other tests.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import asyncio
 import os
 import random
 import select
+import signal
 import socket
 import statistics
 import subprocess
@@ -39,6 +44,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.forkserver import Child, ForkServer
 from tests.serving import wait_until_up
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -233,7 +239,7 @@ async def _load(url: str, seconds: float) -> None:
 @dataclass(frozen=True)
 class Served:
     url: str
-    proc: subprocess.Popen[bytes]
+    proc: Child
     log: Path
 
     def wait_up(self) -> None:
@@ -256,8 +262,8 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _serve(tmp_path: Path, db: str) -> Iterator[Served]:
-    """``statewright serve`` on ``db``, started (not yet up: see ``Served.wait_up``)."""
+def _serve(forks: ForkServer, tmp_path: Path, db: str) -> Iterator[Served]:
+    """``statewright serve`` on ``db``, forked (not yet up: see ``Served.wait_up``)."""
     tokens = tmp_path / "tokens.yaml"
     viewers = [
         {"token": f"viewer-token-{i}", "actor": f"v-{i}", "roles": ["viewer"], "tenant": "default"}
@@ -267,14 +273,13 @@ def _serve(tmp_path: Path, db: str) -> Iterator[Served]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("STATEWRIGHT_")}
     log = tmp_path / "serve.log"
-    cmd = [sys.executable, "-m", "statewright.cli", "--db", db, "--log-level", "warning"]
-    cmd += ["serve", "--port", str(port), "--tokens", str(tokens)]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    argv = ["--db", db, "--log-level", "warning"]
+    argv += ["serve", "--port", str(port), "--tokens", str(tokens)]
+    proc = forks.popen(argv, log, env=env, cwd=ROOT)
     try:
         yield Served(f"http://127.0.0.1:{port}", proc, log)
     finally:
-        proc.terminate()
+        proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -321,12 +326,14 @@ def _quiet(load: subprocess.Popen[bytes]) -> bool:
     return load.poll() is None and not select.select([load.stdout], [], [], 0)[0]
 
 
-def _probe_under_load(tmp_path: Path, db: str, run_alone: RunAlone) -> None:
+def _probe_under_load(forks: ForkServer, tmp_path: Path, db: str, run_alone: RunAlone) -> None:
     with ExitStack() as stack:
         # Beside other tests: the server and the load process start (seconds of imports each)
         # while the rows are written; the server is warmed up.
         servers: list[Served] = []
-        asyncio.run(_seed(db, lambda: servers.append(stack.enter_context(_serve(tmp_path, db)))))
+        asyncio.run(
+            _seed(db, lambda: servers.append(stack.enter_context(_serve(forks, tmp_path, db))))
+        )
         [served] = servers
         load = stack.enter_context(_loader(served.url))
         served.wait_up()
@@ -368,15 +375,15 @@ def _probe_under_load(tmp_path: Path, db: str, run_alone: RunAlone) -> None:
 
 
 def test_ready_stays_fast_and_memory_bounded_under_large_reads_on_sqlite(
-    tmp_path: Path, run_alone: RunAlone
+    cli_forks: ForkServer, tmp_path: Path, run_alone: RunAlone
 ) -> None:
-    _probe_under_load(tmp_path, str(tmp_path / "sw.db"), run_alone)
+    _probe_under_load(cli_forks, tmp_path, str(tmp_path / "sw.db"), run_alone)
 
 
 def test_ready_stays_fast_and_memory_bounded_under_large_reads_on_postgres(
-    tmp_path: Path, pg_dsn: str, run_alone: RunAlone
+    cli_forks: ForkServer, tmp_path: Path, pg_dsn: str, run_alone: RunAlone
 ) -> None:
-    _probe_under_load(tmp_path, pg_dsn, run_alone)
+    _probe_under_load(cli_forks, tmp_path, pg_dsn, run_alone)
 
 
 if __name__ == "__main__":
