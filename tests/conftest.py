@@ -47,6 +47,7 @@ from psycopg.conninfo import conninfo_to_dict
 from statewright.store.postgres import PostgresStore
 from tests import torture
 from tests.cli_forks import CliForkServer
+from tests.xdist_zygote import Zygote, forked_specs
 
 PG_DSN_ENV = "STATEWRIGHT_TEST_PG_DSN"
 T = TypeVar("T")
@@ -429,6 +430,27 @@ def pytest_configure(config: pytest.Config) -> None:
         folder = Path(tempfile.mkdtemp(prefix="statewright-xdist-"))
         config.stash[run_dir_key] = folder
         config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+        _fork_workers(config, folder)
+
+
+def _fork_workers(config: pytest.Config, folder: Path) -> None:
+    """The workers of ``-n N`` forked from a zygote that has imported their libraries once
+    (tests/xdist_zygote.py): 3 CPU-s less each before its first test. xdist has made ``-n N``
+    into N ``popen`` specs already (``--tx``, read when the workers start); a ``--tx`` of the
+    user's own is left alone, and so is ``STATEWRIGHT_TEST_ZYGOTE=0``."""
+    tx: list[str] = config.getoption("tx")
+    if not config.getoption("numprocesses") or os.environ.get("STATEWRIGHT_TEST_ZYGOTE") == "0":
+        return
+    # The modules pytest asserts-rewrites by name (``-p``): the zygote must not import them.
+    marked = sorted(getattr(config.pluginmanager.rewrite_hook, "_must_rewrite", ()))
+    if forked_specs(tx, "") is None:
+        return
+    try:
+        zygote = Zygote(folder, marked)
+    except OSError:  # no unix socket here (or its path too long): fresh workers
+        return
+    config.add_cleanup(zygote.stop)
+    config.option.tx = forked_specs(tx, zygote.launcher)
 
 
 @pytest.hookimpl(optionalhook=True)
