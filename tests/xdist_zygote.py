@@ -277,7 +277,7 @@ class _Zygote:
         self.streams = streams
         self.signals = {s: signal.getsignal(s) for s in signal.valid_signals()}
         self.env = _startup_vars(dict(os.environ))
-        self.path = sys.path[1:]  # the interpreter's, less the folder of this script
+        self.path = sys.path[1:]  # the interpreter's, less its '' (``-c``)
         self.by_conn: dict[int, _Worker] = {}
         self.by_pidfd: dict[int, _Worker] = {}
         self.base_fds: set[int] = set()
@@ -538,6 +538,10 @@ class Zygote:
             listener.close()  # the zygote's alone: once it dies, connecting fails at once
         self.launcher = shlex.join([sys.executable, "-I", "-S", script, "launch", path])
 
+    def specs(self, workers: int) -> list[str]:
+        """``--tx`` for ``workers`` workers forked from this zygote."""
+        return [f"popen//python={self.launcher}"] * workers
+
     def stop(self) -> None:
         """Close its stdin: it SIGKILLs any worker still running and exits."""
         import subprocess
@@ -551,12 +555,10 @@ class Zygote:
             self.proc.wait()
 
 
-def forked_specs(tx: list[str], launcher: str) -> list[str] | None:
-    """``tx`` with each worker launched by ``launcher``, if it is what ``-n N`` makes (N
-    plain popen workers); None otherwise (a ``--tx`` of the user's own)."""
-    if not tx or any(spec != "popen" for spec in tx):
-        return None
-    return [f"popen//python={launcher}"] * len(tx)
+def plain_popen(tx: list[str]) -> bool:
+    """Whether ``tx`` is what ``-n N`` makes (N plain popen workers), not a ``--tx`` of the
+    user's own."""
+    return bool(tx) and all(spec == "popen" for spec in tx)
 
 
 if __name__ == "__main__":
