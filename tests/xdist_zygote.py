@@ -32,14 +32,12 @@ fresh ones (so the launcher ignores SIGINT rather than passing on a second one).
 reseeds itself in a forked child; the children share the zygote's hash seed.
 
 What is not preloaded: what pytest rewrites the asserts of in a worker. pytest marks the
-modules named by ``-p`` (``xdist``, ``statewright``: its plugin's entry point) for rewriting
-and fails (``PytestAssertRewriteWarning`` under ``filterwarnings = error``) when one is
-imported already, so neither statewright nor xdist is preloaded, nor test modules or
-conftests (the zygote checks). One marked name is imported by every library here: ``asyncio``,
-marked only because pytest-asyncio's entry point is called ``asyncio`` (``-p asyncio``); a
-marked module of the standard library gets ``PYTEST_DONT_REWRITE`` in its docstring (its
-asserts are plain ones, as everywhere outside pytest), any other marked module imported by
-the preload makes the zygote refuse to serve. The imports run with warnings as errors, as
+modules named by ``-p`` for rewriting (``xdist``, ``pytest_asyncio.plugin``, ``statewright``:
+its plugin's entry point) and fails (``PytestAssertRewriteWarning`` under ``filterwarnings =
+error``) when one is imported already, so none of them is preloaded, nor test modules or
+conftests: the zygote refuses to serve if the preload imported one. (pytest-asyncio is named
+by its module in pyproject.toml: its entry point's name, ``asyncio``, marked the standard
+library's asyncio, which every library here imports.) The imports run with warnings as errors, as
 they would during a worker's collection: a library that warns when imported makes the zygote
 refuse too, so the worker meets the warning itself. The warning filters, and
 ``tempfile.tempdir``, are left as a fresh interpreter has them. Fork safety: the zygote has
@@ -83,7 +81,7 @@ shutil zipfile quopri math bisect random select selectors array socket datetime 
 calendar base64 string tempfile json pluggy iniconfig platform uuid py pygments html
 unicodedata pprint numbers decimal bdb signal fcntl subprocess logging pytest unittest difflib
 xml pyexpat tomllib packaging concurrent ssl asyncio contextvars typing_extensions
-pytest_asyncio _hypothesis_globals _hypothesis_pytestplugin readline psycopg ctypes
+_hypothesis_globals _hypothesis_pytestplugin readline psycopg ctypes
 psycopg_binary sysconfig zoneinfo sqlite3 psycopg_pool hypothesis sortedcontainers fractions
 gzip pkgutil cmd codeop code pdb cronsim mmap statistics httpx http mimetypes idna click rich
 pickle colorsys socketserver wsgiref prometheus_client timeit resource opentelemetry psutil
@@ -228,7 +226,6 @@ def _preload(marked: Iterable[str]) -> None:
     """Import :data:`PRELOAD`; raise if a module pytest would want to rewrite is imported."""
     import gc
     import importlib.util
-    import sysconfig
     import tempfile
     import warnings
 
@@ -238,14 +235,9 @@ def _preload(marked: Iterable[str]) -> None:
             if name not in sys.modules and importlib.util.find_spec(name) is not None:
                 importlib.import_module(name)
     tempfile.tempdir = None  # the worker's own TMPDIR, should an import have asked for it
-    stdlib = sysconfig.get_paths()["stdlib"]
-    for name in marked:
-        module = sys.modules.get(name)
-        if module is None:
-            continue
-        if not (getattr(module, "__file__", None) or "").startswith(stdlib + os.sep):
-            raise RuntimeError(f"the preload imported {name}, which pytest rewrites")
-        module.__doc__ = f"{module.__doc__ or ''}\n\nPYTEST_DONT_REWRITE"
+    rewritten = [name for name in marked if name in sys.modules]
+    if rewritten:
+        raise RuntimeError(f"the preload imported {rewritten}, which pytest rewrites")
     imported = [n for n in sys.modules if n.partition(".")[0] in NOT_PRELOADED]
     if imported:
         raise RuntimeError(f"the preload imported {imported[:5]}")
