@@ -495,9 +495,7 @@ def _group(item: pytest.Item) -> str | None:
 
 
 def _alone(item: pytest.Item) -> bool:
-    return item.get_closest_marker(ALONE) is not None or "run_alone" in getattr(
-        item, "fixturenames", ()
-    )
+    return item.get_closest_marker(ALONE) is not None
 
 
 def _run_order(item: pytest.Item) -> int:
@@ -634,14 +632,3 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             self._assign_work_unit(node)
 
     return GroupScheduling(config, log, config.stash[run_dir_key])
-
-
-@pytest.fixture
-def run_alone(
-    request: pytest.FixtureRequest,
-) -> Callable[[], contextlib.AbstractContextManager[None]]:
-    """For a test that measures time in one part of it only (after a long setup, say): ``with
-    run_alone():`` marks that part. A test that asks for this fixture runs on the quiet worker
-    like an ``alone`` one (see above), which makes the whole test alone: the block is a plain
-    block."""
-    return contextlib.nullcontext

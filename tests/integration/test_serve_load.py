@@ -17,9 +17,8 @@ The load runs in a process of its own (this file run as a script), so that its c
 share the probe's interpreter. The server is forked from this worker's fork server of
 ``statewright`` command lines (the ``cli_forks`` fixture, tests/cli_forks.py): the same command
 line and process, without the 2 CPU-seconds of a ``serve`` start-up (its growth is measured from
-its own size once it has served, as before). Only the load and the probes run alone
-(``run_alone``): the seed, the server's start, its warm-up and the load process's start-up run
-beside other tests.
+its own size once it has served, as before). The tests are ``alone``: under pytest-xdist they
+run on the quiet worker while the other workers run at the lowest CPU priority (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -35,7 +34,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,12 +73,7 @@ PROBE_P99 = 1.5
 GROWTH_MB = 150
 """The server's peak resident memory over its size before the load. Measured here: 44-84 MB
 (before: 219-328 MB); 29-72 MB in the 5 s window; 32-67 MB in the 4 s window."""
-RunAlone = Callable[[], AbstractContextManager[None]]
-
-pytestmark = pytest.mark.one_worker
-"""Both tests on one worker, one after the other: each runs its load alone after a long
-setup, and one waiting to run alone while the other is still setting up would hold every
-other test of the run back for the whole of that setup."""
+pytestmark = pytest.mark.alone
 
 
 def _payload(i: int) -> dict[str, Any]:
@@ -326,10 +320,10 @@ def _quiet(load: subprocess.Popen[bytes]) -> bool:
     return load.poll() is None and not select.select([load.stdout], [], [], 0)[0]
 
 
-def _probe_under_load(forks: ForkServer, tmp_path: Path, db: str, run_alone: RunAlone) -> None:
+def _probe_under_load(forks: ForkServer, tmp_path: Path, db: str) -> None:
     with ExitStack() as stack:
-        # Beside other tests: the server and the load process start (seconds of imports each)
-        # while the rows are written; the server is warmed up.
+        # The server and the load process start (seconds of imports each) while the rows are
+        # written; the server is warmed up.
         servers: list[Served] = []
         asyncio.run(
             _seed(db, lambda: servers.append(stack.enter_context(_serve(forks, tmp_path, db))))
@@ -345,29 +339,27 @@ def _probe_under_load(forks: ForkServer, tmp_path: Path, db: str, run_alone: Run
         assert probe.get("/ready").status_code == 200
         _said(load, READY)
         assert load.stdin is not None
-        # Alone: the load and the probes only.
-        with run_alone():
-            alone = time.perf_counter()
-            before = served.memory_kib("VmRSS")
-            load.stdin.write(b"go\n")
-            load.stdin.flush()
-            _said(load, AT_IT)
-            times: list[float] = []
-            while _quiet(load):  # until the readers are cut off
-                start = time.perf_counter()
-                r = probe.get("/ready")
-                times.append(time.perf_counter() - start)
-                assert r.status_code == 200, r.text
-                time.sleep(PROBE_EVERY)
-            alone = time.perf_counter() - alone
+        loaded = time.perf_counter()
+        before = served.memory_kib("VmRSS")
+        load.stdin.write(b"go\n")
+        load.stdin.flush()
+        _said(load, AT_IT)
+        times: list[float] = []
+        while _quiet(load):  # until the readers are cut off
+            start = time.perf_counter()
+            r = probe.get("/ready")
+            times.append(time.perf_counter() - start)
+            assert r.status_code == 200, r.text
+            time.sleep(PROBE_EVERY)
+        loaded = time.perf_counter() - loaded
         out = load.communicate(timeout=TIMEOUT)[0].decode()
         assert load.returncode == 0, out
-        peak = served.memory_kib("VmHWM")  # the high-water mark: the load's, alone
+        peak = served.memory_kib("VmHWM")  # the high-water mark: the load's
     p50, p99 = _quantile(times, 50), _quantile(times, 99)
     grown = (peak - before) // 1024
     print(
         f"\n/ready n={len(times)} p50={p50:.3f}s p99={p99:.3f}s; grew {grown} MB;"
-        f" {alone:.1f} s alone; {out}"
+        f" {loaded:.1f} s of load; {out}"
     )
     assert p50 < PROBE_P50 and p99 < PROBE_P99, sorted(times)
     assert grown < GROWTH_MB, f"the server grew by {grown} MB under the load"
@@ -375,15 +367,15 @@ def _probe_under_load(forks: ForkServer, tmp_path: Path, db: str, run_alone: Run
 
 
 def test_ready_stays_fast_and_memory_bounded_under_large_reads_on_sqlite(
-    cli_forks: ForkServer, tmp_path: Path, run_alone: RunAlone
+    cli_forks: ForkServer, tmp_path: Path
 ) -> None:
-    _probe_under_load(cli_forks, tmp_path, str(tmp_path / "sw.db"), run_alone)
+    _probe_under_load(cli_forks, tmp_path, str(tmp_path / "sw.db"))
 
 
 def test_ready_stays_fast_and_memory_bounded_under_large_reads_on_postgres(
-    cli_forks: ForkServer, tmp_path: Path, pg_dsn: str, run_alone: RunAlone
+    cli_forks: ForkServer, tmp_path: Path, pg_dsn: str
 ) -> None:
-    _probe_under_load(cli_forks, tmp_path, pg_dsn, run_alone)
+    _probe_under_load(cli_forks, tmp_path, pg_dsn)
 
 
 if __name__ == "__main__":
