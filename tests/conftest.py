@@ -390,12 +390,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # A test marked ``alone`` measures time against a bound (or memory, or the latency of a probe):
 # other tests competing with it for the CPU of a 2-core machine would make it fail for nothing.
 # The run's first worker, ``gw0``, the quiet one, runs these tests first, one after the other,
-# and meanwhile every other worker runs at the lowest CPU priority (nice 19), and so do the
-# processes it starts (they inherit it; not PostgreSQL's nor Chromium's, see
-# ``_lowest_priority``). The quiet worker's tests get the CPU as soon as they want it; the
-# rest of the run gets what they leave, which is most of it, as they mostly wait. Once
-# the ``alone`` tests are done, the quiet worker lowers its own priority and takes ordinary
-# tests like the others. Before, such a test held a lock that kept every other test out while
+# and meanwhile every other worker runs at the lowest CPU priority, and so does what it starts
+# (``_lowest_priority``: nice 19, and a cgroup of the lowest weight where the machine lets us
+# make one, see ``_background_cgroup``). The quiet worker's tests get the CPU as soon as they
+# want it; the rest of the run gets what they leave, which is most of it, as they mostly
+# wait. Once the ``alone`` tests are done, the quiet worker lowers its own priority and takes
+# ordinary tests like the others. Before, such a test held a lock that kept every other test out while
 # it ran: the last 35 s of a run went by on one busy core, the ``alone`` tests in turn.
 #
 # A module marked ``one_worker`` sets up something costly once for all its tests (a server, a
@@ -414,8 +414,12 @@ RUN_DIR = "statewright_run_dir"
 QUIET = "statewright_quiet"
 """Key, in ``workerinput``: whether the worker is the quiet one (absent: no quiet worker, as
 when the run is not scheduled by ``GroupScheduling``)."""
+BACKGROUND = "statewright_background"
+"""Key, in ``workerinput``: the run's background cgroup, or None (``_background_cgroup``)."""
 LOWEST_PRIORITY = 19
+CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
 run_dir_key = pytest.StashKey[Path]()
+cgroup_key = pytest.StashKey[str | None]()
 
 
 def _distributing(config: pytest.Config) -> bool:
@@ -427,18 +431,66 @@ def _distributing(config: pytest.Config) -> bool:
     )
 
 
-def _lowest_priority() -> None:
-    """Put this process, and what it starts from now on, at the lowest CPU priority.
+def _background_cgroup(config: pytest.Config) -> str | None:
+    """A CPU cgroup (v1) of the lowest weight for the run's background work, where the machine
+    lets us make one (root, a writable ``cpu`` hierarchy); removed at the end of the run.
 
-    Lowering needs no privilege; where it is refused, the process keeps its priority. Linux
-    schedules by groups first (``kernel.sched_autogroup_enabled``, on by default): one group
-    per session, and a nice value only counts against the processes of the same session. The
-    workers and what they start share the run's session, but PostgreSQL's processes (each
-    backend calls ``setsid``) and Chromium's have sessions of their own, and keep their share:
-    a quiet test competes with them as it did with every test before.
+    Needed as well as nice values: Linux schedules by groups first (one per session, when
+    ``kernel.sched_autogroup_enabled`` is on, the default of most distributions), and a nice
+    value only counts against the processes of the same group. PostgreSQL's backends each start
+    a session of their own (``setsid``), so do Chromium's processes: at nice 19 they still had
+    a whole group's share each, and a quiet test's 100 ms bound failed once. A cgroup holds
+    whatever its processes start, sessions or not, and groups outside the root cgroup are not
+    autogrouped.
     """
+    folder = CPU_CGROUPS / f"statewright-test-{os.getpid()}"
+    try:
+        folder.mkdir()
+        (folder / "cpu.shares").write_text("2")
+    except OSError:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+        return None
+    config.add_cleanup(lambda: _remove_cgroup(folder))
+    return str(folder)
+
+
+def _remove_cgroup(folder: Path) -> None:
+    """Remove the run's cgroup, moving to the root group whatever still runs in it."""
+    for _ in range(100):
+        with contextlib.suppress(OSError):
+            for pid in (folder / "cgroup.procs").read_text().split():
+                with contextlib.suppress(OSError):
+                    (CPU_CGROUPS / "cgroup.procs").write_text(pid)
+        try:
+            folder.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # a process on its way out: still counted
+            time.sleep(0.05)
+
+
+def _lowest_priority(workerinput: dict[str, Any]) -> None:
+    """Put this process, and what it starts from now on, at the lowest CPU priority: into the
+    run's background cgroup if there is one (see ``_background_cgroup``), and at nice 19, which
+    needs no privilege (where it is refused, the process keeps its priority)."""
+    cgroup = workerinput.get(BACKGROUND)
+    if cgroup:
+        with contextlib.suppress(OSError):
+            (Path(cgroup) / "cgroup.procs").write_text(str(os.getpid()))
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, 0, LOWEST_PRIORITY)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    workerinput: dict[str, Any] | None = getattr(item.config, "workerinput", None)
+    if workerinput is None or workerinput.get(QUIET) is not True or _alone(item):
+        return
+    if os.getpriority(os.PRIO_PROCESS, 0) != LOWEST_PRIORITY:
+        # The quiet worker's ``alone`` tests are done: it takes ordinary ones, as the others do.
+        _lowest_priority(workerinput)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -449,10 +501,11 @@ def pytest_configure(config: pytest.Config) -> None:
         folder = Path(tempfile.mkdtemp(prefix="statewright-xdist-"))
         config.stash[run_dir_key] = folder
         config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+        config.stash[cgroup_key] = _background_cgroup(config)
         _fork_workers(config, folder)
     workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
     if workerinput is not None and workerinput.get(QUIET) is False:
-        _lowest_priority()
+        _lowest_priority(workerinput)
 
 
 def _fork_workers(config: pytest.Config, folder: Path) -> None:
@@ -480,6 +533,7 @@ def pytest_configure_node(node: Any) -> None:
     if run_dir_key in node.config.stash:
         node.workerinput[RUN_DIR] = str(node.config.stash[run_dir_key])
         node.workerinput[QUIET] = node.gateway.id == QUIET_WORKER
+        node.workerinput[BACKGROUND] = node.config.stash[cgroup_key]
 
 
 def _group(item: pytest.Item) -> str | None:
