@@ -395,8 +395,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # make one, see ``_background_cgroup``). The quiet worker's tests get the CPU as soon as they
 # want it; the rest of the run gets what they leave, which is most of it, as they mostly
 # wait. Once the ``alone`` tests are done, the quiet worker lowers its own priority and takes
-# ordinary tests like the others. Before, such a test held a lock that kept every other test out while
-# it ran: the last 35 s of a run went by on one busy core, the ``alone`` tests in turn.
+# ordinary tests like the others. Before, such a test held a lock that kept every other test
+# out while it ran: the last 35 s of a run went by on one busy core, the alone tests in turn.
 #
 # A module marked ``one_worker`` sets up something costly once for all its tests (a server, a
 # filled store, in a module-scoped fixture): its tests run on one worker, which sets it up
