@@ -61,6 +61,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Self
 
+from tests.xdist_zygote import exit_status, python_path
+
 ROOT = Path(__file__).resolve().parents[1]
 REAP_INTERVAL = 0.005
 
@@ -197,8 +199,7 @@ class _Server:
                 os.environ.clear()
                 os.environ.update(env)
                 # As an interpreter started with this environment: its PYTHONPATH first.
-                extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-                sys.path[:0] = [p for p in extra if p not in sys.path]
+                sys.path[:0] = [p for p in python_path(env) if p not in sys.path]
             if cwd is not None:
                 os.chdir(cwd)
             os.close(self.proto_in)  # the test sees EOF from the server alone, not its children
@@ -218,11 +219,7 @@ class _Server:
             result = self.target(argv)
             code = 0 if result is None else result
         except SystemExit as exc:  # as the interpreter itself exits on it
-            if exc.code is None or isinstance(exc.code, int):
-                code = exc.code or 0
-            else:
-                print(exc.code, file=sys.stderr)
-                code = 1
+            code = exit_status(exc)
         except BaseException:
             traceback.print_exc()
         finally:

@@ -375,7 +375,7 @@ class _Zygote:
         os.chdir(cwd)
         os.environ.clear()
         os.environ.update(env)
-        extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        extra = python_path(env)
         sys.path[:] = ["", *extra, *(p for p in self.path if p not in extra)]
         sys.argv[:] = ["-c"]
         sys.orig_argv[:] = [sys.executable, "-u", "-c", code]
@@ -446,6 +446,20 @@ class _Zygote:
             os.close(fd)
 
 
+def python_path(env: dict[str, str]) -> list[str]:
+    """The folders ``PYTHONPATH`` in ``env`` puts first on an interpreter's ``sys.path``."""
+    return [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def exit_status(exc: SystemExit) -> int:
+    """The status an interpreter exits with on ``exc`` (a code that is not an int is printed
+    to stderr, and the status is 1). Shared with tests/forkserver.py's children."""
+    if exc.code is None or isinstance(exc.code, int):
+        return exc.code or 0
+    print(exc.code, file=sys.stderr)
+    return 1
+
+
 def _run_as_main(code: str) -> NoReturn:
     """Run ``code`` in ``__main__`` and exit as ``python -c code`` would."""
     import atexit
@@ -456,11 +470,7 @@ def _run_as_main(code: str) -> NoReturn:
     try:
         exec(compile(code, "<string>", "exec"), sys.modules["__main__"].__dict__)
     except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            status = exc.code or 0
-        else:
-            print(exc.code, file=sys.stderr)
-            status = 1
+        status = exit_status(exc)
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
         traceback = exc.__traceback__.tb_next if exc.__traceback__ else None  # from <string>
