@@ -1,4 +1,4 @@
-"""Group commit for transitions on PostgreSQL: concurrent writes share a round trip and a commit.
+"""Group commit on PostgreSQL: concurrent writes share a round trip and a commit.
 
 A transition alone is one statement, ``apply_transition``, in autocommit: one round trip with its
 commit (``_apply_alone`` in :mod:`.transitions`). Under concurrency that costs one commit
@@ -11,7 +11,9 @@ the next **batch**: on one connection, in pipeline mode,
     BEGIN; apply_transition(w1); ...; apply_transition(wn); COMMIT   -- then one Sync
 
 so the batch costs one round trip and one commit however many writes it holds, and every
-caller gets its own answer.
+caller gets its own answer. A step's start (``step_open``, its *executing* record) rides in the
+same batches (:meth:`GroupCommit.statement`): with one commit per step start a worker's
+states cost the server two commits each, and the commits were most of its CPU per state.
 
 - **A lone writer pays nothing extra**: with a slot free and nothing queued the write runs at
   once by the one-statement path, unchanged (no BEGIN, no pipeline, no task hop). A slot whose
@@ -61,7 +63,7 @@ import asyncio
 import contextlib
 import itertools
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -108,6 +110,10 @@ class Writer(Protocol):
         self, write: TransitionWrite, params: dict[str, Any]
     ) -> WorkflowRow: ...
 
+    async def _one(
+        self, sql: str, params: Mapping[str, Any], *, write: bool = False
+    ) -> DictRow | None: ...
+
     async def _refusal(
         self,
         conn: AsyncConnection[DictRow],
@@ -119,9 +125,15 @@ class Writer(Protocol):
 
 @dataclass(eq=False)
 class _Pending:
-    write: TransitionWrite
+    write: TransitionWrite | None
+    """The transition; None for a plain statement (:meth:`GroupCommit.statement`)."""
     params: dict[str, Any]
-    future: asyncio.Future[WorkflowRow]
+    future: asyncio.Future[Any] | None
+    """Set when it queues (a write sent at once has none)."""
+    workflow_id: str
+    """Its workflow: batches take row locks in this order."""
+    query: str = "apply_transition"
+    """The statement's name in ``queries.sql``."""
     seq: int = field(default_factory=lambda: next(_order))
     rounds: int = 0
     """Batches that refused it by the snapshot (xmin) check alone."""
@@ -131,12 +143,14 @@ class _Pending:
     """Run it in a transaction of its own (the one-statement path)."""
 
 
-def _resolve(p: _Pending, row: WorkflowRow) -> None:
+def _resolve(p: _Pending, row: WorkflowRow | DictRow | None) -> None:
+    assert p.future is not None, "a queued write has its future"
     if not p.future.done():  # else the caller was cancelled: nobody is waiting
         p.future.set_result(row)
 
 
 def _fail(p: _Pending, exc: BaseException) -> None:
+    assert p.future is not None, "a queued write has its future"
     if not p.future.done():
         p.future.set_exception(exc)
 
@@ -175,22 +189,39 @@ class GroupCommit:
 
     async def apply(self, write: TransitionWrite) -> WorkflowRow:
         params = transition_params(write)  # InvalidInput before any I/O
+        row: WorkflowRow = await self._submit(_Pending(write, params, None, write.workflow_id))
+        return row
+
+    async def statement(
+        self, query: str, params: dict[str, Any], workflow_id: str
+    ) -> DictRow | None:
+        """Run the named write statement, sharing a batch's transaction with the writes queued
+        with it; its row (None: it returned none). It must not raise for an ordinary outcome
+        (the way :meth:`apply` reports a refusal as no row), must lock rows of
+        ``workflow_id`` only, and is answered after its COMMIT: a step's *executing* record
+        (``step_open``) is durable before its action runs, as alone."""
+        row: DictRow | None = await self._submit(
+            _Pending(None, params, None, workflow_id, query)
+        )
+        return row
+
+    async def _submit(self, p: _Pending) -> Any:
         if not self.enabled:
-            return await self._alone(write, params)
+            return await self._alone(p)
         if self._running < self.in_flight and not self._queue:
             # A free slot: this write goes now, by the one-statement path (no extra round
             # trip or task hop for a lone writer); whatever queues meanwhile goes next.
             self._running += 1
             try:
-                return await self._alone(write, params)
+                return await self._alone(p)
             finally:
                 self._next()
-        future: asyncio.Future[WorkflowRow] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(write, params, future))
+        p.future = asyncio.get_running_loop().create_future()
+        self._queue.append(p)
         if self._running < self.in_flight:
             self._running += 1
             self._start()
-        return await future
+        return await p.future
 
     # -- scheduling --------------------------------------------------------------------------
 
@@ -246,7 +277,7 @@ class GroupCommit:
         batch: list[_Pending] = []
         while self._queue and len(batch) < self.max_batch:
             p = self._queue[0]
-            if p.future.done():  # cancelled while queued: never sent
+            if p.future is not None and p.future.done():  # cancelled while queued: never sent
                 self._queue.popleft()
                 continue
             if p.alone and batch:
@@ -262,7 +293,14 @@ class GroupCommit:
 
     # -- running -----------------------------------------------------------------------------
 
-    async def _alone(self, write: TransitionWrite, params: dict[str, Any]) -> WorkflowRow:
+    async def _alone(self, p: _Pending) -> Any:
+        if p.write is None:
+            row = await self.store._one(Q[p.query], p.params, write=True)
+            self._count(1)
+            return row
+        return await self._transition_alone(p.write, p.params)
+
+    async def _transition_alone(self, write: TransitionWrite, params: dict[str, Any]) -> WorkflowRow:
         try:
             row = await self.store._apply_alone(write, params)
         except StoreError:
@@ -280,7 +318,7 @@ class GroupCommit:
 
     async def _run_alone(self, p: _Pending) -> None:
         try:
-            row = await self._alone(p.write, p.params)
+            row = await self._alone(p)
         except Exception as exc:
             _fail(p, exc)
         else:
@@ -289,7 +327,7 @@ class GroupCommit:
     async def _run_batch(self, batch: list[_Pending]) -> None:
         # One lock order for every batch of every process: by workflow id (stable, so the
         # writes of one workflow keep their order of arrival).
-        batch.sort(key=lambda p: p.write.workflow_id)
+        batch.sort(key=lambda p: p.workflow_id)
         pool = self.store._pool
         if pool is None:
             for p in batch:
@@ -312,7 +350,7 @@ class GroupCommit:
             async with conn.pipeline():
                 await conn.execute("BEGIN")
                 for p in batch:
-                    cursors.append(await conn.execute(Q["apply_transition"], p.params))
+                    cursors.append(await conn.execute(Q[p.query], p.params))
                 commit_sent = True
                 await conn.execute("COMMIT")
             rows = [await cur.fetchone() for cur in cursors]
@@ -334,11 +372,14 @@ class GroupCommit:
         refused: list[_Pending] = []
         due = False
         for p, row in zip(batch, rows, strict=True):
+            if p.write is None:  # a plain statement: its row is its answer
+                _resolve(p, row)
+                continue
             if row is None:
                 refused.append(p)
                 continue
             after = ROWS.workflow(row)
-            due = due or after.next_due_at is not None
+            due = due or (after.next_due_at is not None and after.lease_owner is None)
             _resolve(p, after)
         if due:
             self.store.listener.wake()
@@ -350,6 +391,7 @@ class GroupCommit:
         reads it after its own); those refused by the snapshot alone run again later."""
         again: list[_Pending] = []
         for i, p in enumerate(refused):
+            assert p.write is not None, "only a transition is refused by no row"
             retry = bool(p.params["timers_exact"]) and p.rounds < SNAPSHOT_ROUNDS - 1
             try:
                 refusal = await self.store._refusal(conn, p.write, retryable=retry)

@@ -62,7 +62,8 @@ class PostgresWorkers(PostgresBase, CoreSQL):
         self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
     ) -> StepOpening:
         start = params.step_start(key, workflow_id, step, at, lease)
-        row = await self._one(Q["step_open"], start, write=True)
+        # With the transitions' group commit: answered once committed, as alone.
+        row = await self.batcher.statement("step_open", start, workflow_id)
         if row is None:
             raise WorkflowNotFound(workflow_id)
         if row["begun"] is not None:

@@ -26,7 +26,7 @@ from statewright.errors import (
     VersionConflict,
 )
 from statewright.store.postgres import PostgresStore
-from statewright.types import TimerSpec, WorkflowRow
+from statewright.types import CancelRequest, StepOpening, TimerSpec, WorkflowRow
 from tests.store.postgres.test_postgres import T0, OpenStore, new, stores, write
 from tests.store.postgres.test_postgres_outcome_unknown import CutAfterCommit
 
@@ -300,3 +300,86 @@ async def test_a_batch_chosen_as_deadlock_victim_runs_again_and_applies(
     assert store.batcher.deadlocks >= 1
     assert all(isinstance(r, WorkflowRow) and r.version == 2 for r in results), results
     assert await versions(store, "w1") == await versions(store, "w2") == [1, 2]
+
+
+async def test_step_starts_share_a_batch_with_transitions_and_each_gets_its_answer(
+    stores: OpenStore,
+) -> None:
+    """A step's *executing* record (``step_open``) rides in the transitions' batches: one
+    commit for all, and every caller gets what it would have got alone (begun, the record it
+    found, the pending cancel request, a lost lease)."""
+    store = await stores(max_size=4)
+    rows: dict[str, WorkflowRow] = {}
+    for wid in ("fresh", "known", "cancelled", "moved"):
+        rows[wid], _ = await store.create_workflow(new(wid, run_at=T0))
+    rows["stolen"], _ = await store.create_workflow(new("stolen", run_at=T0))
+    claimed = {r.id: r for r in await store.claim_due("worker-1", T0, 30, 10)}
+    leases = {wid: row.lease for wid, row in claimed.items()}
+    assert set(leases) == set(rows)
+    known = await store.step_open("known:a:pay", "known", "pay", T0, leases["known"])
+    assert known.begun
+    await store.request_cancel("cancelled", CancelRequest("stop", "ops", T0, 1))
+    await store.take_over("stolen", "worker-1", "worker-2", T0 + 60)
+    commits, writes = store.batcher.commits, store.batcher.batched_writes
+
+    fresh, again, cancelled, moved, stolen = await batch_of(
+        store,
+        store.step_open("fresh:a:pay", "fresh", "pay", T0, leases["fresh"]),
+        store.step_open("known:a:pay", "known", "pay", T0, leases["known"]),
+        store.step_open("cancelled:a:pay", "cancelled", "pay", T0, leases["cancelled"]),
+        store.apply_transition(replace(write(claimed["moved"], 1, "m"), lease=leases["moved"])),
+        store.step_open("stolen:a:pay", "stolen", "pay", T0, leases["stolen"]),
+    )
+    # The blocker went alone; the five went together, in one commit.
+    assert store.batcher.commits - commits == 2
+    assert store.batcher.batched_writes - writes == 6
+    assert store.batcher.largest >= 5
+    assert isinstance(fresh, StepOpening) and fresh.begun and fresh.cancel is None
+    assert fresh.record is not None and fresh.record.status == "executing"
+    assert isinstance(again, StepOpening) and not again.begun
+    assert again.record is not None and again.record.attempts == 1
+    assert isinstance(cancelled, StepOpening) and not cancelled.begun
+    assert cancelled.cancel is not None and cancelled.cancel.reason == "stop"
+    assert isinstance(moved, WorkflowRow) and moved.version == 2
+    assert isinstance(stolen, LeaseLost) and stolen.workflow_id == "stolen"
+    # Only the fresh step was recorded; the others wrote nothing.
+    assert (await store.get_step("fresh:a:pay")) is not None
+    assert (await store.get_step("cancelled:a:pay")) is None
+    assert (await store.get_step("stolen:a:pay")) is None
+
+
+async def test_a_transition_that_keeps_its_lease_wakes_no_worker(
+    pg_dsn: str, stores: OpenStore
+) -> None:
+    """NOTIFY only for a due row no worker holds: a handler chaining under its lease to the
+    next state's handler cannot be claimed by anyone, so waking every worker of every process
+    for it (each then runs a claim and a cancel check) is load for nothing."""
+    store = await stores(max_size=2)
+    listener = await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True)
+    try:
+        await listener.execute("LISTEN statewright_work")
+
+        async def notified() -> int:
+            await listener.execute("SELECT 1")  # delivered notifications arrive with it
+            return len([n async for n in listener.notifies(timeout=0.2)])
+
+        for wid in ("kept", "released"):
+            await store.create_workflow(new(wid, run_at=T0))
+        await notified()
+        claimed = {r.id: r for r in await store.claim_due("worker-1", T0, 30, 10)}
+        kept = replace(
+            write(claimed["kept"], 1, "k", run_at=T0),
+            lease=claimed["kept"].lease,
+            release_lease=False,
+        )
+        after = await store.apply_transition(kept)
+        assert after.lease_owner == "worker-1" and after.next_due_at == T0
+        assert await notified() == 0
+        released = replace(
+            write(claimed["released"], 1, "r", run_at=T0), lease=claimed["released"].lease
+        )
+        after = await store.apply_transition(released)
+        assert after.lease_owner is None and after.next_due_at == T0
+        assert await notified() == 1
+    finally:
+        await listener.close()

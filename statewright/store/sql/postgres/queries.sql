@@ -102,7 +102,10 @@ SELECT w.*, FALSE, NULL FROM workflows w
 -- scheduled on its own commits with an update of the row, so a write whose snapshot missed
 -- it matches nothing here and the store runs it again on a fresh snapshot. A step outcome
 -- carried by the transition (the handler's last step, done) is recorded with it, only if that
--- attempt is still executing (else the compare-and-swap matches nothing).
+-- attempt is still executing (else the compare-and-swap matches nothing). Workers are notified
+-- only of a row no worker holds: one whose lease the transition kept (a worker's handler
+-- chaining to the next state's) cannot be claimed, and waking every worker of every process
+-- for it cost each a claim and a cancel check per transition.
 WITH items AS (
     SELECT id FROM inbox
      WHERE workflow_id = %(id)s AND id = ANY(%(inbox_ids)s::bigint[]) AND consumed_at IS NULL
@@ -185,7 +188,8 @@ WITH items AS (
      WHERE id IN (SELECT id FROM items) AND EXISTS (SELECT 1 FROM moved)
 )
 SELECT moved.*,
-       CASE WHEN moved.next_due_at IS NOT NULL THEN pg_notify('statewright_work', '') END
+       CASE WHEN moved.next_due_at IS NOT NULL AND moved.lease_owner IS NULL
+            THEN pg_notify('statewright_work', '') END
   FROM moved;
 
 -- name: history
