@@ -23,6 +23,11 @@ _OF_TYPES = "AND terminal = 0 AND type IN (SELECT value FROM json_each(:types))"
 def _insert_step(conn: sqlite3.Connection, start: params.Params) -> StepRecord:
     """Record a new step executing at attempt 1; what the INSERT wrote, not read back."""
     conn.execute(Q["insert_step"], start)
+    return _executing(start)
+
+
+def _executing(start: params.Params) -> StepRecord:
+    """The record of a step just inserted executing at attempt 1."""
     return StepRecord(
         key=start["key"],
         workflow_id=start["workflow_id"],
@@ -84,6 +89,8 @@ class SQLiteWorkers(SQLiteBase, CoreSQL):
         start = params.step_start(key, workflow_id, step, at, lease)
 
         def fn(conn: sqlite3.Connection) -> StepOpening:
+            if conn.execute(Q["step_open_insert"], start).rowcount == 1:
+                return StepOpening(_executing(start), True, None)  # the usual case
             wf = conn.execute(Q["step_open_workflow"], start).fetchone()
             if wf is None:
                 raise WorkflowNotFound(workflow_id)

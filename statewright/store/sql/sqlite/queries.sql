@@ -236,6 +236,17 @@ SELECT * FROM steps WHERE key = :key;
 SELECT 1 FROM workflows
  WHERE id = :workflow_id AND (:fence IS NULL OR (lease_owner = :owner AND fence = :fence));
 
+-- name: step_open_insert
+-- step_open's usual case in one statement: the step recorded executing when the workflow has
+-- no pending cancel request, the lease holds (fenced as in step_begin) and the key has no
+-- ledger entry yet (DO NOTHING). Nothing inserted: the caller reads why (step_open_workflow).
+INSERT INTO steps (key, workflow_id, step, status, attempts, started_at, fence)
+SELECT :key, id, :step, 'executing', 1, :at, :fence
+  FROM workflows
+ WHERE id = :workflow_id AND cancel_requested IS NULL
+   AND (:fence IS NULL OR (lease_owner = :owner AND fence = :fence))
+ON CONFLICT (key) DO NOTHING;
+
 -- name: step_open_workflow
 -- For step_open: the workflow's pending cancel request and whether the lease holds.
 SELECT cancel_requested, cancel_actor, cancel_at, cancel_version, cancel_key,
