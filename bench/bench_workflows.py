@@ -24,9 +24,11 @@ workflows advanced together in each commit (what group commit at that concurrenc
 best). PostgreSQL: ``--concurrency`` threads, each its own autocommit psycopg connection and
 its own workflows, one statement (one round trip, one commit) per write.
 
-Next to each run: commits per workflow (SQLite: the store's own count; PostgreSQL: the
-database's ``xact_commit``, every transaction the workers' connections committed, reads
-included) and the client CPU per state (every thread of the worker processes, engine and
+Next to each run: commits per workflow and per state, next to the raw runs' (SQLite: the
+store's own count; PostgreSQL: the database's ``xact_commit``, every transaction the workers'
+connections committed, reads included), SQL statements per state (on PostgreSQL outside
+pipeline mode, a round trip each), the engine's share of the raw batched ceiling on PostgreSQL
+(issue 24's measure), and the client CPU per state (every thread of the worker processes, engine and
 store, over the states of the run). At the end, the Python CPU per state of the engine and a
 worker in this one process over SQLite ``:memory:`` (no disk, no other process).
 
@@ -631,19 +633,26 @@ def main() -> None:
                 figure = engine_run(args, kind, where)
                 if not args.no_raw:
                     states = args.workflows * args.states
+                    # The raw runs' commits, by their construction: a claim, then two per
+                    # state, for each workflow (one statement each) or each batch of them.
+                    batches = -(-args.workflows // args.concurrency)
+                    batched_commits = batches * (1 + 2 * args.states) / states
                     if kind == "sqlite":
                         figure["raw_workflows_per_s"] = sqlite_raw(args, f"{tmp}/raw.db")
                         figure["raw_statements_per_state"] = STATEMENTS.last / states
+                        figure["raw_commits_per_state"] = batched_commits
                     else:
                         assert pg is not None
                         rate, server_us = pg_raw(args, pg.fresh())
                         figure["raw_workflows_per_s"] = rate
                         figure["raw_statements_per_state"] = STATEMENTS.last / states
+                        figure["raw_commits_per_state"] = (1 + 2 * args.states) / args.states
                         if server_us is not None:
                             figure["raw_server_cpu_us_per_state"] = server_us
                         rate, server_us = pg_raw_batched(args, pg.fresh())
                         figure["raw_batched_workflows_per_s"] = rate
                         figure["raw_batched_statements_per_state"] = STATEMENTS.last / states
+                        figure["raw_batched_commits_per_state"] = batched_commits
                         if server_us is not None:
                             figure["raw_batched_server_cpu_us_per_state"] = server_us
                 rounds.append(figure)
@@ -695,6 +704,20 @@ def main() -> None:
         print(
             f"  {r['store']:>8}: engine {r['statements_per_state']:.2f}; {', '.join(raws) or '-'}"
         )
+    print("\ncommits per state (SQLite: the store's COMMITs; PostgreSQL: every transaction")
+    print("the workers' connections committed, reads included)")
+    for r in results:
+        commits = r.get("commits")
+        raws = [
+            f"{label} {r[key]:.2f}"
+            for label, key in (
+                ("raw", "raw_commits_per_state"),
+                ("raw batched", "raw_batched_commits_per_state"),
+            )
+            if key in r
+        ]
+        engine = "-" if commits is None else f"{commits / (args.workflows * args.states):.2f}"
+        print(f"  {r['store']:>8}: engine {engine}; {', '.join(raws) or '-'}")
     for r in results:
         if "raw_batched_workflows_per_s" not in r:
             continue
@@ -702,7 +725,8 @@ def main() -> None:
         print(
             f"\npostgres, the best group commit could do (raw batched: one connection, "
             f"{args.concurrency} workflows per commit, no engine): "
-            f"{r['raw_batched_workflows_per_s']:,.0f} workflows/s"
+            f"{r['raw_batched_workflows_per_s']:,.0f} workflows/s; the engine did "
+            f"{r['workflows_per_s'] / r['raw_batched_workflows_per_s']:.0%} of it"
         )
         for label, key in (
             ("engine", "server_cpu_us_per_state"),
