@@ -28,9 +28,9 @@ Next to each run: commits per workflow and per state, next to the raw runs' (SQL
 store's own count; PostgreSQL: the database's ``xact_commit``, every transaction the workers'
 connections committed, reads included), SQL statements per state (on PostgreSQL outside
 pipeline mode, a round trip each), the engine's share of the raw batched ceiling on PostgreSQL
-(issue 24's measure), and the client CPU per state (every thread of the worker processes, engine and
-store, over the states of the run). At the end, the Python CPU per state of the engine and a
-worker in this one process over SQLite ``:memory:`` (no disk, no other process).
+(issue 24's measure), and the client CPU per state (every thread of the worker processes,
+engine and store, over the states of the run). At the end, the Python CPU per state of the
+engine and a worker in this one process over SQLite ``:memory:`` (no disk, no other process).
 
 SQLite files go to /tmp unless it is tmpfs (then ``<repo>/.statewright/bench``); PostgreSQL
 comes from ``--dsn`` / ``STATEWRIGHT_PG_DSN``, else a throwaway ``pgserver`` is started (a real

@@ -300,7 +300,9 @@ class GroupCommit:
             return row
         return await self._transition_alone(p.write, p.params)
 
-    async def _transition_alone(self, write: TransitionWrite, params: dict[str, Any]) -> WorkflowRow:
+    async def _transition_alone(
+        self, write: TransitionWrite, params: dict[str, Any]
+    ) -> WorkflowRow:
         try:
             row = await self.store._apply_alone(write, params)
         except StoreError:
