@@ -593,6 +593,16 @@ class Postgres:
         return f"PostgreSQL {got[0][0] if got[0] else '?'}, fsync={got[1][0] if got[1] else '?'}"
 
 
+def raw_figures(result: dict[str, Any], figure: str) -> str:
+    """``figure`` of the raw runs of ``result`` ("raw 2.10, raw batched 0.07"), or "-"."""
+    found = [
+        f"{label} {result[prefix + figure]:.2f}"
+        for label, prefix in (("raw", "raw_"), ("raw batched", "raw_batched_"))
+        if prefix + figure in result
+    ]
+    return ", ".join(found) or "-"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stores", default="sqlite,postgres")
@@ -693,31 +703,14 @@ def main() -> None:
         "BEGIN and COMMIT too, not psycopg's own)"
     )
     for r in results:
-        raws = [
-            f"{label} {r[key]:.2f}"
-            for label, key in (
-                ("raw", "raw_statements_per_state"),
-                ("raw batched", "raw_batched_statements_per_state"),
-            )
-            if key in r
-        ]
-        print(
-            f"  {r['store']:>8}: engine {r['statements_per_state']:.2f}; {', '.join(raws) or '-'}"
-        )
+        raws = raw_figures(r, "statements_per_state")
+        print(f"  {r['store']:>8}: engine {r['statements_per_state']:.2f}; {raws}")
     print("\ncommits per state (SQLite: the store's COMMITs; PostgreSQL: every transaction")
     print("the workers' connections committed, reads included)")
     for r in results:
         commits = r.get("commits")
-        raws = [
-            f"{label} {r[key]:.2f}"
-            for label, key in (
-                ("raw", "raw_commits_per_state"),
-                ("raw batched", "raw_batched_commits_per_state"),
-            )
-            if key in r
-        ]
         engine = "-" if commits is None else f"{commits / (args.workflows * args.states):.2f}"
-        print(f"  {r['store']:>8}: engine {engine}; {', '.join(raws) or '-'}")
+        print(f"  {r['store']:>8}: engine {engine}; {raw_figures(r, 'commits_per_state')}")
     for r in results:
         if "raw_batched_workflows_per_s" not in r:
             continue
