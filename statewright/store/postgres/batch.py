@@ -12,8 +12,8 @@ the next **batch**: on one connection, in pipeline mode,
 
 so the batch costs one round trip and one commit however many writes it holds, and every
 caller gets its own answer. A step's start (``step_open``, its *executing* record) rides in the
-same batches (:meth:`GroupCommit.statement`): with one commit per step start a worker's
-states cost the server two commits each, and the commits were most of its CPU per state.
+same batches (:meth:`GroupCommit.statement`): alone, every state of a worker cost one commit
+of its own on top of the transitions' shared ones (1.7 commits per state, now 0.4).
 
 - **A lone writer pays nothing extra**: with a slot free and nothing queued the write runs at
   once by the one-statement path, unchanged (no BEGIN, no pipeline, no task hop). A slot whose
