@@ -60,6 +60,14 @@ def due_order(w: WorkflowRow) -> tuple[float, str]:
     return (w.next_due_at or 0, w.id)
 
 
+def wakes_workers(w: WorkflowRow) -> bool:
+    """Whether a write that left ``w`` should wake the workers: it is due (now or later) and
+    no worker holds it. A row whose lease the write kept (a handler chaining to the next
+    state's) is its holder's to run; waking every worker for it cost each a claim and a cancel
+    check for nothing. (``apply_transition``'s NOTIFY on PostgreSQL says the same in SQL.)"""
+    return w.next_due_at is not None and w.lease_owner is None
+
+
 def other_visit(found: Row, state: str, entered_at: float) -> bool:
     """The workflow ``found`` (a ``timer_visit`` row) is no longer in the visit of ``state``
     entered at ``entered_at`` that a timer was scheduled for (or it finished)."""

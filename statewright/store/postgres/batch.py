@@ -74,6 +74,7 @@ from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool
 
 from statewright.errors import OutcomeUnknown, StatewrightError, StoreError
+from statewright.store.core import wakes_workers
 from statewright.store.postgres.listen import Listener
 from statewright.store.postgres.params import transition_params
 from statewright.store.postgres.read import ROWS
@@ -381,7 +382,7 @@ class GroupCommit:
                 refused.append(p)
                 continue
             after = ROWS.workflow(row)
-            due = due or (after.next_due_at is not None and after.lease_owner is None)
+            due = due or wakes_workers(after)
             _resolve(p, after)
         if due:
             self.store.listener.wake()

@@ -136,7 +136,7 @@ class PostgresTransitions(PostgresBase, core.CoreSQL):
             assert refusal is not None
             raise refusal
         after = ROWS.workflow(row)
-        if after.next_due_at is not None and after.lease_owner is None:  # held: none may claim it
+        if core.wakes_workers(after):
             self._wake()
         return after
 

@@ -186,7 +186,7 @@ class SQLiteTransitions(SQLiteBase, core.CoreSQL):
 
     async def apply_transition(self, write: TransitionWrite) -> WorkflowRow:
         row = await self.conn.write(lambda conn: _apply(conn, write))
-        if row.next_due_at is not None and row.lease_owner is None:  # held: none may claim it
+        if core.wakes_workers(row):
             self._wake()
         return row
 
