@@ -263,3 +263,42 @@ async def test_a_lone_write_that_meets_a_full_file_changes_nothing(tmp_path: Pat
         assert (await engine.get("w")).state == "a"
         await engine.check("w")
         assert (await engine.send("w", "go", {"blob": "x" * 200_000})).row.state == "b"
+
+
+async def test_a_write_that_raises_midway_leaves_nothing_and_the_batch_commits_without_it(
+    tmp_path: Path,
+) -> None:
+    """A batch runs without savepoints first; a write that raises after one of its statements
+    ran makes the whole batch run again, each write in its savepoint: that write leaves no
+    trace, every other one commits once, and each is answered for itself."""
+    conn = await _conn(tmp_path / "db.sqlite")
+    runs: list[int] = []
+
+    def good(k: int) -> Callable[[sqlite3.Connection], int]:
+        def fn(c: sqlite3.Connection) -> int:
+            runs.append(k)
+            return int(c.execute("INSERT INTO t VALUES (?, x'00')", (k,)).rowcount)
+
+        return fn
+
+    def half(c: sqlite3.Connection) -> int:
+        runs.append(2)
+        c.execute("INSERT INTO t VALUES (2, x'00')")
+        raise StoreError("refused after its first statement")
+
+    try:
+        writes = [good(0), good(1), half, good(3)]
+        answers = await _held(
+            conn,
+            len(writes),
+            lambda: asyncio.gather(*(conn.write(w) for w in writes), return_exceptions=True),
+        )
+        rows = await conn.read(lambda c: sorted(r[0] for r in c.execute("SELECT k FROM t")))
+        assert rows == [0, 1, 3]
+        assert answers[:2] == [1, 1] and answers[3] == 1
+        assert isinstance(answers[2], StoreError) and "first statement" in str(answers[2])
+        assert conn.retried_batches == 1 and conn.rolled_back == 0
+        assert runs == [0, 1, 2, 0, 1, 2, 3]  # the optimistic pass stopped at the failure
+        assert not await conn.read(lambda c: c.in_transaction)
+    finally:
+        conn.stop()
