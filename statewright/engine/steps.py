@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -418,6 +419,15 @@ class Run:
         self._check_live()
         aw: Awaitable[Any]
         if is_async(fn):
+            if timeout is None:
+                # Awaited in the handler's own task: with nothing to bound, a task of its own
+                # and ``asyncio.wait`` would only cost time on every step. Cancelling the
+                # handler cancels the call inside it and waits for it to unwind (with a task
+                # of its own, the call was left to end in the background).
+                result = await user_code(label, fn(*args))
+                if inspect.isawaitable(result):
+                    result = await user_code(label, result)
+                return result
             aw = user_code(label, fn(*args))
         else:
             ctx = contextvars.copy_context()

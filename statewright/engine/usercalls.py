@@ -10,6 +10,8 @@ import functools
 import inspect
 import queue
 from collections.abc import Awaitable, Callable, Coroutine
+from inspect import CO_COROUTINE
+from types import FunctionType
 from typing import Any, TypeVar
 
 from statewright.engine.looplag import user_code
@@ -24,6 +26,8 @@ UserCall = Callable[[Callable[..., Any], tuple[Any, ...], "float | None", str], 
 def is_async(fn: Callable[..., Any]) -> bool:
     """Whether calling ``fn`` gives a coroutine (``async def``, also behind a partial or as
     an object's ``async def __call__``)."""
+    if type(fn) is FunctionType and fn.__code__.co_flags & CO_COROUTINE:
+        return True  # the usual case, answered without inspect's unwrapping
     while isinstance(fn, functools.partial):
         fn = fn.func
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(

@@ -213,6 +213,44 @@ async def test_grace_expiry_cancels_the_handler_and_leaves_the_workflow_to_rerun
         assert (await engine.get("j")).state == "done"
 
 
+@pytest.mark.alone
+async def test_a_cancelled_handler_waits_for_its_step_action_to_unwind(
+    clock: ManualClock,
+) -> None:
+    """An ``async def`` action runs in its handler's task: cancelling the handler (here at
+    the end of a shutdown's grace) lets the action's cleanup finish before the worker writes
+    anything and lets go, instead of leaving it running in the background."""
+    seen: list[str] = []
+
+    async def slow(key: str) -> str:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            await asyncio.sleep(0.05)  # cleanup that takes a while (closing a connection)
+            seen.append("unwound")
+            raise
+        return "ok"
+
+    async def handler(run: Run) -> str:
+        await run.step("two", slow)
+        return "finish"
+
+    async with memory_engine([job(handler)], clock) as engine:
+        await engine.start("job", workflow_id="j")
+        run = Running(engine)
+        async with run:
+
+            async def executing() -> bool:
+                step = await engine.store.get_step("j:two")
+                return step is not None and step.status == "executing"
+
+            await eventually(executing)
+            await run.stop(grace=0.1)
+            assert seen == ["cancelled", "unwound"]
+        assert (await engine.get("j")).lease_owner is None
+
+
 async def test_a_handler_turning_shutdown_into_cancelled_does_not_cancel_the_workflow(
     clock: ManualClock,
 ) -> None:
