@@ -59,6 +59,8 @@ class Limits:
 
         ``what`` names the value in the error (``"input"``, ``"payload of 'approve'"``).
         """
+        if type(value) is dict and not value and (self.max_bytes is None or self.max_bytes > 1):
+            return "{}"  # an event's usual payload: nothing to walk (and 1 level deep)
         if self.max_depth is not None:
             found = depth(value, self.max_depth + 1)
             if found > self.max_depth:

@@ -34,6 +34,8 @@ Params = dict[str, Any]
 
 
 def _json_text(value: Any, *, ensure_ascii: bool) -> str:
+    if type(value) is dict and not value:
+        return "{}"  # an event's usual payload: no encoder call
     try:
         return jsonvalue.dumps(value, sort_keys=True, allow_nan=False, ensure_ascii=ensure_ascii)
     except (TypeError, ValueError) as exc:

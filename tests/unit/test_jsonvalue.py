@@ -100,6 +100,13 @@ def test_limits_name_the_limit_that_was_passed() -> None:
         limits.check({"x": float("inf")}, "payload")
 
 
+def test_an_empty_object_passes_any_limit_it_fits_and_only_those() -> None:
+    """The empty payload's shortcut answers what the walk and the encoder would."""
+    assert Limits(max_depth=1, max_bytes=2).check({}, "payload") == "{}"
+    with pytest.raises(ValueTooLarge):
+        Limits(max_bytes=1).check({}, "payload")
+
+
 def test_limits_can_be_lifted_and_must_be_positive() -> None:
     Limits(max_depth=None, max_bytes=None).check(nested(2_000), "input")
     with pytest.raises(InvalidInput):
