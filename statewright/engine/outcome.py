@@ -41,7 +41,7 @@ from statewright.errors import (
     StoreError,
     VersionConflict,
 )
-from statewright.types import CancelRequest, Lease, WorkflowRow
+from statewright.types import CancelRequest, Lease, WorkflowRow, quick_init
 
 if TYPE_CHECKING:
     from statewright.engine.runtime import Runtime
@@ -54,6 +54,7 @@ PARKED_CANCEL_REFUSED = "cancel_refused"
 # -- what is written ----------------------------------------------------------------------------
 
 
+@quick_init
 @dataclass(frozen=True)
 class Advance:
     """The handler's next event; it carries the run's last step *done* record."""
@@ -171,6 +172,7 @@ Outcome = (
 # -- what happened ------------------------------------------------------------------------------
 
 
+@quick_init
 @dataclass(frozen=True)
 class Ended:
     """How a handler run ended, as the worker saw it."""

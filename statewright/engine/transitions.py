@@ -53,6 +53,7 @@ from statewright.types import (
     TransitionRecord,
     TransitionWrite,
     WorkflowRow,
+    quick_init,
 )
 
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ OPERATOR_EVENTS = frozenset({CONTEXT_EVENT, RESUME_EVENT, MOVE_EVENT, MIGRATE_EV
 with its actor and reason like any other, and replay accepts them."""
 
 
+@quick_init
 @dataclass(frozen=True)
 class Fire:
     """A transition to make: which event, by whom, and what else changes with it."""
