@@ -269,6 +269,25 @@ async def test_kept_timer_survives_leaving_the_state_and_dies_at_the_end(
     await engine.close()
 
 
+async def test_a_kept_timer_fires_once_even_when_its_event_leaves_the_state(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Regression: on SQLite, a kept timer whose event moved the workflow to another state
+    stayed pending and fired again there."""
+    engine = await _engine(tmp_path / "once.db", clock, WorkflowType(watch_machine(3600)))
+    await engine.start("watch", workflow_id="w")
+    await engine.send("w", "pause")
+    await engine.schedule("w", "remind", after=100, payload={"n": 1}, keep=True)
+    clock.advance(100)
+    await Worker(engine).run_until_idle()
+    assert (await engine.get("w")).state == "watching"  # paused -> watching by the reminder
+    assert [t.event for t in await engine.timers("w")] == ["tick"]  # watching's own
+    clock.advance(1000)
+    await Worker(engine).run_until_idle()
+    assert await _ticks(engine, "w", "remind") == 1
+    await engine.close()
+
+
 async def test_schedule_is_checked_up_front(tmp_path: Path, clock: ManualClock) -> None:
     engine = await _engine(tmp_path / "v.db", clock, WorkflowType(watch_machine()))
     await engine.start("watch", workflow_id="w")

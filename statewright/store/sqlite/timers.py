@@ -44,8 +44,8 @@ def change_timers(
             raise VersionConflict(wid, w.expected_version, None)
     touched = False
     if clear:
-        cleared = conn.execute(Q["delete_timers"], {"id": wid, "all": int(clear_all)})
-        touched = cleared.rowcount > 0
+        found = {"id": wid, "all": int(clear_all), "timer_id": fired}
+        touched = conn.execute(Q["delete_timers"], found).rowcount > 0
     elif fired is not None:
         conn.execute(Q["delete_timer"], {"id": wid, "timer_id": fired})
         touched = True

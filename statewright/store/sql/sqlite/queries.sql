@@ -195,8 +195,9 @@ VALUES (:id, :due_at, :event, :payload, :key, :every, :keep, :scheduled_by);
 
 -- name: delete_timers
 -- Cancel a workflow's timers as it leaves the state that set them: those not kept, or all of
--- them when it ends (:all). Keys about to be armed again are left for delete_timer_keys.
-DELETE FROM timers WHERE workflow_id = :id AND (:all OR keep = 0);
+-- them when it ends (:all), and the timer that fired the move (:timer_id), kept or not. Keys
+-- about to be armed again are left for delete_timer_keys.
+DELETE FROM timers WHERE workflow_id = :id AND (:all OR keep = 0 OR id = :timer_id);
 
 -- name: delete_timer_keys
 -- Delete a workflow's timers of some keys (cancelled, or about to be replaced).

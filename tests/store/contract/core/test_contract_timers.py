@@ -214,3 +214,16 @@ async def test_a_scheduled_timer_keeps_who_scheduled_it_and_timers_page(store: S
     assert first + rest == whole
     middle = await store.timers("w1", after=(whole[2].due_at, whole[2].id), limit=1)
     assert middle == [whole[3]]
+
+
+async def test_a_kept_timer_that_fires_a_move_to_another_state_is_consumed(store: Store) -> None:
+    """Kept timers outlive the state that armed them, but the one that fires is consumed by
+    the transition it fires, also when that transition leaves the state (clears timers)."""
+    await store.create_workflow(new())
+    state, entered = await _visit(store)
+    spec = TimerSpec(T0 + 5, "deadline", key="d", keep=True)
+    await store.schedule_timer("w1", spec, state=state, entered_at=entered, at=T0)
+    [timer] = await store.timers("w1")
+    row = await store.apply_transition(move("w1", 1, fired_timer_id=timer.id))
+    assert await store.timers("w1") == []
+    assert row.next_due_at is None
