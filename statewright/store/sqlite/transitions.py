@@ -147,8 +147,20 @@ def _after(conn: sqlite3.Connection, w: TransitionWrite, context: str) -> Workfl
     )
 
 
+def _timer_changes(w: TransitionWrite) -> params.Params:
+    """What the compare-and-swap needs to know of the write's timer changes to set
+    ``next_due_at`` itself (see ``cas_update_workflow``)."""
+    drop = [*w.cancel_timer_keys, *(t.key for t in w.add_timers if t.key is not None)]
+    return {
+        "clear_timers": bool(w.clear_timers),
+        "fired_timer_id": w.fired_timer_id,
+        "drop_keys": ENC.array(drop) if drop else None,
+        "new_due": min((float(t.due_at) for t in w.add_timers), default=None),
+    }
+
+
 def _apply(conn: sqlite3.Connection, w: TransitionWrite) -> WorkflowRow:
-    values = params.transition(w, ENC)
+    values = params.transition(w, ENC) | _timer_changes(w)
     if conn.execute(Q["cas_update_workflow"], values).rowcount != 1:
         raise _refusal(conn, w)
     entry = params.logged(w, ENC) | values
@@ -159,10 +171,7 @@ def _apply(conn: sqlite3.Connection, w: TransitionWrite) -> WorkflowRow:
         if w.idempotency_key is not None and "idempotency_key" in str(exc):
             raise core.key_used_earlier(w) from exc
         raise
-    touched_timers = change_timers(conn, w, clear=w.clear_timers, clear_all=w.terminal)
-    # Leaving a state for a live one may keep timers (``keep``): next_due_at counts them.
-    if touched_timers or not w.clear_timers or not w.terminal:
-        conn.execute(Q["refresh_next_due"], values)
+    change_timers(conn, w, clear=w.clear_timers, clear_all=w.terminal)
     if w.consume_inbox_ids:
         _consume(conn, w.workflow_id, w.consume_inbox_ids, w.at)
     if w.step_finish is not None:

@@ -20,13 +20,26 @@ VALUES (:workflow_id, :version, :from_state, :to_state, :event, :payload, :actor
 -- name: cas_update_workflow
 -- Move the row to its new state if and only if it is still at the expected version and, for
 -- a worker's write (:fence not NULL), the worker's lease still holds (fencing).
+-- next_due_at is the earliest of the handler's run, the timers the write arms (:new_due) and
+-- the pending timers it leaves in place, read before its timer changes run (after this
+-- statement, in the same savepoint): not cleared on leaving the state (those kept, unless it
+-- ends), not the one fired, not those whose key is cancelled or armed again (:drop_keys).
 UPDATE workflows
    SET state = :to_state, context = :context, version = version + 1, attempts = :attempts,
        total_attempts = coalesce(:total_attempts, total_attempts),
        machine_version = coalesce(:machine_version, machine_version),
        terminal = :terminal, updated_at = :at,
        state_entered_at = CASE WHEN state = :to_state THEN state_entered_at ELSE :at END,
-       next_due_at = :run_at, last_error = :last_error, parked = NULL,
+       next_due_at = (SELECT min(t) FROM (
+           SELECT :run_at AS t
+           UNION ALL SELECT :new_due
+           UNION ALL SELECT min(due_at) FROM timers
+            WHERE workflow_id = :id
+              AND NOT (:clear_timers AND (keep = 0 OR :terminal))
+              AND id IS NOT :fired_timer_id
+              AND (:drop_keys IS NULL OR key IS NULL
+                   OR key NOT IN (SELECT value FROM json_each(:drop_keys))))),
+       last_error = :last_error, parked = NULL,
        trace = coalesce(:trace, trace),
        cancel_requested = CASE WHEN :terminal THEN NULL ELSE cancel_requested END,
        cancel_actor = CASE WHEN :terminal THEN NULL ELSE cancel_actor END,
