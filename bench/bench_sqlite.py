@@ -242,6 +242,11 @@ def raw_transition(conn: sqlite3.Connection, wid: str, version: int, state: str,
             "owner": None,
             "fence": None,
             "trace": None,
+            # next_due_at from the timers the write leaves: it leaves the state, arms none
+            "clear_timers": 1,
+            "fired_timer_id": None,
+            "drop_keys": None,
+            "new_due": None,
         },
     )
     if cur.rowcount != 1:
