@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from statewright import jsonvalue
 from statewright.errors import (
@@ -47,10 +49,12 @@ def _consume(conn: sqlite3.Connection, workflow_id: str, ids: Sequence[int], at:
         raise StoreError(f"inbox items {list(ids)} of {workflow_id!r} were already consumed")
 
 
-def _finish_with(conn: sqlite3.Connection, workflow_id: str, finish: StepFinish) -> None:
+def _finish_with(
+    conn: sqlite3.Connection, workflow_id: str, finish: StepFinish, values: params.Params
+) -> None:
     """A step's outcome carried by a transition: the compare-and-swap proved the lease in
     this same transaction, so only the attempt is checked here."""
-    if conn.execute(Q["finish_carried_step"], params.step_finish(finish, ENC)).rowcount != 1:
+    if conn.execute(Q["finish_carried_step"], values).rowcount != 1:
         # Raised inside the write's savepoint: the transition rolls back with it.
         raise LeaseLost(
             workflow_id,
@@ -94,11 +98,9 @@ def _create(conn: sqlite3.Connection, new: NewWorkflow, values: params.Params) -
     return True
 
 
-def _after(conn: sqlite3.Connection, w: TransitionWrite, context: str) -> WorkflowRow:
-    """The row after ``w`` applied: what the write set, and the rest read back (tuples, by
-    position: a named ``sqlite3.Row`` costs as much as the read)."""
-    cur = conn.cursor()
-    cur.row_factory = None
+def _after(w: TransitionWrite, read: tuple[Any, ...], context: str) -> WorkflowRow:
+    """The row after ``w`` applied: what the write set, and the rest as ``after_transition``
+    read it back (a tuple, by position: a named ``sqlite3.Row`` costs as much as the read)."""
     (
         wid,
         type_,
@@ -118,7 +120,7 @@ def _after(conn: sqlite3.Connection, w: TransitionWrite, context: str) -> Workfl
         fence,
         total_attempts,
         trace,
-    ) = cur.execute(Q["after_transition"], {"id": w.workflow_id}).fetchone()
+    ) = read
     return WorkflowRow(
         id=wid,
         type=type_,
@@ -159,12 +161,30 @@ def _timer_changes(w: TransitionWrite) -> params.Params:
     }
 
 
-def _apply(conn: sqlite3.Connection, w: TransitionWrite) -> WorkflowRow:
-    values = params.transition(w, ENC) | _timer_changes(w)
+@dataclass(frozen=True)
+class _Bound:
+    """A transition's statement parameters, made (and its JSON encoded) before it is queued:
+    not on the connection's thread while it holds the write lock, and bad input fails
+    before any I/O."""
+
+    values: params.Params
+    entry: params.Params
+    finish: params.Params | None
+
+    @classmethod
+    def of(cls, w: TransitionWrite) -> _Bound:
+        values = params.transition(w, ENC) | _timer_changes(w)
+        entry = params.logged(w, ENC) | values
+        entry |= {"workflow_id": w.workflow_id, "version": w.expected_version + 1}
+        finish = None if w.step_finish is None else params.step_finish(w.step_finish, ENC)
+        return cls(values, entry, finish)
+
+
+def _apply(conn: sqlite3.Connection, w: TransitionWrite, bound: _Bound) -> tuple[Any, ...]:
+    """Apply ``w``; the row's columns as ``after_transition`` reads them back."""
+    values, entry = bound.values, bound.entry
     if conn.execute(Q["cas_update_workflow"], values).rowcount != 1:
         raise _refusal(conn, w)
-    entry = params.logged(w, ENC) | values
-    entry |= {"workflow_id": w.workflow_id, "version": w.expected_version + 1}
     try:
         conn.execute(Q["append_transition"], entry)
     except sqlite3.IntegrityError as exc:
@@ -175,8 +195,12 @@ def _apply(conn: sqlite3.Connection, w: TransitionWrite) -> WorkflowRow:
     if w.consume_inbox_ids:
         _consume(conn, w.workflow_id, w.consume_inbox_ids, w.at)
     if w.step_finish is not None:
-        _finish_with(conn, w.workflow_id, w.step_finish)
-    return _after(conn, w, values["context"])
+        assert bound.finish is not None
+        _finish_with(conn, w.workflow_id, w.step_finish, bound.finish)
+    cur = conn.cursor()
+    cur.row_factory = None
+    read: tuple[Any, ...] = cur.execute(Q["after_transition"], {"id": w.workflow_id}).fetchone()
+    return read
 
 
 class SQLiteTransitions(SQLiteBase, core.CoreSQL):
@@ -194,7 +218,9 @@ class SQLiteTransitions(SQLiteBase, core.CoreSQL):
         return ROWS.workflow(row), created
 
     async def apply_transition(self, write: TransitionWrite) -> WorkflowRow:
-        row = await self.conn.write(lambda conn: _apply(conn, write))
+        bound = _Bound.of(write)
+        read = await self.conn.write(lambda conn: _apply(conn, write, bound))
+        row = _after(write, read, bound.values["context"])
         if core.wakes_workers(row):
             self._wake()
         return row

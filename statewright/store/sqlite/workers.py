@@ -88,9 +88,9 @@ class SQLiteWorkers(SQLiteBase, CoreSQL):
     ) -> StepOpening:
         start = params.step_start(key, workflow_id, step, at, lease)
 
-        def fn(conn: sqlite3.Connection) -> StepOpening:
+        def fn(conn: sqlite3.Connection) -> StepOpening | None:
             if conn.execute(Q["step_open_insert"], start).rowcount == 1:
-                return StepOpening(_executing(start), True, None)  # the usual case
+                return None  # the usual case: recorded executing (the record is made below)
             wf = conn.execute(Q["step_open_workflow"], start).fetchone()
             if wf is None:
                 raise WorkflowNotFound(workflow_id)
@@ -102,7 +102,8 @@ class SQLiteWorkers(SQLiteBase, CoreSQL):
                 raise LeaseLost(workflow_id)
             return StepOpening(_insert_step(conn, start), True, None)
 
-        return await self.conn.write(fn)
+        opened = await self.conn.write(fn)
+        return StepOpening(_executing(start), True, None) if opened is None else opened
 
     # -- cancel, progress and definitions -----------------------------------------------------
 
