@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import pytest
@@ -168,6 +169,21 @@ async def test_stop_lets_the_handler_persist_and_hands_back_unstarted_claims(
         assert await store.lease_owners() == []
 
 
+@contextlib.asynccontextmanager
+async def running_step(engine: Engine, key: str) -> AsyncIterator[Running]:
+    """Start workflow ``j`` and run workers until its step ``key`` is recorded executing."""
+
+    async def executing() -> bool:
+        step = await engine.store.get_step(key)
+        return step is not None and step.status == "executing"
+
+    await engine.start("job", workflow_id="j")
+    run = Running(engine)
+    async with run:
+        await eventually(executing)
+        yield run
+
+
 @pytest.mark.alone
 async def test_grace_expiry_cancels_the_handler_and_leaves_the_workflow_to_rerun(
     clock: ManualClock,
@@ -190,15 +206,7 @@ async def test_grace_expiry_cancels_the_handler_and_leaves_the_workflow_to_rerun
         return "finish"
 
     async with memory_engine([job(handler)], clock) as engine:
-        await engine.start("job", workflow_id="j")
-        run = Running(engine)
-        async with run:
-
-            async def executing() -> bool:
-                step = await engine.store.get_step("j:two")
-                return step is not None and step.status == "executing"
-
-            await eventually(executing)
+        async with running_step(engine, "j:two") as run:
             took = await run.stop(grace=0.1)
         assert seen == ["cancelled"] and 0.1 <= took < 1.0
         row = await engine.get("j")
@@ -237,15 +245,7 @@ async def test_a_cancelled_handler_waits_for_its_step_action_to_unwind(
         return "finish"
 
     async with memory_engine([job(handler)], clock) as engine:
-        await engine.start("job", workflow_id="j")
-        run = Running(engine)
-        async with run:
-
-            async def executing() -> bool:
-                step = await engine.store.get_step("j:two")
-                return step is not None and step.status == "executing"
-
-            await eventually(executing)
+        async with running_step(engine, "j:two") as run:
             await run.stop(grace=0.1)
             assert seen == ["cancelled", "unwound"]
         assert (await engine.get("j")).lease_owner is None
