@@ -20,6 +20,7 @@ Two promises live here:
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -125,15 +126,22 @@ def dumps(
 ) -> str:
     """Compact JSON text (as ``json.dumps(..., separators=(",", ":"))``) at any depth."""
     try:
-        return json.dumps(
-            value,
-            separators=(",", ":"),
-            sort_keys=sort_keys,
-            ensure_ascii=ensure_ascii,
-            allow_nan=allow_nan,
-        )
+        return _encoder(sort_keys, ensure_ascii, allow_nan).encode(value)
     except RecursionError:
         return _dumps_deep(value, sort_keys, ensure_ascii, allow_nan)
+
+
+@functools.cache
+def _encoder(sort_keys: bool, ensure_ascii: bool, allow_nan: bool) -> json.JSONEncoder:
+    """The encoder ``json.dumps`` would build for these options, built once: ``json.dumps``
+    makes a new one on every call with options other than its defaults (three times per
+    state in a worker). An encoder keeps no state between calls."""
+    return json.JSONEncoder(
+        separators=(",", ":"),
+        sort_keys=sort_keys,
+        ensure_ascii=ensure_ascii,
+        allow_nan=allow_nan,
+    )
 
 
 class _Text(str):
