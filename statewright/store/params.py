@@ -101,6 +101,12 @@ SQLITE = Encoding(sqlite_json, _json_array, -1)
 POSTGRES = Encoding(postgres_json, list, None)
 
 
+def dropped_keys(w: TransitionWrite | DeferWrite) -> list[str]:
+    """The keys whose pending timers a write deletes: those it cancels, and those it arms
+    again (the new timer replaces the pending one)."""
+    return [*w.cancel_timer_keys, *(t.key for t in w.add_timers if t.key is not None)]
+
+
 def opt_float(value: float | None) -> float | None:
     return None if value is None else float(value)
 

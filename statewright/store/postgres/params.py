@@ -29,7 +29,7 @@ def timer_change_params(w: TransitionWrite | DeferWrite, clear: bool) -> dict[st
     """A write's timer changes: the timers to arm, the keys they replace or that are
     cancelled, the fired timer, and whether the write must see every timer (see
     ``apply_transition``)."""
-    drop = [*w.cancel_timer_keys, *(t.key for t in w.add_timers if t.key is not None)]
+    drop = params.dropped_keys(w)
     return {
         **timer_params(w.add_timers),
         "drop_keys": drop,

@@ -152,7 +152,7 @@ def _after(w: TransitionWrite, read: tuple[Any, ...], context: str) -> WorkflowR
 def _timer_changes(w: TransitionWrite) -> params.Params:
     """What the compare-and-swap needs to know of the write's timer changes to set
     ``next_due_at`` itself (see ``cas_update_workflow``)."""
-    drop = [*w.cancel_timer_keys, *(t.key for t in w.add_timers if t.key is not None)]
+    drop = params.dropped_keys(w)
     return {
         "clear_timers": bool(w.clear_timers),
         "fired_timer_id": w.fired_timer_id,
