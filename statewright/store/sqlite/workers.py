@@ -98,9 +98,9 @@ class SQLiteWorkers(SQLiteBase, CoreSQL):
             row = conn.execute(Q["get_step"], start).fetchone()
             if cancel is not None or row is not None:
                 return StepOpening(None if row is None else ROWS.step(row), False, cancel)
-            if not wf["held"]:
-                raise LeaseLost(workflow_id)
-            return StepOpening(_insert_step(conn, start), True, None)
+            # Neither a cancel request nor a ledger entry stopped the insert, in this same
+            # transaction: the fence did.
+            raise LeaseLost(workflow_id)
 
         opened = await self.conn.write(fn)
         return StepOpening(_executing(start), True, None) if opened is None else opened

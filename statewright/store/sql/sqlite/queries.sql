@@ -262,9 +262,8 @@ SELECT :key, id, :step, 'executing', 1, :at, :fence
 ON CONFLICT (key) DO NOTHING;
 
 -- name: step_open_workflow
--- For step_open: the workflow's pending cancel request and whether the lease holds.
-SELECT cancel_requested, cancel_actor, cancel_at, cancel_version, cancel_key,
-       (:fence IS NULL OR (lease_owner = :owner AND fence = :fence)) AS held
+-- For step_open, when step_open_insert inserted nothing: the workflow's pending cancel request.
+SELECT cancel_requested, cancel_actor, cancel_at, cancel_version, cancel_key
   FROM workflows WHERE id = :workflow_id;
 
 -- name: insert_done_step
