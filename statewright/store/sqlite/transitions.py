@@ -240,7 +240,7 @@ class SQLiteTransitions(SQLiteBase, core.CoreSQL):
             return row
 
         row = ROWS.workflow(await self.conn.write(fn))
-        if row.next_due_at is not None:
+        if core.wakes_workers(row):
             self._wake()
         return row
 
