@@ -136,6 +136,10 @@ class WorkflowRow:
     trace: str | None = None
     """The W3C trace context (``traceparent``, ``tracestate``: a JSON object) of the last
     start or transition made inside a trace; a worker's handler span joins it (None: none)."""
+    parent: str | None = None
+    """The workflow that started this one as its child (None: none did)."""
+    parent_key: str | None = None
+    """The key the parent started it under (its id is ``<parent>.<key>``)."""
 
     @property
     def cancel_requested(self) -> str | None:
@@ -273,6 +277,18 @@ class TimerSpec:
 
 @quick_init
 @dataclass(frozen=True)
+class ParentLink:
+    """A child workflow's parent, as the child is created (see :attr:`NewWorkflow.parent`)."""
+
+    id: str
+    key: str
+    """The child's key among the parent's children (its id is ``<parent id>.<key>``)."""
+    lease: Lease | None = None
+    """The parent's claim its handler starts the child under (None: not from a handler)."""
+
+
+@quick_init
+@dataclass(frozen=True)
 class NewWorkflow:
     """Everything :meth:`Store.create_workflow` writes: the row and the first log entry."""
 
@@ -303,6 +319,11 @@ class NewWorkflow:
     """A fork's source as it was read, ``(id, fence)``: the fork is created only if, in the
     same transaction, the source is still unleased at that fence (no worker claimed it since
     its steps were read, so none of them began meanwhile); otherwise WorkflowBusy."""
+    parent: ParentLink | None = None
+    """The workflow starting this one as its child: created only if, in the same
+    transaction, that parent is there, not terminal and (for a worker's handler) still held
+    by the lease it starts the child under; otherwise WorkflowNotFound, WorkflowFinished or
+    LeaseLost, and nothing is written. An existing workflow of the id is returned as is."""
 
 
 @quick_init
@@ -360,6 +381,11 @@ class TransitionWrite:
     trace: str | None = None
     """The W3C trace context the transition was made in, stored on the row (None: the row's
     stays as it is)."""
+    notice: TimerSpec | None = None
+    """A child's end, for its parent (set only on a terminal transition of a workflow that
+    has one): in the same transaction, armed on the parent as a one-shot timer due at once,
+    replacing its pending timer of ``notice.key``, and the parent made due, unless the
+    parent is gone or terminal (then nothing is armed). Exactly once, as the transition."""
 
 
 @quick_init

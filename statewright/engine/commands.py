@@ -36,6 +36,7 @@ from statewright.errors import (
 from statewright.types import (
     InboxItem,
     NewWorkflow,
+    ParentLink,
     WorkflowRow,
 )
 
@@ -86,6 +87,7 @@ async def start(
     actor: str = "system",
     tenant: str = "default",
     idempotency_key: str | None = None,
+    parent: ParentLink | None = None,
 ) -> Started:
     """Start a workflow in the machine's initial state; ``input`` becomes its context.
     Returns :class:`Started`: the workflow (``.row``) and whether this call created it
@@ -133,6 +135,7 @@ async def start(
         tenant=tenant,
         idempotency_key=idempotency_key,
         trace=capture_trace(),  # the caller's span, if any: the worker's spans join it
+        parent=parent,  # a child's (Run.start_child): its parent checked as it is created
     )
     try:
         row, created = await rt.store.create_workflow(new)
@@ -141,7 +144,9 @@ async def start(
             raise
         raise WorkflowPruned(exc.workflow_id, idempotency_key) from None
     rt.transitions.rows.put(row)
-    if row.type != wtype.name or row.tenant != tenant:
+    if row.type != wtype.name or row.tenant != tenant or (
+        parent is not None and row.parent != parent.id
+    ):
         # Another tenant's id must not leak its type: report it as taken, nothing more.
         theirs = row.type if row.tenant == tenant else "another tenant's workflow"
         raise WorkflowExists(workflow_id, theirs, wtype.name)

@@ -21,6 +21,8 @@ it (``send = part(commands.send)``) and ``engine.send(...)`` is ``commands.send(
 
 from __future__ import annotations
 
+from functools import partial
+
 import random
 from collections.abc import Callable, Iterable
 from types import MethodType
@@ -28,7 +30,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
 from statewright.clock import Clock
 from statewright.definition.machine import Machine
-from statewright.engine import commands, operator, reads, retention
+from statewright.engine import children, commands, operator, reads, retention
 from statewright.engine import fork as forking
 from statewright.engine import replay as replaying
 from statewright.engine import schedules as schedule_ops
@@ -129,6 +131,8 @@ class Engine:
             **{k: v for k, v in optional.items() if v is not None},
         )
         """The engine's parts, shared by everything that runs its workflows."""
+        # A workflow this process ends has its live children cancelled (children.py).
+        self.runtime.transitions.on_end = partial(children.ended, self.runtime)
 
     # -- what the parts share (read-only) ------------------------------------------------------
 

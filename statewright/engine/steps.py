@@ -26,7 +26,10 @@ from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
 from statewright.engine import tracecontext
+from statewright.engine import commands
+from statewright.engine.commands import Started
 from statewright.engine.cancel import pending
+from statewright.engine.children import child_id
 from statewright.engine.ledger import Begun, Ledger, StepKey, describe
 from statewright.engine.looplag import user_code
 from statewright.engine.timers import timer_spec
@@ -51,6 +54,7 @@ from statewright.types import (
     CancelRequest,
     InboxItem,
     Lease,
+    ParentLink,
     StepFinish,
     StepRecord,
     TimerSpec,
@@ -203,6 +207,36 @@ class Run:
         in the same transaction as the cancel event. Values must be JSON-serialisable."""
         self.rt.limits.check({**self.partial, **context}, "partial results")
         self.partial.update(context)
+
+    # -- children ------------------------------------------------------------------------------
+
+    async def start_child(
+        self, workflow_type: str, key: str, input: Mapping[str, Any] | None = None
+    ) -> Started:
+        """Start a child workflow of ``workflow_type`` with ``input`` as its context, under
+        ``key`` among this workflow's children; it runs on its own, and when it ends this
+        workflow gets one ``child_done`` or ``child_failed`` event (see
+        :mod:`statewright.engine.children`).
+
+        Its id is ``<this id>.<key>``, so a run that starts it again (after a crash, or on a
+        later run of the state) gets the same child back (``created`` False), never a
+        second one. **Written now, not with the run's outcome**: the child exists even if
+        this run then fails; it is refused (LeaseLost, and nothing written) once this run's
+        claim is gone, so a worker frozen past its lease starts nothing. Raises
+        InvalidInput (a bad key), UnknownWorkflowType, WorkflowExists (the id is taken by a
+        workflow that is not this one's child)."""
+        self._check_live()
+        cid = child_id(self.workflow.id, key)
+        started = await commands.start(
+            self.rt,
+            workflow_type,
+            input,
+            workflow_id=cid,
+            actor=f"workflow {self.workflow.id}",
+            tenant=self.workflow.tenant,
+            parent=ParentLink(self.workflow.id, key, self.lease),
+        )
+        return started
 
     # -- timers --------------------------------------------------------------------------------
 

@@ -23,8 +23,8 @@ import asyncio
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from statewright.definition.machine import State, Transition
@@ -232,6 +232,9 @@ class Transitions:
         self.limits = limits
         self.observers = observers
         self.rows = RowCache(row_cache_size)
+        self.on_end: Callable[[WorkflowRow], None] | None = None
+        """Told of every workflow this process moves to a terminal state, after the write
+        (the engine cancels its live children: :mod:`statewright.engine.children`)."""
 
     # -- planning (pure) -----------------------------------------------------------------------
 
@@ -310,6 +313,10 @@ class Transitions:
             except InvalidInput as exc:  # too deep, too large, not JSON: refused like a payload
                 raise ActionFailed(fire.event, "assign", exc.message) from None
             patch = {**assigned, **patch} if patch else assigned
+        context = {**row.context, **patch} if patch else row.context
+        notice = None
+        if target.terminal and row.parent_key is not None and not row.terminal:
+            notice = self._notice(wtype, row, t.target, context, now)
         return TransitionWrite(
             workflow_id=row.id,
             expected_version=row.version,
@@ -319,7 +326,7 @@ class Transitions:
             payload=payload,
             actor=fire.actor,
             at=now,
-            context={**row.context, **patch} if patch else row.context,
+            context=context,
             context_patch=patch,
             terminal=target.terminal,
             attempts=row.attempts if fire.attempts is None else fire.attempts,
@@ -342,7 +349,24 @@ class Transitions:
             step_finish=fire.step_finish,
             # The span it is made in (a request's, a worker's handler span), if any.
             trace=capture_trace(),
+            notice=notice,
         )
+
+    def _notice(
+        self, wtype: WorkflowType, row: WorkflowRow, final: str, context: Any, now: float
+    ) -> TimerSpec:
+        """A child's end for its parent (:mod:`statewright.engine.children`). A result that
+        does not fit the limits, or whose hook raises, is reported as such, not as the
+        child's: its end must still reach the parent."""
+        try:
+            notice = wtype.notice(row, final, context, now)
+            self.limits.check(notice.payload, f"result of {row.id!r} for its parent")
+        except Exception as exc:  # the type's result hook, or the limits
+            log.warning("the result of child %s is not sent: %s", row.id, exc)
+            notice = wtype.notice(row, final, {}, now)
+            error = f"the result could not be sent: {exc}"
+            notice = replace(notice, payload={**notice.payload, "result": None, "error": error})
+        return notice
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -369,6 +393,8 @@ class Transitions:
             raise
         self.rows.put(after)
         self.observers.transitioned(TransitionEvent(row, after, fire.event, fire.actor))
+        if after.terminal and self.on_end is not None:
+            self.on_end(after)
         if fire.retry_delay is not None and not after.terminal:
             # A transient failure moved it to a waiting state with a retry timer (a terminal
             # target means the budget was spent: no retry).
@@ -443,6 +469,8 @@ class Transitions:
                 raise
             self.rows.put(after)
             self.observers.transitioned(TransitionEvent(row, after, fire.event, fire.actor))
+            if after.terminal and self.on_end is not None:
+                self.on_end(after)
             return Dispatched(after, False, after.version)
         raise VersionConflict(workflow_id, expected_version or 0, None)
 

@@ -29,6 +29,7 @@ from statewright.engine.heartbeat import heartbeat
 from statewright.engine.looplag import LagReport, LoopLagMonitor
 from statewright.engine.pool import UserCodePool
 from statewright.engine.processing import Slot, process
+from statewright.engine.children import cancel_orphans
 from statewright.engine.recovery import live_here, recover_stale
 from statewright.engine.retention import check_worker_options, prune_periodically
 from statewright.engine.schedules import fire_due
@@ -300,6 +301,8 @@ class Worker:
     async def _recover(self) -> None:
         try:
             await recover_stale(self.rt, worker_id=self.id, lease_seconds=self.lease_seconds)
+            # Live children of a parent whose process died before cancelling them.
+            await cancel_orphans(self.rt)
         except StoreError:
             log.exception("recovery failed", extra={"action": "recovery_failed"})
 

@@ -11,7 +11,7 @@ from statewright.engine.limits import limit_problems
 from statewright.engine.retry import RetryPolicy
 from statewright.errors import DefinitionError, Problem
 from statewright.redaction import path_problem
-from statewright.types import TypeLimit
+from statewright.types import TimerSpec, TypeLimit, WorkflowRow
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,16 @@ An ``async def`` handler runs on the worker's event loop; any other callable run
 worker's thread pool and gets a :class:`~statewright.engine.steps.SyncRun` (same methods,
 blocking). Its argument is typed ``Any`` here because it is one of those two: and so that this
 record of a type does not depend on the runtime that runs it (``steps`` reads the type)."""
+
+CHILD_DONE = "child_done"
+"""The event a child's end sends its parent by default (:mod:`statewright.engine.children`)."""
+CHILD_FAILED = "child_failed"
+"""The event sent instead when the child ended in one of :data:`FAILED_STATES`."""
+FAILED_STATES = frozenset({"failed", "cancelled", "canceled"})
+"""Terminal states whose end is a failure by default (``WorkflowType.parent_events``
+overrides per state)."""
+NOTICE_PREFIX = "child:"
+"""The parent's timer key for a child's end: ``child:<key>``."""
 
 DEFAULT_DEADLINE = 900.0
 """Seconds a handler may run by default before it is stopped (15 minutes)."""
@@ -132,6 +142,15 @@ class WorkflowType:
             definition file) is one whose handlers live in the workers, and every state it
             enters is due for them to decide. True for a type that has no handler anywhere
             (events and timers alone move it): its writes skip that claim.
+        result: what a child of this type reports to its parent when it ends
+            (``fn(context) -> JSON``, in the ``result`` of the parent's event); None: its
+            final context. See :mod:`statewright.engine.children`.
+        parent_events: terminal state -> the event a child of this type that ends there
+            sends its parent; by default ``child_failed`` for ``failed``/``cancelled`` and
+            ``child_done`` for any other.
+        children_on_end: what a workflow of this type that ends does to its live children:
+            ``"cancel"`` them (the default), or ``"abandon"`` them (they run on, and their
+            ends reach nobody).
     """
 
     machine: Machine
@@ -154,6 +173,9 @@ class WorkflowType:
     max_per_second: float | None = None
     burst: float | None = None
     runs_here: bool | None = None
+    result: Callable[[Mapping[str, Any]], Any] | None = None
+    parent_events: Mapping[str, str] = field(default_factory=dict)
+    children_on_end: Literal["cancel", "abandon"] = "cancel"
     _decides: bool = field(init=False, repr=False, compare=False)
     """``runs_here`` resolved (read by every write that enters a state)."""
 
@@ -244,6 +266,18 @@ class WorkflowType:
         input or event). See :func:`~statewright.engine.transitions.run_at_for`.
         """
         return state in self.handlers or not self._decides
+
+    def notice(self, row: WorkflowRow, final: str, context: Mapping[str, Any], at: float) -> TimerSpec:
+        """The timer a child of this type arms on its parent as it ends (``row`` entering the
+        terminal state ``final`` with ``context``): see :mod:`statewright.engine.children`
+        and :attr:`~statewright.types.TransitionWrite.notice`."""
+        assert row.parent_key is not None
+        event = self.parent_events.get(final) or (
+            CHILD_FAILED if final in FAILED_STATES else CHILD_DONE
+        )
+        result: Any = dict(context) if self.result is None else self.result(context)
+        payload = {"child": row.id, "key": row.parent_key, "state": final, "result": result}
+        return TimerSpec(at, event, payload, key=NOTICE_PREFIX + row.parent_key, keep=True)
 
     def recovery_for(self, state: str) -> RecoveryAction:
         return self.recovery.get(state, "rerun")

@@ -31,6 +31,7 @@ from statewright.errors import (
     StoreError,
     VersionConflict,
     WorkflowBusy,
+    WorkflowFinished,
     WorkflowNotFound,
 )
 from statewright.store import params as p
@@ -105,6 +106,22 @@ def fork_refusal(found: Row | None, fork_of: tuple[str, int]) -> StatewrightErro
         return WorkflowNotFound(source)
     if found["lease_owner"] is not None or found["fence"] != fence:
         return WorkflowBusy(fork_source_busy(source))
+    return None
+
+
+def parent_refusal(found: Row | None, check: p.Params) -> StatewrightError | None:
+    """Why a child may not be created (``found``: its parent's ``parent_of_child`` row, read
+    in the creating transaction): the parent is gone, has ended, or is no longer held by the
+    lease its handler starts the child under. None: it may."""
+    parent = check["id"]
+    if found is None:
+        return WorkflowNotFound(parent)
+    if found["terminal"]:
+        return WorkflowFinished(parent, found["state"])
+    if check["owner"] is not None and (
+        found["lease_owner"] != check["owner"] or found["fence"] != check["fence"]
+    ):
+        return LeaseLost(parent, "its lease ended before the child was started")
     return None
 
 
@@ -242,6 +259,16 @@ class CoreSQL(SQLStore):
     async def get_workflow(self, workflow_id: str) -> WorkflowRow | None:
         row = await self._one(self.queries["get_workflow"], {"id": workflow_id})
         return None if row is None else self.rows.workflow(row)
+
+    async def children(
+        self, parent_id: str, *, after: str = "", limit: int = 100
+    ) -> list[WorkflowRow]:
+        values = {"parent": parent_id, "after": after, "limit": limit}
+        return [self.rows.workflow(r) for r in await self._all(self.queries["children"], values)]
+
+    async def orphans(self, limit: int = 100) -> list[WorkflowRow]:
+        rows = await self._all(self.queries["orphans"], {"limit": limit})
+        return [self.rows.workflow(r) for r in rows]
 
     async def history(
         self, workflow_id: str, after_version: int = 0, limit: int | None = None

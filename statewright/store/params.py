@@ -206,6 +206,33 @@ def new_workflow(new: NewWorkflow, enc: Encoding) -> Params:
         "tenant": new.tenant,
         "idempotency_key": new.idempotency_key,
         "trace": new.trace,
+        "parent_id": None if new.parent is None else new.parent.id,
+        "parent_key": None if new.parent is None else new.parent.key,
+    }
+
+
+def parent_check(new: NewWorkflow) -> Params:
+    """What a child's create checks of its parent (see :attr:`NewWorkflow.parent`)."""
+    assert new.parent is not None
+    lease = new.parent.lease
+    return {
+        "id": new.parent.id,
+        "owner": None if lease is None else lease.owner,
+        "fence": None if lease is None else lease.fence,
+    }
+
+
+def notice(w: TransitionWrite, enc: Encoding) -> Params:
+    """A child's end armed on its parent (see :attr:`TransitionWrite.notice`)."""
+    t = w.notice
+    assert t is not None
+    return {
+        "child": w.workflow_id,
+        "due_at": float(t.due_at),
+        "event": t.event,
+        "payload": enc.json(t.payload),
+        "key": t.key,
+        "scheduled_by": f"child {w.workflow_id}",
     }
 
 

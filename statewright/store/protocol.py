@@ -3,7 +3,7 @@
 :class:`Store` is the **core**: what running workflows needs (its methods are all a worker,
 ``start`` and ``send`` call). The other parts are protocols of their own that a store may
 implement: :class:`ReadModel` (listings, counts, the log feed), :class:`Schedules`,
-:class:`AlertOutbox` and :class:`Retention`. Each is ``runtime_checkable``, so
+:class:`AlertOutbox`, :class:`Retention` and :class:`Family`. Each is ``runtime_checkable``, so
 ``isinstance(store, Schedules)`` tells whether a store has a part; :data:`PARTS` names them
 all and :class:`FullStore` is a store with every part (both built-in stores are).
 
@@ -80,7 +80,9 @@ class Store(Protocol):
         that id was pruned (its tombstone is kept: see :meth:`Retention.delete_workflows`). A fork
         (``new.fork_of``) whose source a worker holds, or claimed since it was read, is
         refused with WorkflowBusy (:func:`fork_source_busy`), checked in the transaction that
-        would create it.
+        would create it. A child (``new.parent``) whose parent is gone, ended, or no longer
+        held by the lease given is refused the same way (WorkflowNotFound, WorkflowFinished,
+        LeaseLost), the parent locked against a concurrent end until the child is written.
         """
 
     async def get_workflow(self, workflow_id: str) -> WorkflowRow | None: ...
@@ -604,7 +606,25 @@ class Retention(Protocol):
 
 
 @runtime_checkable
-class FullStore(Store, ReadModel, Schedules, AlertOutbox, Retention, Protocol):
+class Family(Protocol):
+    """Child workflows' links read back (:mod:`statewright.engine.children`): a parent's
+    children, and the live children an ended parent leaves. (Creating a child and its notice
+    to the parent are the core's: :attr:`NewWorkflow.parent`, :attr:`TransitionWrite.notice`.)
+    """
+
+    async def children(
+        self, parent_id: str, *, after: str = "", limit: int = 100
+    ) -> list[WorkflowRow]:
+        """The workflows ``parent_id`` started as its children (see :attr:`NewWorkflow.parent`),
+        in id order, after the id ``after``, at most ``limit``."""
+
+    async def orphans(self, limit: int = 100) -> list[WorkflowRow]:
+        """Live children, no cancel requested, whose parent is terminal or gone (an ended
+        parent's children are cancelled: see ``engine/children.py``), at most ``limit``."""
+
+
+@runtime_checkable
+class FullStore(Store, ReadModel, Schedules, AlertOutbox, Retention, Family, Protocol):
     """A store with every part (:class:`~statewright.store.SQLiteStore` and
     :class:`~statewright.store.postgres.PostgresStore` are)."""
 
@@ -615,6 +635,7 @@ PARTS: dict[str, type] = {
     "schedules": Schedules,
     "alert outbox": AlertOutbox,
     "retention": Retention,
+    "family": Family,
 }
 """Each part by name, core first (``isinstance(store, PARTS[name])`` tells whether a store
 implements it)."""

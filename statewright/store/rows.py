@@ -79,6 +79,8 @@ class Rows:
             total_attempts=r["total_attempts"],
             parked=r["parked"],
             trace=r["trace"],
+            parent=r["parent_id"],
+            parent_key=r["parent_key"],
         )
 
     def transition(self, r: Row) -> TransitionRecord:

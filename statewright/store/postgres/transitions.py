@@ -21,10 +21,15 @@ from statewright.errors import (
     WorkflowPruned,
 )
 from statewright.store import core, params
-from statewright.store.postgres.base import Conn, PostgresBase, Q
+from statewright.store.postgres.base import Conn, PostgresBase, Q, rollback
 from statewright.store.postgres.batch import SNAPSHOT_ROUNDS
-from statewright.store.postgres.params import timer_change_params, timer_params
+from statewright.store.postgres.params import (
+    timer_change_params,
+    timer_params,
+    transition_params,
+)
 from statewright.store.postgres.read import ROWS
+from statewright.store.postgres.timers import set_next_due
 from statewright.types import (
     DeferWrite,
     InboxItem,
@@ -51,17 +56,35 @@ def _steps(new: NewWorkflow) -> dict[str, list[Any]]:
     }
 
 
-async def _create_fork(
-    conn: Conn, fork_of: tuple[str, int], values: dict[str, Any]
-) -> DictRow | None:
-    """The fork's create, after checking (and locking until the commit) that its source is
-    still unleased at the fence it was read at (see :attr:`NewWorkflow.fork_of`)."""
+async def _create_checked(conn: Conn, new: NewWorkflow, values: dict[str, Any]) -> DictRow | None:
+    """A fork's or a child's create, after checking (and locking until the commit) that the
+    fork's source is still unleased at the fence it was read at (see
+    :attr:`NewWorkflow.fork_of`), or that the child's parent is live and held by the lease
+    given (:attr:`NewWorkflow.parent`). An existing id is left alone, unchecked."""
     exists = await (await conn.execute(Q["version_of"], values)).fetchone()
-    if exists is None:
-        found = await (await conn.execute(Q["fork_source"], {"id": fork_of[0]})).fetchone()
-        if (refused := core.fork_refusal(found, fork_of)) is not None:
+    if exists is None and new.fork_of is not None:
+        found = await (await conn.execute(Q["fork_source"], {"id": new.fork_of[0]})).fetchone()
+        if (refused := core.fork_refusal(found, new.fork_of)) is not None:
+            raise refused
+    if exists is None and new.parent is not None:
+        check = params.parent_check(new)
+        found = await (await conn.execute(Q["parent_of_child"], check)).fetchone()
+        if (refused := core.parent_refusal(found, check)) is not None:
             raise refused
     return await (await conn.execute(Q["create_workflow"], values)).fetchone()
+
+
+async def _notify_parent(conn: Conn, parent_id: str, notice: dict[str, Any]) -> None:
+    """Arm a child's end on its live parent (see :attr:`TransitionWrite.notice`), in the
+    child's transaction: the parent's row is locked (``timer_visit``) as for a timer
+    scheduled on its own, after the child's."""
+    timer = notice | {"id": parent_id, "every": None, "keep": True}
+    found = await (await conn.execute(Q["timer_visit"], timer)).fetchone()
+    if found is None or found["terminal"]:
+        return  # the parent ended or is gone: nobody waits for the notice
+    old = await (await conn.execute(Q["take_timer_key"], timer)).fetchone()
+    await conn.execute(Q["insert_timer"], timer)
+    await set_next_due(conn, parent_id, found, None if old is None else old["due_at"], timer["due_at"])
 
 
 class PostgresTransitions(PostgresBase, core.CoreSQL):
@@ -71,11 +94,11 @@ class PostgresTransitions(PostgresBase, core.CoreSQL):
         values = params.new_workflow(new, ENC) | _steps(new) | timer_params(new.timers)
         async with self._connection(write=True) as conn:
             try:
-                if new.fork_of is None:
+                if new.fork_of is None and new.parent is None:
                     row = await (await conn.execute(Q["create_workflow"], values)).fetchone()
                 else:
                     async with conn.transaction():
-                        row = await _create_fork(conn, new.fork_of, values)
+                        row = await _create_checked(conn, new, values)
             except psycopg.Error as exc:
                 if exc.sqlstate == PRUNED_ID:  # its trigger (migration 0016_pruned_ids)
                     raise WorkflowPruned(new.id) from None
@@ -92,27 +115,62 @@ class PostgresTransitions(PostgresBase, core.CoreSQL):
         return result, created
 
     async def apply_transition(self, write: TransitionWrite) -> WorkflowRow:
+        if write.notice is not None:
+            return await self._apply_with_notice(write)
         # Alone, one statement; concurrent ones share a transaction (see .batch).
         return await self.batcher.apply(write)
 
     async def _apply_alone(self, write: TransitionWrite, values: dict[str, Any]) -> WorkflowRow:
         async with self._connection(write=True) as conn:
-            for _ in range(SNAPSHOT_ROUNDS):
-                try:
-                    row = await (await conn.execute(Q["apply_transition"], values)).fetchone()
-                except psycopg.errors.UniqueViolation as exc:
-                    diag = exc.diag.constraint_name or ""
-                    if write.idempotency_key is not None and "idempotency" in diag:
-                        raise core.key_used_earlier(write) from exc
-                    raise
-                if row is not None or not values["timers_exact"]:
-                    break
-                # Refused by the row-version check alone (a concurrent update of the row,
-                # e.g. a timer scheduled on its own, since this statement's snapshot)? Then
-                # run it again on a fresh snapshot; any other refusal is reported.
-                if await self._refusal(conn, write, retryable=True) is not None:
-                    break
+            row = await self._cas(conn, write, values)
             return await self._written(conn, row, write)
+
+    async def _cas(
+        self, conn: Conn, write: TransitionWrite, values: dict[str, Any]
+    ) -> DictRow | None:
+        """``apply_transition``'s row, or None when its compare-and-swap matched nothing."""
+        for _ in range(SNAPSHOT_ROUNDS):
+            try:
+                row = await (await conn.execute(Q["apply_transition"], values)).fetchone()
+            except psycopg.errors.UniqueViolation as exc:
+                diag = exc.diag.constraint_name or ""
+                if write.idempotency_key is not None and "idempotency" in diag:
+                    raise core.key_used_earlier(write) from exc
+                raise
+            if row is not None or not values["timers_exact"]:
+                break
+            # Refused by the row-version check alone (a concurrent update of the row,
+            # e.g. a timer scheduled on its own, since this statement's snapshot)? Then
+            # run it again on a fresh snapshot; any other refusal is reported.
+            if await self._refusal(conn, write, retryable=True) is not None:
+                break
+        return row
+
+    async def _apply_with_notice(self, write: TransitionWrite) -> WorkflowRow:
+        """A child's terminal transition and its notice to the parent, in one transaction
+        (rare: once per child, so outside the group commit). Its row lock comes before the
+        parent's; a deadlock with a writer that took them the other way is run again."""
+        values = transition_params(write)
+        notice = params.notice(write, ENC)
+        for round_ in range(SNAPSHOT_ROUNDS):
+            try:
+                async with self._connection(write=True) as conn:
+                    try:
+                        async with conn.transaction():
+                            row = await self._cas(conn, write, values)
+                            if row is not None and row["parent_id"] is not None:
+                                await _notify_parent(conn, row["parent_id"], notice)
+                    except BaseException:
+                        await rollback(conn)
+                        raise
+                    after = await self._written(conn, row, write)
+            except psycopg.errors.DeadlockDetected:
+                if round_ == SNAPSHOT_ROUNDS - 1:
+                    raise
+                continue
+            self._wake()
+            return after
+        raise AssertionError("unreachable")
 
     async def defer(self, write: DeferWrite) -> WorkflowRow:
         values = params.deferral(write) | timer_change_params(write, False)

@@ -21,7 +21,7 @@ from statewright.errors import (
 )
 from statewright.store import core, params
 from statewright.store.sqlite.base import ROWS, Q, SQLiteBase
-from statewright.store.sqlite.timers import add_timers, change_timers
+from statewright.store.sqlite.timers import add_timers, change_timers, set_next_due
 from statewright.types import (
     CancelRequest,
     DeferWrite,
@@ -70,6 +70,11 @@ def _create(conn: sqlite3.Connection, new: NewWorkflow, values: params.Params) -
     if new.fork_of is not None and conn.execute(Q["version_of"], values).fetchone() is None:
         found = conn.execute(Q["fork_source"], {"id": new.fork_of[0]}).fetchone()
         if (refused := core.fork_refusal(found, new.fork_of)) is not None:
+            raise refused
+    if new.parent is not None and conn.execute(Q["version_of"], values).fetchone() is None:
+        check = params.parent_check(new)
+        found = conn.execute(Q["parent_of_child"], check).fetchone()
+        if (refused := core.parent_refusal(found, check)) is not None:
             raise refused
     if conn.execute(Q["insert_workflow"], values).rowcount != 1:
         return False
@@ -120,6 +125,8 @@ def _after(w: TransitionWrite, read: tuple[Any, ...], context: str) -> WorkflowR
         fence,
         total_attempts,
         trace,
+        parent,
+        parent_key,
     ) = read
     return WorkflowRow(
         id=wid,
@@ -146,6 +153,8 @@ def _after(w: TransitionWrite, read: tuple[Any, ...], context: str) -> WorkflowR
         total_attempts=total_attempts,
         parked=None,
         trace=trace,
+        parent=parent,
+        parent_key=parent_key,
     )
 
 
@@ -170,6 +179,7 @@ class _Bound:
     values: params.Params
     entry: params.Params
     finish: params.Params | None
+    notice: params.Params | None
 
     @classmethod
     def of(cls, w: TransitionWrite) -> _Bound:
@@ -177,7 +187,20 @@ class _Bound:
         entry = params.logged(w, ENC) | values
         entry |= {"workflow_id": w.workflow_id, "version": w.expected_version + 1}
         finish = None if w.step_finish is None else params.step_finish(w.step_finish, ENC)
-        return cls(values, entry, finish)
+        notice = None if w.notice is None else params.notice(w, ENC)
+        return cls(values, entry, finish, notice)
+
+
+def _notify_parent(conn: sqlite3.Connection, notice: params.Params) -> None:
+    """Arm a child's end on its live parent (see :attr:`TransitionWrite.notice`)."""
+    parent = conn.execute(Q["notice_parent"], notice).fetchone()
+    if parent is None:
+        return  # the parent ended or is gone: nobody waits for the notice
+    timer = notice | {"id": parent["id"], "every": None, "keep": 1}
+    replaced = conn.execute(Q["delete_timer_by_key"], timer).fetchone()
+    conn.execute(Q["insert_timer"], timer)
+    removed = None if replaced is None else replaced[0]
+    set_next_due(conn, parent["id"], parent, removed, notice["due_at"])
 
 
 def _apply(conn: sqlite3.Connection, w: TransitionWrite, bound: _Bound) -> tuple[Any, ...]:
@@ -197,6 +220,8 @@ def _apply(conn: sqlite3.Connection, w: TransitionWrite, bound: _Bound) -> tuple
     if w.step_finish is not None:
         assert bound.finish is not None
         _finish_with(conn, w.workflow_id, w.step_finish, bound.finish)
+    if bound.notice is not None:
+        _notify_parent(conn, bound.notice)
     cur = conn.cursor()
     cur.row_factory = None
     read: tuple[Any, ...] = cur.execute(Q["after_transition"], {"id": w.workflow_id}).fetchone()
@@ -221,7 +246,7 @@ class SQLiteTransitions(SQLiteBase, core.CoreSQL):
         bound = _Bound.of(write)
         read = await self.conn.write(lambda conn: _apply(conn, write, bound))
         row = _after(write, read, bound.values["context"])
-        if core.wakes_workers(row):
+        if bound.notice is not None or core.wakes_workers(row):
             self._wake()
         return row
 

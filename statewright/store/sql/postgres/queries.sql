@@ -47,11 +47,11 @@ WITH new_timers AS (
 ), ins AS (
     INSERT INTO workflows (id, type, machine_version, state, context, version, attempts,
                            terminal, created_at, updated_at, state_entered_at, next_due_at,
-                           tenant, trace)
+                           tenant, trace, parent_id, parent_key)
     VALUES (%(id)s, %(type)s, %(machine_version)s, %(state)s, %(context)s::jsonb, 1, 0,
             %(terminal)s, %(at)s, %(at)s, %(at)s,
             LEAST(%(run_at)s::float8, (SELECT min(due_at) FROM new_timers)), %(tenant)s,
-            %(trace)s::text)
+            %(trace)s::text, %(parent_id)s::text, %(parent_key)s::text)
     ON CONFLICT (id) DO NOTHING
     RETURNING *
 ), appending AS (
@@ -84,6 +84,24 @@ SELECT ins.*, TRUE AS created,
 UNION ALL
 SELECT w.*, FALSE, NULL FROM workflows w
  WHERE w.id = %(id)s AND NOT EXISTS (SELECT 1 FROM ins);
+
+-- name: parent_of_child
+-- A child's create: its parent's state and lease, locked against its end until the child
+-- is written (see NewWorkflow.parent).
+SELECT state, terminal, lease_owner, fence FROM workflows WHERE id = %(id)s FOR SHARE;
+
+-- name: children
+-- A parent's children in id order, from an id on (a page).
+SELECT * FROM workflows WHERE parent_id = %(parent)s::text AND id > %(after)s::text ORDER BY id
+ LIMIT %(limit)s;
+
+-- name: orphans
+-- Live children whose parent is terminal or gone (an ended parent cancels them), at most
+-- %(limit)s; read through the index of live children.
+SELECT c.* FROM workflows c LEFT JOIN workflows p ON p.id = c.parent_id
+ WHERE c.parent_id IS NOT NULL AND NOT c.terminal AND c.cancel_requested IS NULL
+   AND (p.id IS NULL OR p.terminal)
+ LIMIT %(limit)s;
 
 -- name: apply_transition
 -- One whole transition in one statement (one round trip): compare-and-swap the row (version,

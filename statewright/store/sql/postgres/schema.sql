@@ -305,3 +305,11 @@ END
 $$;
 CREATE TRIGGER workflows_refuse_pruned_id AFTER INSERT ON workflows
     FOR EACH ROW EXECUTE FUNCTION statewright_refuse_pruned_id();
+
+-- a child workflow's parent and its key among the parent's children (migration 0018_children)
+ALTER TABLE workflows ADD COLUMN parent_id TEXT;
+ALTER TABLE workflows ADD COLUMN parent_key TEXT;
+-- a parent's children in id order, and the live ones (what an ended parent cancels)
+CREATE INDEX workflows_children ON workflows (parent_id, id) WHERE parent_id IS NOT NULL;
+CREATE INDEX workflows_live_children ON workflows (parent_id)
+    WHERE parent_id IS NOT NULL AND NOT terminal;

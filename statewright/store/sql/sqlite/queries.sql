@@ -5,10 +5,38 @@ SELECT * FROM workflows WHERE id = :id;
 -- name: insert_workflow
 -- Create a workflow row at version 1; a duplicate id is left alone (idempotent start).
 INSERT INTO workflows (id, type, machine_version, state, context, version, attempts, terminal,
-                       created_at, updated_at, state_entered_at, next_due_at, tenant, trace)
+                       created_at, updated_at, state_entered_at, next_due_at, tenant, trace,
+                       parent_id, parent_key)
 VALUES (:id, :type, :machine_version, :state, :context, 1, 0, :terminal,
-        :at, :at, :at, :run_at, :tenant, :trace)
+        :at, :at, :at, :run_at, :tenant, :trace, :parent_id, :parent_key)
 ON CONFLICT (id) DO NOTHING;
+
+-- name: parent_of_child
+-- A child's create: its parent's state and lease (see NewWorkflow.parent).
+SELECT state, terminal, lease_owner, fence FROM workflows WHERE id = :id;
+
+-- name: notice_parent
+-- A child's terminal transition: its parent, if it is there and live (see
+-- TransitionWrite.notice), with what timer_visit reads for its next due time.
+SELECT p.id, p.state, p.state_entered_at, p.terminal, p.next_due_at, p.attempts, p.parked
+  FROM workflows c JOIN workflows p ON p.id = c.parent_id
+ WHERE c.id = :child AND NOT p.terminal;
+
+-- name: delete_timer_by_key
+-- A pending timer of a key (a notice replaces it): its due time.
+DELETE FROM timers WHERE workflow_id = :id AND key = :key RETURNING due_at;
+
+-- name: children
+-- A parent's children in id order, from an id on (a page).
+SELECT * FROM workflows WHERE parent_id = :parent AND id > :after ORDER BY id LIMIT :limit;
+
+-- name: orphans
+-- Live children whose parent is terminal or gone (an ended parent cancels them), at most
+-- :limit; read through the index of live children.
+SELECT c.* FROM workflows c LEFT JOIN workflows p ON p.id = c.parent_id
+ WHERE c.parent_id IS NOT NULL AND c.terminal = 0 AND c.cancel_requested IS NULL
+   AND (p.id IS NULL OR p.terminal = 1)
+ LIMIT :limit;
 
 -- name: append_transition
 -- Append one entry to the transition log.
@@ -59,7 +87,7 @@ UPDATE workflows
 -- clause costs more than this whole primary-key lookup.
 SELECT id, type, machine_version, created_at, state_entered_at, next_due_at, lease_owner,
        lease_expires_at, cancel_requested, cancel_actor, cancel_at, cancel_version,
-       cancel_key, progress, tenant, fence, total_attempts, trace
+       cancel_key, progress, tenant, fence, total_attempts, trace, parent_id, parent_key
   FROM workflows WHERE id = :id;
 
 -- name: write_refusal

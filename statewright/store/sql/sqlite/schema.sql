@@ -259,3 +259,11 @@ CREATE TABLE pruned_ids (
     pruned_at REAL NOT NULL
 );
 CREATE INDEX pruned_ids_at ON pruned_ids (pruned_at, id);
+
+-- a child workflow's parent and its key among the parent's children (migration 0019_children)
+ALTER TABLE workflows ADD COLUMN parent_id TEXT;
+ALTER TABLE workflows ADD COLUMN parent_key TEXT;
+-- a parent's children in id order, and the live ones (what an ended parent cancels)
+CREATE INDEX workflows_children ON workflows (parent_id, id) WHERE parent_id IS NOT NULL;
+CREATE INDEX workflows_live_children ON workflows (parent_id)
+    WHERE parent_id IS NOT NULL AND terminal = 0;
