@@ -48,9 +48,7 @@ def quick_init(cls: type[R]) -> type[R]:
         else:
             params.append(name)
         body.append(f"    d[{name!r}] = {name}")
-    source = f"def __init__(self, {', '.join(params)}):\n    d = self.__dict__\n" + "\n".join(
-        body
-    )
+    source = f"def __init__(self, {', '.join(params)}):\n    d = self.__dict__\n" + "\n".join(body)
     exec(source, namespace)  # as dataclasses itself writes __init__
     init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"
@@ -58,6 +56,8 @@ def quick_init(cls: type[R]) -> type[R]:
     init.__annotations__["return"] = None
     cls.__init__ = init  # type: ignore[method-assign]
     return cls
+
+
 StepStatus = Literal["executing", "done", "failed"]
 StepOutcome = Literal["not_applied", "unknown"]
 """Of a failed step: ``not_applied`` (the error proves nothing happened: safe to run again)

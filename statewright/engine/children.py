@@ -32,11 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 from statewright import ids
 from statewright.definition.machine import Assign, Guard
-from statewright.errors import InvalidInput, StatewrightError, StoreError
-from statewright.types import ParentLink, WorkflowRow
-
 from statewright.engine.cancel import cancel
 from statewright.engine.workflow_type import FAILED_STATES
+from statewright.errors import InvalidInput, StatewrightError, StoreError
+from statewright.store.protocol import Family
+from statewright.types import ParentLink, WorkflowRow
 
 if TYPE_CHECKING:
     from statewright.engine.runtime import Runtime
@@ -190,6 +190,8 @@ async def cancel_live_children(rt: Runtime, parent: WorkflowRow) -> int:
 async def cancel_orphans(rt: Runtime, limit: int = 100) -> int:
     """Cancel live children whose parent has ended (or is gone) and whose parent's type
     cancels them: what an ended parent's process did not get to (a recovery round)."""
+    if not isinstance(rt.store, Family):
+        return 0
     asked = 0
     for child in await rt.store.orphans(limit):
         assert child.parent is not None
@@ -224,14 +226,17 @@ def _cancels_children(rt: Runtime, parent: WorkflowRow) -> bool:
 def ended(rt: Runtime, row: WorkflowRow) -> None:
     """A workflow has ended: cancel its live children in the background, if its type does
     (a crash before it is done leaves them to :func:`cancel_orphans`)."""
-    if not _cancels_children(rt, row):
-        return
+    if not isinstance(rt.store, Family) or not _cancels_children(rt, row):
+        return  # a store without the family part has no children to read
     task = asyncio.get_running_loop().create_task(_cascade(rt, row))
-    _CASCADES.add(task)
-    task.add_done_callback(_CASCADES.discard)
+    rt.background.add(task)
+    task.add_done_callback(rt.background.discard)
 
 
-_CASCADES: set[asyncio.Task[None]] = set()
+async def settled(rt: Runtime) -> None:
+    """Wait for the cascades started so far (the engine's close does)."""
+    while rt.background:
+        await asyncio.gather(*list(rt.background), return_exceptions=True)
 
 
 async def _cascade(rt: Runtime, row: WorkflowRow) -> None:

@@ -144,8 +144,10 @@ async def start(
             raise
         raise WorkflowPruned(exc.workflow_id, idempotency_key) from None
     rt.transitions.rows.put(row)
-    if row.type != wtype.name or row.tenant != tenant or (
-        parent is not None and row.parent != parent.id
+    if (
+        row.type != wtype.name
+        or row.tenant != tenant
+        or (parent is not None and row.parent != parent.id)
     ):
         # Another tenant's id must not leak its type: report it as taken, nothing more.
         theirs = row.type if row.tenant == tenant else "another tenant's workflow"

@@ -21,10 +21,9 @@ it (``send = part(commands.send)``) and ``engine.send(...)`` is ``commands.send(
 
 from __future__ import annotations
 
-from functools import partial
-
 import random
 from collections.abc import Callable, Iterable
+from functools import partial
 from types import MethodType
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
@@ -199,6 +198,7 @@ class Engine:
             raise
 
     async def close(self) -> None:
+        await children.settled(self.runtime)  # an ended parent's cascade, if one is running
         await self.runtime.store.close()
 
     async def __aenter__(self) -> Engine:

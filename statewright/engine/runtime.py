@@ -10,6 +10,7 @@ engine's modules import one another in one direction only.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -46,6 +47,9 @@ class Runtime:
     rng: random.Random = field(default_factory=random.Random)
     settings: Settings = field(default_factory=Settings)
     row_cache_size: int = 4096
+    background: set[asyncio.Task[None]] = field(default_factory=set)
+    """Work started after a write that nobody awaits (an ended parent's cascade to its
+    children): awaited by the engine's close."""
     transitions: Transitions = field(init=False)
     """The one way a workflow's row changes (every command, the worker, cancel, recovery)."""
 

@@ -25,11 +25,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
-from statewright.engine import tracecontext
-from statewright.engine import commands
-from statewright.engine.commands import Started
+from statewright.engine import commands, tracecontext
 from statewright.engine.cancel import pending
 from statewright.engine.children import child_id
+from statewright.engine.commands import Started
 from statewright.engine.ledger import Begun, Ledger, StepKey, describe
 from statewright.engine.looplag import user_code
 from statewright.engine.timers import timer_spec

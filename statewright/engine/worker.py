@@ -25,11 +25,11 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from statewright.engine.children import cancel_orphans
 from statewright.engine.heartbeat import heartbeat
 from statewright.engine.looplag import LagReport, LoopLagMonitor
 from statewright.engine.pool import UserCodePool
 from statewright.engine.processing import Slot, process
-from statewright.engine.children import cancel_orphans
 from statewright.engine.recovery import live_here, recover_stale
 from statewright.engine.retention import check_worker_options, prune_periodically
 from statewright.engine.schedules import fire_due

@@ -267,7 +267,9 @@ class WorkflowType:
         """
         return state in self.handlers or not self._decides
 
-    def notice(self, row: WorkflowRow, final: str, context: Mapping[str, Any], at: float) -> TimerSpec:
+    def notice(
+        self, row: WorkflowRow, final: str, context: Mapping[str, Any], at: float
+    ) -> TimerSpec:
         """The timer a child of this type arms on its parent as it ends (``row`` entering the
         terminal state ``final`` with ``context``): see :mod:`statewright.engine.children`
         and :attr:`~statewright.types.TransitionWrite.notice`."""

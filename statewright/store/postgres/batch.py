@@ -201,9 +201,7 @@ class GroupCommit:
         (the way :meth:`apply` reports a refusal as no row), must lock rows of
         ``workflow_id`` only, and is answered after its COMMIT: a step's *executing* record
         (``step_open``) is durable before its action runs, as alone."""
-        row: DictRow | None = await self._submit(
-            _Pending(None, params, None, workflow_id, query)
-        )
+        row: DictRow | None = await self._submit(_Pending(None, params, None, workflow_id, query))
         return row
 
     async def _submit(self, p: _Pending) -> Any:

@@ -84,7 +84,9 @@ async def _notify_parent(conn: Conn, parent_id: str, notice: dict[str, Any]) -> 
         return  # the parent ended or is gone: nobody waits for the notice
     old = await (await conn.execute(Q["take_timer_key"], timer)).fetchone()
     await conn.execute(Q["insert_timer"], timer)
-    await set_next_due(conn, parent_id, found, None if old is None else old["due_at"], timer["due_at"])
+    await set_next_due(
+        conn, parent_id, found, None if old is None else old["due_at"], timer["due_at"]
+    )
 
 
 class PostgresTransitions(PostgresBase, core.CoreSQL):
