@@ -140,6 +140,8 @@ class WorkflowRow:
     """The workflow that started this one as its child (None: none did)."""
     parent_key: str | None = None
     """The key the parent started it under (its id is ``<parent>.<key>``)."""
+    has_children: bool = False
+    """Whether it ever started a child workflow (set as the first child is created)."""
 
     @property
     def cancel_requested(self) -> str | None:

@@ -233,8 +233,8 @@ class Transitions:
         self.observers = observers
         self.rows = RowCache(row_cache_size)
         self.on_end: Callable[[WorkflowRow], None] | None = None
-        """Told of every workflow this process moves to a terminal state, after the write
-        (the engine cancels its live children: :mod:`statewright.engine.children`)."""
+        """Told of every workflow that has children this process moves to a terminal state,
+        after the write (the engine cancels the live ones: :mod:`statewright.engine.children`)."""
 
     # -- planning (pure) -----------------------------------------------------------------------
 
@@ -393,7 +393,7 @@ class Transitions:
             raise
         self.rows.put(after)
         self.observers.transitioned(TransitionEvent(row, after, fire.event, fire.actor))
-        if after.terminal and self.on_end is not None:
+        if after.has_children and after.terminal and self.on_end is not None:
             self.on_end(after)
         if fire.retry_delay is not None and not after.terminal:
             # A transient failure moved it to a waiting state with a retry timer (a terminal
@@ -469,7 +469,7 @@ class Transitions:
                 raise
             self.rows.put(after)
             self.observers.transitioned(TransitionEvent(row, after, fire.event, fire.actor))
-            if after.terminal and self.on_end is not None:
+            if after.has_children and after.terminal and self.on_end is not None:
                 self.on_end(after)
             return Dispatched(after, False, after.version)
         raise VersionConflict(workflow_id, expected_version or 0, None)

@@ -81,6 +81,7 @@ class Rows:
             trace=r["trace"],
             parent=r["parent_id"],
             parent_key=r["parent_key"],
+            has_children=bool(r["has_children"]),
         )
 
     def transition(self, r: Row) -> TransitionRecord:

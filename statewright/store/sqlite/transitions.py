@@ -76,6 +76,8 @@ def _create(conn: sqlite3.Connection, new: NewWorkflow, values: params.Params) -
         found = conn.execute(Q["parent_of_child"], check).fetchone()
         if (refused := core.parent_refusal(found, check)) is not None:
             raise refused
+        if not found["has_children"]:
+            conn.execute(Q["mark_parent"], check)
     if conn.execute(Q["insert_workflow"], values).rowcount != 1:
         return False
     first = {"workflow_id": new.id, "version": 1, "from_state": None, "to_state": new.state}
@@ -127,6 +129,7 @@ def _after(w: TransitionWrite, read: tuple[Any, ...], context: str) -> WorkflowR
         trace,
         parent,
         parent_key,
+        has_children,
     ) = read
     return WorkflowRow(
         id=wid,
@@ -155,6 +158,7 @@ def _after(w: TransitionWrite, read: tuple[Any, ...], context: str) -> WorkflowR
         trace=trace,
         parent=parent,
         parent_key=parent_key,
+        has_children=bool(has_children),
     )
 
 

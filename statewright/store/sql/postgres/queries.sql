@@ -88,7 +88,12 @@ SELECT w.*, FALSE, NULL FROM workflows w
 -- name: parent_of_child
 -- A child's create: its parent's state and lease, locked against its end until the child
 -- is written (see NewWorkflow.parent).
-SELECT state, terminal, lease_owner, fence FROM workflows WHERE id = %(id)s FOR SHARE;
+SELECT state, terminal, lease_owner, fence, has_children FROM workflows WHERE id = %(id)s
+   FOR SHARE;
+
+-- name: mark_parent
+-- A parent's first child: it has children from now on (its end cancels the live ones).
+UPDATE workflows SET has_children = true WHERE id = %(id)s;
 
 -- name: children
 -- A parent's children in id order, from an id on (a page).

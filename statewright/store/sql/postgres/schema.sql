@@ -309,6 +309,8 @@ CREATE TRIGGER workflows_refuse_pruned_id AFTER INSERT ON workflows
 -- a child workflow's parent and its key among the parent's children (migration 0018_children)
 ALTER TABLE workflows ADD COLUMN parent_id TEXT;
 ALTER TABLE workflows ADD COLUMN parent_key TEXT;
+-- whether it ever started a child (its end then cancels the live ones)
+ALTER TABLE workflows ADD COLUMN has_children BOOLEAN NOT NULL DEFAULT false;
 -- a parent's children in id order, and the live ones (what an ended parent cancels)
 CREATE INDEX workflows_children ON workflows (parent_id, id) WHERE parent_id IS NOT NULL;
 CREATE INDEX workflows_live_children ON workflows (parent_id)

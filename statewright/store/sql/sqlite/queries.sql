@@ -13,7 +13,11 @@ ON CONFLICT (id) DO NOTHING;
 
 -- name: parent_of_child
 -- A child's create: its parent's state and lease (see NewWorkflow.parent).
-SELECT state, terminal, lease_owner, fence FROM workflows WHERE id = :id;
+SELECT state, terminal, lease_owner, fence, has_children FROM workflows WHERE id = :id;
+
+-- name: mark_parent
+-- A parent's first child: it has children from now on (its end cancels the live ones).
+UPDATE workflows SET has_children = 1 WHERE id = :id;
 
 -- name: notice_parent
 -- A child's terminal transition: its parent, if it is there and live (see
@@ -87,7 +91,8 @@ UPDATE workflows
 -- clause costs more than this whole primary-key lookup.
 SELECT id, type, machine_version, created_at, state_entered_at, next_due_at, lease_owner,
        lease_expires_at, cancel_requested, cancel_actor, cancel_at, cancel_version,
-       cancel_key, progress, tenant, fence, total_attempts, trace, parent_id, parent_key
+       cancel_key, progress, tenant, fence, total_attempts, trace, parent_id, parent_key,
+       has_children
   FROM workflows WHERE id = :id;
 
 -- name: write_refusal

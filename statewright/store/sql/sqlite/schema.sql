@@ -263,6 +263,8 @@ CREATE INDEX pruned_ids_at ON pruned_ids (pruned_at, id);
 -- a child workflow's parent and its key among the parent's children (migration 0019_children)
 ALTER TABLE workflows ADD COLUMN parent_id TEXT;
 ALTER TABLE workflows ADD COLUMN parent_key TEXT;
+-- whether it ever started a child (its end then cancels the live ones)
+ALTER TABLE workflows ADD COLUMN has_children INTEGER NOT NULL DEFAULT 0;
 -- a parent's children in id order, and the live ones (what an ended parent cancels)
 CREATE INDEX workflows_children ON workflows (parent_id, id) WHERE parent_id IS NOT NULL;
 CREATE INDEX workflows_live_children ON workflows (parent_id)

@@ -28,6 +28,8 @@ async def _parent_held(store: Store) -> Lease:
 
 async def test_a_child_is_created_with_its_link_and_listed(store: Store) -> None:
     lease = await _parent_held(store)
+    fresh = await store.get_workflow("p")
+    assert fresh is not None and not fresh.has_children
     for key in ("b", "a"):
         row, created = await store.create_workflow(
             new(f"p.{key}", parent=ParentLink("p", key, lease))
@@ -41,6 +43,11 @@ async def test_a_child_is_created_with_its_link_and_listed(store: Store) -> None
     assert await store.children("p.a") == []
     fetched = await store.get_workflow("p.b")
     assert fetched is not None and (fetched.parent, fetched.parent_key) == ("p", "b")
+    parent = await store.get_workflow("p")
+    assert parent is not None and parent.has_children and not fetched.has_children
+    assert parent.version == 1 and parent.lease == lease  # marked, not moved nor released
+    ended = await store.apply_transition(move("p", 1, "end", terminal=True, lease=lease))
+    assert ended.has_children  # what tells the engine to cancel the live ones
 
 
 async def test_a_child_is_refused_under_a_missing_ended_or_lost_parent(store: Store) -> None:
