@@ -71,7 +71,7 @@ async def _create_checked(conn: Conn, new: NewWorkflow, values: dict[str, Any]) 
         found = await (await conn.execute(Q["parent_of_child"], check)).fetchone()
         if (refused := core.parent_refusal(found, check)) is not None:
             raise refused
-        if not found["has_children"]:
+        if found is not None and not found["has_children"]:
             await conn.execute(Q["mark_parent"], check)
     return await (await conn.execute(Q["create_workflow"], values)).fetchone()
 

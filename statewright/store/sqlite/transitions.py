@@ -76,7 +76,7 @@ def _create(conn: sqlite3.Connection, new: NewWorkflow, values: params.Params) -
         found = conn.execute(Q["parent_of_child"], check).fetchone()
         if (refused := core.parent_refusal(found, check)) is not None:
             raise refused
-        if not found["has_children"]:
+        if found is not None and not found["has_children"]:
             conn.execute(Q["mark_parent"], check)
     if conn.execute(Q["insert_workflow"], values).rowcount != 1:
         return False
