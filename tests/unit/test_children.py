@@ -219,3 +219,18 @@ def test_join_guards_count_the_reported_child_once() -> None:
     assert gather()(ctx, {"key": "1", "state": "failed", "result": None}) == {
         "children": {"0": {"state": "shipped"}, "1": {"state": "failed", "result": None}}
     }
+
+
+async def test_a_parent_is_not_pruned_while_an_abandoned_child_lives() -> None:
+    types = [parent_type(children_on_end="abandon"), child_type(ship=False)]
+    async with Engine(SQLiteStore(":memory:"), types) as engine:
+        await engine.start("order", {"parcels": [1]}, workflow_id="o1")
+        await run_all(engine)
+        await engine.cancel("o1", reason="stop")
+        first = await engine.prune(terminal_older_than=0)
+        assert await engine.store.get_workflow("o1") is not None  # its child still runs
+        assert first.workflows == 0
+        await engine.send("o1.0", "ship")
+        await run_all(engine)
+        second = await engine.prune(terminal_older_than=0)
+        assert second.workflows == 2 and await engine.store.get_workflow("o1") is None

@@ -823,13 +823,16 @@ SELECT * FROM rejections WHERE workflow_id = ANY(%(ids)s::text[])
 SELECT set_config('statewright.prune', 'on', true);
 
 -- name: prune_workflows
--- Deletes finished workflows' rows, each only at the version prune read (and archived); rows
--- another prune holds are skipped (it deletes them), locked in id order (no deadlock). Each
--- leaves a tombstone: its id is not started again.
+-- Deletes finished workflows' rows, each only at the version prune read (and archived) and
+-- not while a child of it lives (an abandoned one: it stays until they end); rows another
+-- prune holds are skipped (it deletes them), locked in id order (no deadlock). Each leaves a
+-- tombstone: its id is not started again.
 WITH l AS (SELECT w.id FROM workflows w
              JOIN unnest(%(ids)s::text[], %(versions)s::int[]) AS k (id, version)
                ON w.id = k.id AND w.version = k.version
-            WHERE w.terminal ORDER BY w.id FOR UPDATE OF w SKIP LOCKED),
+            WHERE w.terminal
+              AND NOT EXISTS (SELECT 1 FROM workflows c WHERE c.parent_id = w.id AND NOT c.terminal)
+            ORDER BY w.id FOR UPDATE OF w SKIP LOCKED),
      d AS (DELETE FROM workflows WHERE id IN (SELECT id FROM l) RETURNING id, tenant, type),
      t AS (INSERT INTO pruned_ids (id, tenant, type, pruned_at)
            SELECT id, tenant, type, %(at)s::float8 FROM d

@@ -585,9 +585,11 @@ INSERT INTO prune_tokens (token) VALUES (:key);
 DELETE FROM prune_tokens WHERE token = :key;
 
 -- name: prune_workflow
--- Deletes one finished workflow's row, only at the version prune read (and archived); its
--- tenant and type go to its tombstone.
+-- Deletes one finished workflow's row, only at the version prune read (and archived), and
+-- not while a child of it lives (an abandoned one: it stays until they end); its tenant and
+-- type go to its tombstone.
 DELETE FROM workflows WHERE id = :id AND version = :version AND terminal = 1
+   AND NOT EXISTS (SELECT 1 FROM workflows c WHERE c.parent_id = :id AND c.terminal = 0)
 RETURNING tenant, type;
 
 -- name: add_pruned_id

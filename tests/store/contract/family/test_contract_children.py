@@ -123,3 +123,14 @@ async def test_orphans_are_the_live_children_of_ended_parents(store: Store) -> N
     await store.apply_transition(move("p.a", 1, "done", terminal=True))
     await store.apply_transition(move("p", 1, "end", terminal=True))
     assert [o.id for o in await store.orphans()] == ["p.b"]  # p.a ended, q is live
+
+
+async def test_a_parent_is_not_deleted_while_a_child_of_it_lives(store: Store) -> None:
+    await store.create_workflow(new("p"))
+    await store.create_workflow(new("p.k1", parent=ParentLink("p", "k1")))
+    ended = await store.apply_transition(move("p", 1, "end", terminal=True))
+    deleted, counts = await store.delete_workflows([("p", ended.version)], at=T0)
+    assert deleted == [] and counts["workflows"] == 0
+    await store.apply_transition(move("p.k1", 1, "done", terminal=True))
+    deleted, counts = await store.delete_workflows([("p", ended.version)], at=T0)
+    assert deleted == ["p"] and counts["workflows"] == 1
