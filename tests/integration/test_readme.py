@@ -30,6 +30,11 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
             timeout=60,
         )
         assert done.returncode == 0, done.stderr
+        if "fan_out" in block:
+            assert done.stdout.splitlines() == [
+                "shipped {'0': 'book', '1': 'lamp', '2': 'mug'}",
+                "['o-1.0', 'o-1.1', 'o-1.2']",
+            ]
         if "hello-ada" in block:
             assert done.stdout.splitlines()[0] == "awaiting_approval"
             assert "approval_granted awaiting_approval -> sent by grace" in done.stdout

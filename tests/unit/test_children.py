@@ -234,3 +234,30 @@ async def test_a_parent_is_not_pruned_while_an_abandoned_child_lives() -> None:
         await run_all(engine)
         second = await engine.prune(terminal_older_than=0)
         assert second.workflows == 2 and await engine.store.get_workflow("o1") is None
+
+
+async def test_fork_and_move_of_parents_and_children() -> None:
+    async with Engine(
+        SQLiteStore(":memory:"), [parent_type(cap=None), child_type(ship=False)]
+    ) as engine:
+        await engine.start("order", {"parcels": [1, 2]}, workflow_id="o1")
+        await run_all(engine)
+        await engine.send("o1.0", "ship")
+        await run_all(engine)
+        # A fork of the parent: no children of its own until it runs its fan-out again,
+        # which starts only what the copied context does not show ended.
+        fork = await engine.fork("o1", actor="ops", reason="try again", new_id="o2")
+        assert not fork.has_children and fork.context["children"].keys() == {"0"}
+        await run_all(engine)
+        assert [k.id for k in await engine.store.children("o2")] == ["o2.1"]
+        # A fork of a child has no parent: its end reaches nobody.
+        orphan = await engine.fork("o1.1", actor="ops", reason="copy", new_id="copy-1")
+        assert orphan.parent is None
+        # An operator's move of a child to a terminal state reaches its parent.
+        await engine.move_to("o1.1", "shipped", actor="ops", reason="shipped by hand")
+        await run_all(engine)
+        assert (await engine.get("o1")).state == "done"
+        # A move of a parent to a terminal state cancels its live children.
+        await engine.move_to("o2", "cancelled", actor="ops", reason="no longer needed")
+        await run_all(engine)
+        assert (await engine.get("o2.1")).state == "cancelled"
