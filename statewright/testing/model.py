@@ -26,9 +26,10 @@ from hypothesis import strategies as st
 
 from statewright.clock import ManualClock
 from statewright.definition.machine import Machine
+from statewright.engine.children import settled
 from statewright.engine.core import Engine
 from statewright.engine.worker import Worker
-from statewright.engine.workflow_type import WorkflowType
+from statewright.engine.workflow_type import CHILD_DONE, CHILD_FAILED, WorkflowType
 from statewright.errors import IllegalTransition, InvalidPayload, WorkflowFinished
 from statewright.store.sqlite import SQLiteStore
 from statewright.testing.paths import Cover, Step, format_path, transition_cover
@@ -129,8 +130,9 @@ def _draw_legal(
     context: Payload,
     roles: Roles = None,
     tries: int = 3,
+    skip: frozenset[str] = frozenset(),
 ) -> tuple[str, dict[str, Any]] | None:
-    events = _candidates(machine, state, context, roles)
+    events = [e for e in _candidates(machine, state, context, roles) if e not in skip]
     if not events:
         return None
     first = draw(st.sampled_from(events))
@@ -167,6 +169,19 @@ def legal_events(
 
 
 # -- running ----------------------------------------------------------------------------------
+
+
+def _child_events(kids: Sequence[WorkflowType]) -> frozenset[str]:
+    """The events children of these types send their parent as they end."""
+    names = {CHILD_DONE, CHILD_FAILED}
+    for kid in kids:
+        names |= set(kid.parent_events.values())
+    return frozenset(names) if kids else frozenset()
+
+
+def _sendable(model: _Model, row: WorkflowRow) -> bool:
+    events = _candidates(model.machine, row.state, row.context, model.roles)
+    return any(e not in model.own_events for e in events)
 
 
 def _run_sync(fn: Callable[[], T]) -> T:
@@ -216,6 +231,8 @@ class _Model:
     max_settle_rounds: int
     roles: Roles
     steps: list[str] = field(default_factory=list)
+    own_events: frozenset[str] = frozenset()
+    """Events the workflow's children send it (never sent by the model)."""
 
     @property
     def machine(self) -> Machine:
@@ -227,9 +244,26 @@ class _Model:
     async def row(self) -> WorkflowRow:
         return await self.engine.get(WORKFLOW_ID)
 
+    async def tree(self, workflow_id: str = WORKFLOW_ID) -> list[WorkflowRow]:
+        """The workflow's descendants (its children, theirs...), parents first."""
+        out: list[WorkflowRow] = []
+        for child in await self.engine.store.children(workflow_id, limit=10_000):
+            out += [child, *await self.tree(child.id)]
+        return out
+
     async def verify(self, row: WorkflowRow) -> None:
         """The checks made after every step."""
         await self.engine.check(WORKFLOW_ID)  # ReplayMismatch if replay differs from the row
+        await settled(self.engine.runtime)  # an ended parent's cascade to its children
+        for child in await self.tree():
+            await self.engine.check(child.id)
+            if row.terminal and self.wtype.children_on_end == "cancel" and not child.terminal:
+                parent = await self.engine.get(child.parent or WORKFLOW_ID)
+                if parent.terminal and child.cancel is None:
+                    raise AssertionError(
+                        f"child {child.id!r} is live in {child.state!r} after its parent "
+                        f"ended in {parent.state!r}: orphaned"
+                    )
         if row.state not in self.machine.states:
             raise AssertionError(f"the workflow is in {row.state!r}, not a state of the machine")
         if row.terminal != self.machine.is_terminal(row.state):
@@ -293,13 +327,16 @@ async def _example(
     max_steps: int,
     max_settle_rounds: int,
     roles: Roles,
+    children: Sequence[Target] = (),
 ) -> None:
     wtype = _make(target)
+    kids = [_make(c) for c in children]
     clock = ManualClock()
-    engine = Engine(SQLiteStore(":memory:"), [wtype], clock=clock)
+    engine = Engine(SQLiteStore(":memory:"), [wtype, *kids], clock=clock)
     async with engine:
         worker = Worker(engine, threads=1)
         model = _Model(wtype, engine, clock, worker, invariants, max_settle_rounds, roles)
+        model.own_events = _child_events(kids)
         try:
             await _drive(model, data, inputs, max_steps)
         except ModelCheckFailure:
@@ -332,7 +369,7 @@ async def _drive(
         kinds = []
         if due is not None and due <= now:
             kinds.append("run handlers")
-        if _candidates(machine, row.state, row.context, model.roles):
+        if _sendable(model, row):
             kinds.append("send")
         if due is not None and due > now:
             kinds.append("wait")
@@ -340,7 +377,9 @@ async def _drive(
             return  # nothing due, nothing allowed: it waits for an operator
         kind = data.draw(st.sampled_from(kinds), label="step")
         if kind == "send":
-            found = _draw_legal(data.draw, machine, row.state, row.context, model.roles)
+            found = _draw_legal(
+                data.draw, machine, row.state, row.context, model.roles, skip=model.own_events
+            )
             if found is None:
                 continue
             row = await model.send(row, *found)
@@ -377,6 +416,7 @@ def check_machine(
     settings: hypothesis.settings | None = None,
     max_settle_rounds: int = 50,
     roles: Sequence[str] | None = None,
+    children: Iterable[Target] = (),
 ) -> None:
     """Fire random legal events at a workflow type and check it after every step.
 
@@ -399,6 +439,13 @@ def check_machine(
     the log gives the row (``Engine.check``), and each invariant holds (``invariant(row)``
     raises AssertionError or returns False otherwise).
 
+    ``children``: the types of the child workflows it starts (``Run.start_child``). They
+    run on the same engine, moved by their handlers when the worker runs; the events they
+    send the parent as they end (``child_done``, ``child_failed`` and their
+    ``parent_events``) come from them alone, never from the model. After every step every
+    workflow of the tree must replay to its row too, and once the parent has ended (with
+    ``children_on_end="cancel"``) no child of an ended parent may be left live: orphaned.
+
     Raises :class:`ModelCheckFailure` (an AssertionError) for the simplest failing example
     hypothesis finds, listing its steps. Works from sync and async tests alike (the engine
     runs in its own event loop). ``settings``: hypothesis settings (default
@@ -409,6 +456,7 @@ def check_machine(
     else:
         input_strategy = st.just(dict(inputs or {}))
     checks = list(invariants)
+    kids = list(children)
     base = settings or DEFAULT_SETTINGS
     # No "explain" phase: it traces coverage (slow) to name lines of the engine.
     phases = [p for p in base.phases if p is not hypothesis.Phase.explain]
@@ -420,7 +468,9 @@ def check_machine(
     @hypothesis.given(data=st.data())
     def explore(data: st.DataObject) -> None:
         asyncio.run(
-            _example(data, target, input_strategy, checks, max_steps, max_settle_rounds, roles)
+            _example(
+                data, target, input_strategy, checks, max_steps, max_settle_rounds, roles, kids
+            )
         )
 
     _run_sync(explore)
