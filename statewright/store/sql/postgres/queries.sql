@@ -87,9 +87,11 @@ SELECT w.*, FALSE, NULL FROM workflows w
 
 -- name: parent_of_child
 -- A child's create: its parent's state and lease, locked against its end until the child
--- is written (see NewWorkflow.parent).
+-- is written (see NewWorkflow.parent). Locked for update, not shared: the first child's
+-- create marks the parent (mark_parent), and two creates that both held a shared lock
+-- would each wait for the other's to update it.
 SELECT state, terminal, lease_owner, fence, has_children FROM workflows WHERE id = %(id)s
-   FOR SHARE;
+   FOR NO KEY UPDATE;
 
 -- name: mark_parent
 -- A parent's first child: it has children from now on (its end cancels the live ones).

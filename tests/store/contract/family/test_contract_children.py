@@ -5,6 +5,8 @@ are read back."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from statewright.errors import LeaseLost, VersionConflict, WorkflowFinished, WorkflowNotFound
@@ -134,3 +136,15 @@ async def test_a_parent_is_not_deleted_while_a_child_of_it_lives(store: Store) -
     await store.apply_transition(move("p.k1", 1, "done", terminal=True))
     deleted, counts = await store.delete_workflows([("p", ended.version)], at=T0)
     assert deleted == ["p"] and counts["workflows"] == 1
+
+
+async def test_concurrent_first_children_are_all_created(store: Store) -> None:
+    lease = await _parent_held(store)
+    made = await asyncio.gather(
+        *(
+            store.create_workflow(new(f"p.{i}", parent=ParentLink("p", str(i), lease)))
+            for i in range(6)
+        )
+    )
+    assert all(created for _, created in made)
+    assert len(await store.children("p")) == 6
