@@ -552,6 +552,15 @@ class SyncRun:
         """:meth:`Run.check_cancel`, blocking."""
         self._trampoline.run(self._run.check_cancel())
 
+    def start_child(
+        self, workflow_type: str, key: str, input: Mapping[str, Any] | None = None
+    ) -> Started:
+        """:meth:`Run.start_child`, blocking."""
+        started: Started = self._trampoline.run(
+            self._run.start_child(workflow_type, key, input)
+        )
+        return started
+
     def progress(self, **fields: Any) -> None:
         """:meth:`Run.progress`, blocking."""
         self._trampoline.run(self._run.progress(**fields))

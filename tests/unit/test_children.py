@@ -261,3 +261,17 @@ async def test_fork_and_move_of_parents_and_children() -> None:
         await engine.move_to("o2", "cancelled", actor="ops", reason="no longer needed")
         await run_all(engine)
         assert (await engine.get("o2.1")).state == "cancelled"
+
+
+async def test_a_synchronous_handler_starts_children_too() -> None:
+    def fan(run: Any) -> None:
+        for i, item in enumerate(run.context["parcels"]):
+            run.start_child("parcel", str(i), {"item": item})
+
+    wtype = parent_type()
+    sync_parent = WorkflowType(wtype.machine, handlers={"fanning": fan})
+    async with Engine(SQLiteStore(":memory:"), [sync_parent, child_type()]) as engine:
+        await engine.start("order", {"parcels": [5, 6]}, workflow_id="o1")
+        await run_all(engine)
+        row = await engine.get("o1")
+        assert row.state == "done" and row.context["children"]["1"]["result"] == {"item": 6}
