@@ -156,7 +156,8 @@ def workflow_view(
 ) -> dict[str, Any]:
     """The workflow for the surfaces. ``summary``: as :func:`summary_of` made it (default:
     the default summary, through ``redactor``); ``redactor`` redacts the rest (the last
-    error, the progress report)."""
+    error, the progress report). ``parent``/``parent_key``: the workflow that started this
+    one as its child and the key it did so under (None for a workflow nothing started)."""
     if summary is None:
         summary = Summary(None, default_summary(row.context, redactor))
     view: dict[str, Any] = {
@@ -180,6 +181,8 @@ def workflow_view(
         "progress": redactor.mapping(row.progress),
         "summary": summary.data,
         "summary_text": summary.text,
+        "parent": row.parent,
+        "parent_key": row.parent_key,
     }
     if allowed is not None:
         view["allowed_events"] = allowed
