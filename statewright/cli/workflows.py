@@ -234,23 +234,37 @@ def input_(
         out.print(f"posted input {escape(name)!r} #{item.id} to [bold]{escape(workflow_id)}[/]")
 
 
+CHILDREN_SHOWN = 100
+"""Children ``show`` lists (the first, by id); the counts say how many there are."""
+
+
 async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
+    from statewright.access import LOCAL, Access
+
     row = await engine.get(workflow_id)
     try:
         allowed: list[str] | None = await engine.allowed_events(workflow_id)
     except UnknownWorkflowType:
         allowed = None  # the type is not loaded (--app): show the row anyway
+    # The CLI is trusted with every tenant: the local caller, store ids.
+    access = Access(engine, LOCAL)
+    children = await access.children(workflow_id, limit=CHILDREN_SHOWN + 1, row=row)
+    counts = await access.child_counts(row)
     return {
         "workflow": row,
         "cancel_request": row.cancel,
         "allowed_events": allowed,
         "timers": await engine.timers(workflow_id),
         "steps": await engine.steps(workflow_id),
+        "children": [access.child_view(c) for c in children[:CHILDREN_SHOWN]],
+        "children_counts": None if counts is None else counts.to_dict(),
+        "more_children": len(children) > CHILDREN_SHOWN,
     }
 
 
 def show(s: Settings, workflow_id: IdArg) -> None:
-    """Show a workflow: state, version, context, allowed events, timers, steps, last error."""
+    """Show a workflow: state, version, context, allowed events, timers, steps, last error,
+    its parent and its children (the first 100)."""
     from rich.console import Group
     from rich.panel import Panel
 
@@ -272,6 +286,11 @@ def show(s: Settings, workflow_id: IdArg) -> None:
         f"allowed   {escape(allowed_text)}",
         f"context   {escape(compact(row.context, 200))}",
     ]
+    if row.parent is not None:
+        lines.append(f"parent    {escape(row.parent)} (child key {escape(str(row.parent_key))})")
+    counts: dict[str, Any] | None = d["children_counts"]
+    if counts is not None and counts["total"]:
+        lines.append(f"children  {escape(counts['text'])}")
     if row.attempts or row.total_attempts:
         lines.append(f"attempts  {row.attempts} ({row.total_attempts} over its life)")
     if row.next_due_at is not None:
@@ -317,7 +336,23 @@ def show(s: Settings, workflow_id: IdArg) -> None:
                 ],
             )
         )
+    if d["children"]:
+        parts.append(
+            table(
+                "children" + (f" (the first {CHILDREN_SHOWN})" if d["more_children"] else ""),
+                ["child", "type", "state", "outcome"],
+                [
+                    (c["id"], c["type"], c["state"], _outcome(c["succeeded"]))
+                    for c in d["children"]
+                ],
+            )
+        )
     out.print(Panel(Group(*parts), title=f"workflow {row.id}", title_align="left"))
+
+
+def _outcome(succeeded: bool | None) -> str:
+    """An ended child's outcome; nothing for a live one (its state says what it does)."""
+    return "" if succeeded is None else "succeeded" if succeeded else "failed"
 
 
 def _progress(progress: dict[str, Any]) -> str:
