@@ -183,6 +183,9 @@ class Reads:
     def transition_view(self, rec: TransitionRecord) -> dict[str, Any]:
         view = transition_view(rec)
         view["workflow_id"] = self.public_id(rec.workflow_id)
+        # The engine's actors name workflows by store id: a child's start is by ``workflow
+        # <parent>``, a parent hears a child's end from ``timer for child <child>``.
+        view["actor"] = self.public_text(rec.actor)
         return view
 
     def machine_of(self, row: WorkflowRow) -> Machine:

@@ -134,7 +134,7 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
         view["unfinished_steps"] = unfinished
     if len(steps) > STEPS_SHOWN:
         view["more_steps"] = f"only the first {STEPS_SHOWN} steps are shown"
-    view["recent_transitions"] = [transition(r, red) for r in recent]
+    view["recent_transitions"] = [transition(r, red, access) for r in recent]
     view["updated_at"] = iso(row.updated_at)
     view["in_state_since"] = iso(row.state_entered_at)
     return view
@@ -153,13 +153,17 @@ def brief(access: Access, catalogue: Catalogue, row: WorkflowRow) -> dict[str, A
     } | ({"parked": row.parked} if row.parked is not None else {})
 
 
-def transition(rec: TransitionRecord, red: Redactor) -> dict[str, Any]:
+def transition(
+    rec: TransitionRecord, red: Redactor, access: Access | None = None
+) -> dict[str, Any]:
+    """One log entry for an LLM; with ``access``, its actor names workflows (``workflow
+    <parent>``, ``timer for child <child>``) by the ids that caller knows them by."""
     out: dict[str, Any] = {
         "version": rec.version,
         "event": rec.event,
         "from": rec.from_state,
         "to": rec.to_state,
-        "actor": rec.actor,
+        "actor": rec.actor if access is None else access.public_text(rec.actor),
         "at": iso(rec.at),
     }
     payload = red.mapping(rec.payload)

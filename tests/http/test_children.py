@@ -151,10 +151,19 @@ async def test_children_are_scoped_to_the_callers_tenant_and_named_by_its_ids(
     assert [c["id"] for c in page["items"]] == ["g1.0", "g1.1"]
     child = await ok(client, "GET", "/v1/workflows/g1.0", GINA)
     assert (child["id"], child["parent"], child["tenant"]) == ("g1.0", "g1", "globex")
+    # The engine's actors name the parent and the child as the caller does too.
+    await ok(client, "POST", "/v1/workflows/g1.0/events", GINA, {"event": "ship"})
+    await Worker(engine).run_until_idle()
+    started = await ok(client, "GET", "/v1/workflows/g1.0/history", GINA)
+    assert started["items"][0]["actor"] == "workflow g1"
+    heard = await ok(client, "GET", "/v1/workflows/g1/history", GINA)
+    assert heard["items"][-1]["actor"] == "timer for child g1.0"
     # A caller that sees every tenant names them by their store ids.
     admin = auth("admin")
     page = await ok(client, "GET", "/v1/workflows/globex:g1/children", admin)
     assert [c["id"] for c in page["items"]] == ["globex:g1.0", "globex:g1.1"]
+    heard = await ok(client, "GET", "/v1/workflows/globex:g1/history", admin)
+    assert heard["items"][-1]["actor"] == "timer for child globex:g1.0"
     child = await ok(client, "GET", "/v1/workflows/globex:g1.1", admin)
     assert child["parent"] == "globex:g1"
     # Another tenant's caller: the parent and its children do not exist, by either id.

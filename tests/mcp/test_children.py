@@ -70,6 +70,12 @@ async def test_a_parent_says_what_it_waits_for_and_a_child_names_its_parent(
 
         child = data(await c.call_tool("get_workflow_state", {"workflow_id": "s1.2"}))
         assert child["parent"] == {"workflow_id": "s1", "key": "2"}
+        assert child["recent_transitions"][0]["actor"] == "workflow s1"  # not acme:s1
+        heard = {(t["event"], t["actor"]) for t in view["recent_transitions"][-2:]}
+        assert heard == {
+            ("child_done", "timer for child s1.0"),
+            ("child_failed", "timer for child s1.1"),
+        }
         assert "children" not in child
         listed = data(await c.call_tool("list_workflows", {"type": "parcel"}))
         assert {w["workflow_id"] for w in listed["workflows"]} == {"s1.0", "s1.1", "s1.2"}
