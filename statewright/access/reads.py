@@ -270,8 +270,8 @@ class Reads:
         (:class:`~statewright.store.protocol.Family`)."""
         row = await self._seen(workflow_id, row)
         store = self.runtime.store
-        if not isinstance(store, Family):
-            return []
+        if not isinstance(store, Family) or not row.has_children:
+            return []  # (marked as it starts its first child: no read for the others)
         start = "" if after is None else child_id(row.id, after)
         found = await store.children(row.id, after=start, limit=limit)
         # A child is in its parent's tenant: a check that costs nothing, never a leak.
@@ -284,9 +284,12 @@ class Reads:
     async def child_counts(self, row: WorkflowRow) -> ChildCounts | None:
         """How many children ``row`` (as this caller read it) has and how many ended, from
         one read of at most :data:`~statewright.access.family.COUNTED` of them (``more``
-        when there are others); None over a store without children."""
+        when there are others), none for a workflow that never started one; None over a
+        store without children."""
         if not isinstance(self.runtime.store, Family):
             return None
+        if not row.has_children:
+            return ChildCounts.of([])  # no read: it never started a child
         found = await self.children(self.public_id(row.id), limit=COUNTED + 1, row=row)
         return ChildCounts.of(found[:COUNTED], more=len(found) > COUNTED)
 
