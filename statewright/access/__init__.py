@@ -19,7 +19,6 @@ its workflows by their ids in that tenant, and sees them so.
 
 The parts: :mod:`~statewright.access.principal` (callers, roles, tokens),
 :mod:`~statewright.access.reads` (what a caller may read, redacted for it),
-:mod:`~statewright.access.family` (a workflow's children as the surfaces show them),
 :mod:`~statewright.access.guard` (the rules every command applies, one way),
 :mod:`~statewright.access.core` (:class:`Access`: the reads and the commands) and
 :mod:`~statewright.access.schedules` (who may see and change schedules).

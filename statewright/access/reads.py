@@ -10,7 +10,6 @@ import dataclasses
 from typing import Any
 
 from statewright import ids
-from statewright.access.family import COUNTED, ChildCounts, child_view
 from statewright.access.principal import ADMIN, OPERATOR, Principal, not_found, public_error
 from statewright.definition.machine import Machine
 from statewright.engine import parked as parking
@@ -31,7 +30,15 @@ from statewright.types import (
     WorkflowFilter,
     WorkflowRow,
 )
-from statewright.views import Summary, summary_of, transition_view, workflow_view
+from statewright.views import (
+    CHILDREN_COUNTED,
+    ChildCounts,
+    Summary,
+    child_view,
+    summary_of,
+    transition_view,
+    workflow_view,
+)
 
 
 class Reads:
@@ -278,20 +285,20 @@ class Reads:
         return [c for c in found if self.principal.sees(c)]
 
     def child_view(self, child: WorkflowRow) -> dict[str, Any]:
-        """One child's line (:func:`statewright.access.family.child_view`) for this caller."""
+        """One child's line (:func:`statewright.views.child_view`) for this caller."""
         return child_view(child, self.public_id)
 
     async def child_counts(self, row: WorkflowRow) -> ChildCounts | None:
         """How many children ``row`` (as this caller read it) has and how many ended, from
-        one read of at most :data:`~statewright.access.family.COUNTED` of them (``more``
+        one read of at most :data:`~statewright.views.CHILDREN_COUNTED` of them (``more``
         when there are others), none for a workflow that never started one; None over a
         store without children."""
         if not isinstance(self.runtime.store, Family):
             return None
         if not row.has_children:
             return ChildCounts.of([])  # no read: it never started a child
-        found = await self.children(self.public_id(row.id), limit=COUNTED + 1, row=row)
-        return ChildCounts.of(found[:COUNTED], more=len(found) > COUNTED)
+        found = await self.children(self.public_id(row.id), limit=CHILDREN_COUNTED + 1, row=row)
+        return ChildCounts.of(found[:CHILDREN_COUNTED], more=len(found) > CHILDREN_COUNTED)
 
     async def _seen(self, workflow_id: str, row: WorkflowRow | None) -> WorkflowRow:
         if row is None:

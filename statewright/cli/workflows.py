@@ -234,31 +234,34 @@ def input_(
         out.print(f"posted input {escape(name)!r} #{item.id} to [bold]{escape(workflow_id)}[/]")
 
 
-CHILDREN_SHOWN = 100
-"""Children ``show`` lists (the first, by id); the counts say how many there are."""
-
-
 async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
-    from statewright.access import LOCAL, Access
+    from statewright.store.protocol import Family
+    from statewright.views import CHILDREN_COUNTED, ChildCounts, child_view
 
     row = await engine.get(workflow_id)
     try:
         allowed: list[str] | None = await engine.allowed_events(workflow_id)
     except UnknownWorkflowType:
         allowed = None  # the type is not loaded (--app): show the row anyway
-    # The CLI is trusted with every tenant: the local caller, store ids.
-    access = Access(engine, LOCAL)
-    children = await access.children(workflow_id, limit=CHILDREN_SHOWN + 1, row=row)
-    counts = await access.child_counts(row)
+    # Trusted with every tenant, the CLI reads the engine's store as it is (store ids), not
+    # through Access (whose import `show` does not pay for), shaped by the same views: the
+    # first page of children, counted as Access counts them.
+    store = engine.store
+    children: list[WorkflowRow] = []
+    counts: ChildCounts | None = None
+    if isinstance(store, Family):
+        if row.has_children:
+            children = await store.children(row.id, limit=CHILDREN_COUNTED + 1)
+        counts = ChildCounts.of(children[:CHILDREN_COUNTED], len(children) > CHILDREN_COUNTED)
     return {
         "workflow": row,
         "cancel_request": row.cancel,
         "allowed_events": allowed,
         "timers": await engine.timers(workflow_id),
         "steps": await engine.steps(workflow_id),
-        "children": [access.child_view(c) for c in children[:CHILDREN_SHOWN]],
+        "children": [child_view(c, str) for c in children[:CHILDREN_COUNTED]],
         "children_counts": None if counts is None else counts.to_dict(),
-        "more_children": len(children) > CHILDREN_SHOWN,
+        "more_children": len(children) > CHILDREN_COUNTED,
     }
 
 
@@ -339,7 +342,7 @@ def show(s: Settings, workflow_id: IdArg) -> None:
     if d["children"]:
         parts.append(
             table(
-                "children" + (f" (the first {CHILDREN_SHOWN})" if d["more_children"] else ""),
+                "children" + (f" (the first {len(d['children'])})" if d["more_children"] else ""),
                 ["child", "type", "state", "outcome"],
                 [
                     (c["id"], c["type"], c["state"], _outcome(c["succeeded"]))

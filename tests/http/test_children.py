@@ -129,7 +129,7 @@ async def test_children_page_by_key_and_a_long_family_is_counted_from_one_page(
     assert paging.child_after(paging.child_cursor("1")) == "1"
 
     # More children than one page: counted over the first page only, and said so.
-    monkeypatch.setattr("statewright.access.reads.COUNTED", 2)
+    monkeypatch.setattr("statewright.access.reads.CHILDREN_COUNTED", 2)
     counts = (await ok(client, "GET", "/v1/workflows/s1", agent))["children"]
     assert counts == {
         "total": 2, "live": 2, "ended": 0, "failed": 0, "more": True,

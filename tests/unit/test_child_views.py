@@ -1,4 +1,4 @@
-"""What the surfaces show of a workflow's children (statewright.access.family), the cursor of
+"""What the surfaces show of a workflow's children (statewright.views), the cursor of
 their pages (statewright.paging), and that a workflow that never started a child costs no
 read of children."""
 
@@ -11,10 +11,10 @@ import pytest
 
 from statewright import Engine, SQLiteStore, paging
 from statewright.access import LOCAL, Access
-from statewright.access.family import ChildCounts, child_view
 from statewright.engine.builtin import agent_task_type
 from statewright.errors import InvalidCursor
 from statewright.types import WorkflowRow
+from statewright.views import ChildCounts, child_view
 
 ROW = WorkflowRow(
     id="acme:s1.0", type="parcel", machine_version=1, state="shipping", context={}, version=1,
