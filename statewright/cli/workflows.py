@@ -235,33 +235,33 @@ def input_(
 
 
 async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
-    from statewright.store.protocol import Family
-    from statewright.views import CHILDREN_COUNTED, ChildCounts, child_view
+    from statewright.views import CHILDREN_COUNTED, ChildCounts
 
     row = await engine.get(workflow_id)
     try:
         allowed: list[str] | None = await engine.allowed_events(workflow_id)
     except UnknownWorkflowType:
         allowed = None  # the type is not loaded (--app): show the row anyway
-    # Trusted with every tenant, the CLI reads the engine's store as it is (store ids), not
-    # through Access (whose import `show` does not pay for), shaped by the same views: the
-    # first page of children, counted as Access counts them.
-    store = engine.store
-    children: list[WorkflowRow] = []
-    counts: ChildCounts | None = None
-    if isinstance(store, Family):
-        if row.has_children:
-            children = await store.children(row.id, limit=CHILDREN_COUNTED + 1)
-        counts = ChildCounts.of(children[:CHILDREN_COUNTED], len(children) > CHILDREN_COUNTED)
+    children: list[dict[str, Any]] = []
+    counts = ChildCounts.of([])
+    if row.has_children:
+        # Read through Access as the local caller (every tenant, store ids), imported only
+        # for a parent: `show` of any other workflow does not pay for its import.
+        from statewright.access import LOCAL, Access
+
+        access = Access(engine, LOCAL)
+        found = await access.children(workflow_id, limit=CHILDREN_COUNTED + 1, row=row)
+        children = [access.child_view(c) for c in found[:CHILDREN_COUNTED]]
+        counts = ChildCounts.of(found[:CHILDREN_COUNTED], more=len(found) > CHILDREN_COUNTED)
     return {
         "workflow": row,
         "cancel_request": row.cancel,
         "allowed_events": allowed,
         "timers": await engine.timers(workflow_id),
         "steps": await engine.steps(workflow_id),
-        "children": [child_view(c, str) for c in children[:CHILDREN_COUNTED]],
-        "children_counts": None if counts is None else counts.to_dict(),
-        "more_children": len(children) > CHILDREN_COUNTED,
+        "children": children,
+        "children_counts": counts.to_dict(),
+        "more_children": counts.more,
     }
 
 
@@ -291,8 +291,8 @@ def show(s: Settings, workflow_id: IdArg) -> None:
     ]
     if row.parent is not None:
         lines.append(f"parent    {escape(row.parent)} (child key {escape(str(row.parent_key))})")
-    counts: dict[str, Any] | None = d["children_counts"]
-    if counts is not None and counts["total"]:
+    counts: dict[str, Any] = d["children_counts"]
+    if counts["total"]:
         lines.append(f"children  {escape(counts['text'])}")
     if row.attempts or row.total_attempts:
         lines.append(f"attempts  {row.attempts} ({row.total_attempts} over its life)")
