@@ -16,6 +16,7 @@ import json
 import math
 from typing import Any
 
+from statewright import ids
 from statewright.errors import InvalidCursor
 from statewright.types import StuckKey, WorkflowRow
 
@@ -109,6 +110,23 @@ def timer_after(cursor: str) -> tuple[float, int]:
             field="cursor",
         )
     return float(at), int(timer_id)
+
+
+def child_cursor(key: str) -> str:
+    """Where a listing of a workflow's children continues: after the child of this key (a
+    child's id is its parent's and its key, so key order is id order; the key, unlike the
+    id, is the same for every caller whatever the tenant)."""
+    return encode(key)
+
+
+def child_after(cursor: str) -> str:
+    (key,) = decode(cursor, "s")
+    if not ids.valid_id(key) or "." in str(key):
+        raise InvalidCursor(
+            "invalid cursor: pass next_cursor exactly as a previous page returned it",
+            field="cursor",
+        )
+    return str(key)
 
 
 def schedule_cursor(schedule_id: str) -> str:

@@ -7,6 +7,9 @@ cut, long lists shortened, deep nesting elided. The full context stays one reque
 
 What a caller may not see is taken out by a :class:`~statewright.redaction.Redactor` (which
 one is :class:`~statewright.access.Access`'s call); summaries are always redacted.
+
+A workflow's children are shown one line each (:func:`child_view`: nothing in it is redacted)
+with counts that say what a parent waits for (:class:`ChildCounts`: "2 of 3 children done").
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from statewright.engine.workflow_type import FAILED_STATES
 from statewright.redaction import NO_REDACTION, Redactor, copy_json
 from statewright.types import StepRecord, TransitionRecord, WorkflowRow
 
@@ -156,7 +160,8 @@ def workflow_view(
 ) -> dict[str, Any]:
     """The workflow for the surfaces. ``summary``: as :func:`summary_of` made it (default:
     the default summary, through ``redactor``); ``redactor`` redacts the rest (the last
-    error, the progress report)."""
+    error, the progress report). ``parent``/``parent_key``: the workflow that started this
+    one as its child and the key it did so under (None for a workflow nothing started)."""
     if summary is None:
         summary = Summary(None, default_summary(row.context, redactor))
     view: dict[str, Any] = {
@@ -180,6 +185,8 @@ def workflow_view(
         "progress": redactor.mapping(row.progress),
         "summary": summary.data,
         "summary_text": summary.text,
+        "parent": row.parent,
+        "parent_key": row.parent_key,
     }
     if allowed is not None:
         view["allowed_events"] = allowed
@@ -213,3 +220,78 @@ def step_view(rec: StepRecord, redactor: Redactor = NO_REDACTION) -> dict[str, A
         "started_at": rec.started_at,
         "finished_at": rec.finished_at,
     }
+
+
+# -- a workflow's children (statewright.engine.children) ------------------------------------
+
+CHILDREN_COUNTED = 100
+"""Children a count summary reads at most (one page, in id order): a parent with more is
+said to have more (``more``), never scanned whole on a read."""
+
+
+def succeeded(child: WorkflowRow) -> bool | None:
+    """Whether an ended child succeeded, as the engine tells its parent (``child_failed`` for
+    an end in ``failed`` or ``cancelled``, ``child_done`` otherwise); None while it runs."""
+    if not child.terminal:
+        return None
+    return child.state not in FAILED_STATES
+
+
+def child_view(child: WorkflowRow, public_id: Callable[[str], str]) -> dict[str, Any]:
+    """One child's line: ``public_id`` names it as the caller knows it."""
+    return {
+        "id": public_id(child.id),
+        "key": child.parent_key,
+        "type": child.type,
+        "state": child.state,
+        "terminal": child.terminal,
+        "succeeded": succeeded(child),
+        "parked": child.parked,
+        "state_entered_at": child.state_entered_at,
+    }
+
+
+@dataclass(frozen=True)
+class ChildCounts:
+    """How many children a workflow has, and how many ended (counted over the first
+    :data:`CHILDREN_COUNTED` of them by id: ``more`` says there are others, not counted)."""
+
+    total: int
+    live: int
+    ended: int
+    failed: int
+    """Of the ended ones, those that did not succeed (:func:`succeeded`)."""
+    more: bool = False
+
+    @classmethod
+    def of(cls, children: Sequence[WorkflowRow], more: bool = False) -> ChildCounts:
+        ended = [c for c in children if c.terminal]
+        return cls(
+            total=len(children),
+            live=len(children) - len(ended),
+            ended=len(ended),
+            failed=sum(1 for c in ended if not succeeded(c)),
+            more=more,
+        )
+
+    @property
+    def text(self) -> str:
+        """What a parent waits for, in a few words: ``2 of 3 children done (1 failed)``."""
+        of = f"the first {self.total}" if self.more else str(self.total)
+        noun = "child" if self.total == 1 and not self.more else "children"
+        text = f"{self.ended} of {of} {noun} done"
+        if self.failed:
+            text += f" ({self.failed} failed)"
+        if self.more:
+            text += "; more children, not counted"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "live": self.live,
+            "ended": self.ended,
+            "failed": self.failed,
+            "more": self.more,
+            "text": self.text,
+        }

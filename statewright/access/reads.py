@@ -14,12 +14,14 @@ from statewright.access.principal import ADMIN, OPERATOR, Principal, not_found, 
 from statewright.definition.machine import Machine
 from statewright.engine import parked as parking
 from statewright.engine import reads
+from statewright.engine.children import child_id
 from statewright.engine.core import Engine, Stuck
 from statewright.engine.failures import PARKED_UNKNOWN
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import Forbidden, StatewrightError, UnknownWorkflowType
 from statewright.observability.alerts import Alert, AlertThresholds, evaluate_alerts
 from statewright.redaction import NO_REDACTION, Redactor
+from statewright.store.protocol import Family
 from statewright.types import (
     StepRecord,
     StuckKey,
@@ -28,7 +30,15 @@ from statewright.types import (
     WorkflowFilter,
     WorkflowRow,
 )
-from statewright.views import Summary, summary_of, transition_view, workflow_view
+from statewright.views import (
+    CHILDREN_COUNTED,
+    ChildCounts,
+    Summary,
+    child_view,
+    summary_of,
+    transition_view,
+    workflow_view,
+)
 
 
 class Reads:
@@ -115,6 +125,8 @@ class Reads:
             row, self.allowed_for(row), summary=self.summary(row), redactor=self.redactor(row)
         )
         view["id"] = self.public_id(row.id)
+        if row.parent is not None:
+            view["parent"] = self.public_id(row.parent)
         if view["last_error"] is not None:
             view["last_error"] = self.public_text(view["last_error"])
         view["version_registered"] = self.known_machine(row) is not None
@@ -178,6 +190,9 @@ class Reads:
     def transition_view(self, rec: TransitionRecord) -> dict[str, Any]:
         view = transition_view(rec)
         view["workflow_id"] = self.public_id(rec.workflow_id)
+        # The engine's actors name workflows by store id: a child's start is by ``workflow
+        # <parent>``, a parent hears a child's end from ``timer for child <child>``.
+        view["actor"] = self.public_text(rec.actor)
         return view
 
     def machine_of(self, row: WorkflowRow) -> Machine:
@@ -246,6 +261,44 @@ class Reads:
             dataclasses.replace(s, result=red.value(s.result), error=red.opt_text(s.error))
             for s in records
         ]
+
+    async def children(
+        self,
+        workflow_id: str,
+        after: str | None = None,
+        limit: int = 100,
+        *,
+        row: WorkflowRow | None = None,
+    ) -> list[WorkflowRow]:
+        """The workflow's children (:mod:`statewright.engine.children`) in id order, which is
+        their keys' order: after the child of key ``after``, at most ``limit``. ``row`` as
+        for :meth:`history`. Show them with :meth:`child_view` (by the ids this caller knows
+        them by); nothing in it is redacted. Empty over a store without children
+        (:class:`~statewright.store.protocol.Family`)."""
+        row = await self._seen(workflow_id, row)
+        store = self.runtime.store
+        if not isinstance(store, Family) or not row.has_children:
+            return []  # (marked as it starts its first child: no read for the others)
+        start = "" if after is None else child_id(row.id, after)
+        found = await store.children(row.id, after=start, limit=limit)
+        # A child is in its parent's tenant: a check that costs nothing, never a leak.
+        return [c for c in found if self.principal.sees(c)]
+
+    def child_view(self, child: WorkflowRow) -> dict[str, Any]:
+        """One child's line (:func:`statewright.views.child_view`) for this caller."""
+        return child_view(child, self.public_id)
+
+    async def child_counts(self, row: WorkflowRow) -> ChildCounts | None:
+        """How many children ``row`` (as this caller read it) has and how many ended, from
+        one read of at most :data:`~statewright.views.CHILDREN_COUNTED` of them (``more``
+        when there are others), none for a workflow that never started one; None over a
+        store without children."""
+        if not isinstance(self.runtime.store, Family):
+            return None
+        if not row.has_children:
+            return ChildCounts.of([])  # no read: it never started a child
+        found = await self.children(self.public_id(row.id), limit=CHILDREN_COUNTED + 1, row=row)
+        return ChildCounts.of(found[:CHILDREN_COUNTED], more=len(found) > CHILDREN_COUNTED)
 
     async def _seen(self, workflow_id: str, row: WorkflowRow | None) -> WorkflowRow:
         if row is None:

@@ -235,22 +235,39 @@ def input_(
 
 
 async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
+    from statewright.views import CHILDREN_COUNTED, ChildCounts
+
     row = await engine.get(workflow_id)
     try:
         allowed: list[str] | None = await engine.allowed_events(workflow_id)
     except UnknownWorkflowType:
         allowed = None  # the type is not loaded (--app): show the row anyway
+    children: list[dict[str, Any]] = []
+    counts = ChildCounts.of([])
+    if row.has_children:
+        # Read through Access as the local caller (every tenant, store ids), imported only
+        # for a parent: `show` of any other workflow does not pay for its import.
+        from statewright.access import LOCAL, Access
+
+        access = Access(engine, LOCAL)
+        found = await access.children(workflow_id, limit=CHILDREN_COUNTED + 1, row=row)
+        children = [access.child_view(c) for c in found[:CHILDREN_COUNTED]]
+        counts = ChildCounts.of(found[:CHILDREN_COUNTED], more=len(found) > CHILDREN_COUNTED)
     return {
         "workflow": row,
         "cancel_request": row.cancel,
         "allowed_events": allowed,
         "timers": await engine.timers(workflow_id),
         "steps": await engine.steps(workflow_id),
+        "children": children,
+        "children_counts": counts.to_dict(),
+        "more_children": counts.more,
     }
 
 
 def show(s: Settings, workflow_id: IdArg) -> None:
-    """Show a workflow: state, version, context, allowed events, timers, steps, last error."""
+    """Show a workflow: state, version, context, allowed events, timers, steps, last error,
+    its parent and its children (the first 100)."""
     from rich.console import Group
     from rich.panel import Panel
 
@@ -272,6 +289,11 @@ def show(s: Settings, workflow_id: IdArg) -> None:
         f"allowed   {escape(allowed_text)}",
         f"context   {escape(compact(row.context, 200))}",
     ]
+    if row.parent is not None:
+        lines.append(f"parent    {escape(row.parent)} (child key {escape(str(row.parent_key))})")
+    counts: dict[str, Any] = d["children_counts"]
+    if counts["total"]:
+        lines.append(f"children  {escape(counts['text'])}")
     if row.attempts or row.total_attempts:
         lines.append(f"attempts  {row.attempts} ({row.total_attempts} over its life)")
     if row.next_due_at is not None:
@@ -317,7 +339,23 @@ def show(s: Settings, workflow_id: IdArg) -> None:
                 ],
             )
         )
+    if d["children"]:
+        parts.append(
+            table(
+                "children" + (f" (the first {len(d['children'])})" if d["more_children"] else ""),
+                ["child", "type", "state", "outcome"],
+                [
+                    (c["id"], c["type"], c["state"], _outcome(c["succeeded"]))
+                    for c in d["children"]
+                ],
+            )
+        )
     out.print(Panel(Group(*parts), title=f"workflow {row.id}", title_align="left"))
+
+
+def _outcome(succeeded: bool | None) -> str:
+    """An ended child's outcome; nothing for a live one (its state says what it does)."""
+    return "" if succeeded is None else "succeeded" if succeeded else "failed"
 
 
 def _progress(progress: dict[str, Any]) -> str:

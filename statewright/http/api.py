@@ -335,6 +335,9 @@ async def list_workflows(
     "/workflows/{workflow_id}",
     response_model=WorkflowOut,
     summary="A workflow: state, summary, allowed events",
+    description="With its parent (`parent`, `parent_key`) when another workflow started it, "
+    "and how many children it started and how many of them ended (`children`; the children "
+    "themselves: GET /v1/workflows/{id}/children).",
 )
 async def get_workflow(workflow_id: WorkflowId, access: AccessDep) -> Response:
     row = await access.get(workflow_id)
@@ -344,6 +347,9 @@ async def get_workflow(workflow_id: WorkflowId, access: AccessDep) -> Response:
     if unresolved is not None:
         view["unresolved_steps"] = unresolved
         view["operator_actions"] = access.operator_actions(row, bool(unresolved))
+    # What a parent waits for: its children counted from one page of them, never all.
+    counts = await access.child_counts(row)
+    view["children"] = None if counts is None else counts.to_dict()
     return _body(view)
 
 

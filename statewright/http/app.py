@@ -17,7 +17,17 @@ from statewright._version import __version__
 from statewright.access import TokenRegistry
 from statewright.engine.core import Engine
 from statewright.engine.worker import Worker
-from statewright.http import api, dashboard, docs, errors, health, limits, schedules, stream
+from statewright.http import (
+    api,
+    dashboard,
+    docs,
+    errors,
+    family,
+    health,
+    limits,
+    schedules,
+    stream,
+)
 from statewright.http import metrics as observability
 from statewright.http.routes import add_routes
 from statewright.mcp_server import http as mcp_http
@@ -109,6 +119,7 @@ def create_app(
     limits.document(app)
     errors.install(app)
     add_routes(app, api.router)
+    add_routes(app, family.router)
     add_routes(app, schedules.router)
     add_routes(app, health.router)
     observability.install(app, engine)  # /metrics, /v1/alerts, transition span events

@@ -274,6 +274,18 @@ class ErrorOut(BaseModel):
     error: ErrorBody
 
 
+class ChildCounts(BaseModel):
+    total: int = Field(description="Children counted (all of them unless `more`).")
+    live: int = Field(description="Of those, the ones not ended.")
+    ended: int = Field(description="Of those, the ones ended (succeeded or not).")
+    failed: int = Field(description="Of the ended ones, those that ended failed or cancelled.")
+    more: bool = Field(
+        description="More children than were counted: the counts are those of the first 100 "
+        "by id (page through GET /v1/workflows/{id}/children for the rest)."
+    )
+    text: str = Field(description="The counts in a few words: `2 of 3 children done`.")
+
+
 class WorkflowOut(BaseModel):
     id: str
     type: str
@@ -303,6 +315,13 @@ class WorkflowOut(BaseModel):
     summary_text: str | None = Field(
         default=None, description="A short text its type's summary gives, or null."
     )
+    parent: str | None = Field(
+        description="The workflow that started this one as its child (its id as the caller "
+        "knows it), or null."
+    )
+    parent_key: str | None = Field(
+        description="The key the parent started it under (its id is `<parent>.<key>`), or null."
+    )
     version_registered: bool = Field(
         default=True,
         description="False when this server does not have the workflow's machine version "
@@ -328,6 +347,13 @@ class WorkflowOut(BaseModel):
         description="Only from GET /v1/workflows/{id}, for a workflow parked with "
         "step_outcome_unknown: the steps whose outcome is unknown, to resolve (POST "
         ".../steps/{step}/resolve); absent otherwise.",
+    )
+    children: ChildCounts | None = Field(
+        default=None,
+        description="Only from GET /v1/workflows/{id}: how many children it started and how "
+        "many ended (what a parent waits for), counted over its first 100 children; the "
+        "children themselves: GET /v1/workflows/{id}/children. Null over a store that keeps "
+        "no children.",
     )
 
 

@@ -1,8 +1,9 @@
 """A workflow as an LLM should see it: enough to decide the next action, nothing raw.
 
 The view answers "where is it, what may I do now, what is it waiting for, what has been done"
-from the durable row, the step ledger and the transition log alone, so a model with a fresh
-context window (after a crash, a restart or a hand-over) can continue from one call.
+from the durable row, the step ledger, the transition log and its children alone, so a model
+with a fresh context window (after a crash, a restart or a hand-over) can continue from one
+call.
 
 What the workflow's type redacts never shows here, whoever asks (the server's
 :class:`Access` does not see secrets): not in the summary, step results or errors, payloads,
@@ -61,11 +62,25 @@ async def automatic(
     return all(row.next_due_at < t.due_at for t in timers)
 
 
+async def family(access: Access, row: WorkflowRow) -> dict[str, Any]:
+    """``parent`` (its id and the key it started this one under) for a child, and
+    ``children`` (how many, how many ended: what a parent waits for) for a parent; empty for
+    a workflow that is neither. The children are counted from one page of them."""
+    out: dict[str, Any] = {}
+    if row.parent is not None:
+        out["parent"] = {"workflow_id": access.public_id(row.parent), "key": row.parent_key}
+    counts = await access.child_counts(row)
+    if counts is not None and counts.total:
+        out["children"] = counts.to_dict()
+    return out
+
+
 async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> dict[str, Any]:
     """The LLM-shaped view of one workflow (see the module docstring)."""
     machine = access.known_machine(row)
+    kin = await family(access, row)
     if machine is None:
-        return _unregistered_view(access, row)
+        return _unregistered_view(access, row) | kin
     # As stored: the view redacts what it shows with one redactor learnt from all of it.
     known_as = access.public_id(row.id)
     steps = await access.steps(known_as, limit=STEPS_SHOWN + 1, row=row, redact=False)
@@ -92,9 +107,10 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
         "allowed_actions": [_action(catalogue, name) for name in actions],
         # True while a worker runs (or is about to run) this state's step: wait for it.
         "automatic": working,
-        "waiting_for": _waiting_for(access, row, actions, others, working),
+        "waiting_for": _waiting_for(access, row, actions, others, working, kin.get("children")),
         "next": _next(row, actions, working),
     }
+    view |= kin
     if timers:
         view["timers"] = [{"event": t.event, "due_at": iso(t.due_at)} for t in timers]
     if others:
@@ -118,7 +134,7 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
         view["unfinished_steps"] = unfinished
     if len(steps) > STEPS_SHOWN:
         view["more_steps"] = f"only the first {STEPS_SHOWN} steps are shown"
-    view["recent_transitions"] = [transition(r, red) for r in recent]
+    view["recent_transitions"] = [transition(r, red, access) for r in recent]
     view["updated_at"] = iso(row.updated_at)
     view["in_state_since"] = iso(row.state_entered_at)
     return view
@@ -137,13 +153,17 @@ def brief(access: Access, catalogue: Catalogue, row: WorkflowRow) -> dict[str, A
     } | ({"parked": row.parked} if row.parked is not None else {})
 
 
-def transition(rec: TransitionRecord, red: Redactor) -> dict[str, Any]:
+def transition(
+    rec: TransitionRecord, red: Redactor, access: Access | None = None
+) -> dict[str, Any]:
+    """One log entry for an LLM; with ``access``, its actor names workflows (``workflow
+    <parent>``, ``timer for child <child>``) by the ids that caller knows them by."""
     out: dict[str, Any] = {
         "version": rec.version,
         "event": rec.event,
         "from": rec.from_state,
         "to": rec.to_state,
-        "actor": rec.actor,
+        "actor": rec.actor if access is None else access.public_text(rec.actor),
         "at": iso(rec.at),
     }
     payload = red.mapping(rec.payload)
@@ -230,6 +250,7 @@ def _waiting_for(
     actions: list[str],
     others: list[dict[str, Any]],
     working: bool,
+    children: dict[str, Any] | None = None,
 ) -> str:
     if row.terminal:
         return "nothing: the workflow is finished"
@@ -249,6 +270,8 @@ def _waiting_for(
     state = access.machine_of(row).states[row.state]
     timers = list(state.after.values())
     parts = []
+    if children is not None and children["live"]:
+        parts.append(f"its children to end ({children['text']})")
     if actions:
         parts.append("you: one of allowed_actions")
     if others:

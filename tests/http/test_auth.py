@@ -25,6 +25,7 @@ OPERATIONS: list[tuple[str, str, dict[str, Any] | None]] = [
     ("POST", "/v1/workflows/t-1/events", {"event": "approval_reminder"}),
     ("GET", "/v1/workflows/t-1/history", None),
     ("GET", "/v1/workflows/t-1/steps", None),
+    ("GET", "/v1/workflows/t-1/children", None),
     ("POST", "/v1/workflows/t-1/cancel", {"reason": "x"}),
     ("POST", "/v1/workflows/t-1/inputs", {"name": "doc"}),
     ("POST", "/v1/approvals", {"workflow_id": "t-1", "decision": "approve"}),

@@ -17,6 +17,7 @@
   const HISTORY_SHOWN = 1000; // a workflow's page shows its latest transitions, this many
   const HISTORY_PAGE = 1000; // the API's largest page
   const HISTORY_PAGES = 5; // pages fetched at most per refresh (the log may grow meanwhile)
+  const CHILDREN_SHOWN = 100; // a parent's page lists its first children (by id), this many
 
   // -- DOM helpers ---------------------------------------------------------------------------
 
@@ -629,6 +630,7 @@
         h("p", { class: "muted" }, "Rendering…"),
       );
       this.summary = h("div", { id: "summary" });
+      this.children = h("section", { class: "panel", id: "children-panel", hidden: true });
       this.history = h("tbody");
       this.historyNote = h("div", { id: "history-note" });
       add(
@@ -658,6 +660,7 @@
             h("section", { class: "panel" }, h("h2", {}, "Summary"), this.summary),
           ),
         ),
+        this.children,
         h(
           "section",
           { class: "panel" },
@@ -685,6 +688,8 @@
       const wf = await api(`/v1/workflows/${enc(this.id)}`);
       const changed = wf.version !== this.version;
       this.renderHead(wf);
+      // Children move without their parent (until it hears of their ends): every refresh.
+      await this.renderChildren(wf);
       if (changed) {
         const { items: history, skipped } = await latestHistory(this.id, wf.version);
         this.renderDecision(wf);
@@ -749,6 +754,18 @@
           wf.allowed_events && wf.allowed_events.length ? wf.allowed_events.join(", ") : "nothing",
         ],
       ];
+      if (wf.parent) {
+        rows.push([
+          "Parent",
+          h(
+            "span",
+            {},
+            h("a", { id: "wf-parent", href: `#/workflows/${enc(wf.parent)}` }, wf.parent),
+            h("span", { class: "muted" }, ` (child key ${wf.parent_key})`),
+          ),
+        ]);
+      }
+      if (wf.children && wf.children.total) rows.push(["Children", wf.children.text]);
       if (wf.last_error) rows.push(["Last error", wf.last_error]);
       if (wf.cancel_requested) rows.push(["Cancel", "requested"]);
       fill(this.facts, ...rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
@@ -1096,6 +1113,76 @@
         this.version = null; // re-render everything from the server's answer
         await refresh();
       }
+    }
+
+    /** The workflow's children (the first CHILDREN_SHOWN), each a link to its page. */
+    async renderChildren(wf) {
+      const counts = wf.children;
+      if (!counts || !counts.total) {
+        this.children.hidden = true;
+        fill(this.children);
+        return;
+      }
+      const page = await api(`/v1/workflows/${enc(this.id)}/children?limit=${CHILDREN_SHOWN}`);
+      if (this.disposed) return;
+      const t = now();
+      const outcome = (c) =>
+        c.succeeded === null
+          ? h("span", { class: "muted" }, "—")
+          : h(
+              "span",
+              { class: `outcome ${c.succeeded ? "ok" : "failed"}` },
+              c.succeeded ? "succeeded" : "failed",
+            );
+      this.children.hidden = false;
+      fill(
+        this.children,
+        h(
+          "div",
+          { class: "panel-head" },
+          h("h2", {}, "Children"),
+          h("span", { class: "muted", id: "children-counts" }, counts.text),
+        ),
+        h(
+          "table",
+          { class: "table", id: "children" },
+          h(
+            "thead",
+            {},
+            h(
+              "tr",
+              {},
+              ["Child", "Type", "State", "Outcome", "In state for"].map((c) => h("th", {}, c)),
+            ),
+          ),
+          h(
+            "tbody",
+            {},
+            page.items.map((c) =>
+              h(
+                "tr",
+                { class: "child-row", "data-id": c.id, "data-state": c.state },
+                h(
+                  "td",
+                  {},
+                  h("a", { class: "child-link", href: `#/workflows/${enc(c.id)}` }, c.id),
+                ),
+                h("td", {}, c.type),
+                h("td", {}, stateBadge(c), c.parked ? parkedBadge(c) : null),
+                h("td", {}, outcome(c)),
+                h("td", { class: "num" }, duration(t - c.state_entered_at)),
+              ),
+            ),
+          ),
+        ),
+        page.next_cursor
+          ? h(
+              "p",
+              { class: "muted", id: "children-more" },
+              `The first ${page.items.length.toLocaleString()} children; the others are not shown.`,
+            )
+          : null,
+      );
     }
 
     renderSummary(wf) {
