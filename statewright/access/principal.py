@@ -1,9 +1,10 @@
 """Who the caller is: roles, principals, and the API tokens that name them.
 
 Roles are the machine's own strings (``agent``, ``system``, ``operator``...) plus some with a
-fixed meaning: ``admin`` may fire every event that is not an approval, ``approver`` may fire
-approval events, ``viewer`` alone may only read, ``operator`` may resolve steps and resume
-parked workflows, and ``ops`` may read ``/metrics`` when the service runs with
+fixed meaning: ``admin`` may fire every event that is not an approval (and is the only one
+who may fire a child's end, ``child_done`` or ``child_failed``, by hand when the machine gives
+it no roles), ``approver`` may fire approval events, ``viewer`` alone may only read,
+``operator`` may resolve steps and resume parked workflows, and ``ops`` may read ``/metrics`` when the service runs with
 ``--metrics-auth`` (and otherwise only read, like ``viewer``: a scraper's token must not
 start workflows or post inputs).
 """
@@ -23,6 +24,7 @@ import yaml
 
 from statewright import ids
 from statewright.definition.machine import Event
+from statewright.engine.workflow_type import CHILD_DONE, CHILD_FAILED
 from statewright.errors import (
     Forbidden,
     InvalidInput,
@@ -32,6 +34,9 @@ from statewright.errors import (
 )
 from statewright.types import WorkflowRow
 
+CHILD_EVENTS = frozenset({CHILD_DONE, CHILD_FAILED})
+"""The events a child's end sends its parent (:mod:`statewright.engine.children`): declared
+without roles, only ``admin`` may fire them by hand (an operator's correction)."""
 ADMIN = "admin"
 APPROVER = "approver"
 OPERATOR = "operator"
@@ -67,6 +72,10 @@ class Principal:
         named = bool(self.roles & set(event.roles))
         if event.approval:
             return APPROVER in self.roles or named
+        if event.name in CHILD_EVENTS and not event.roles:
+            # A child's end is the child's to send (its notice), not anyone's: an agent
+            # must not tell a parent a child finished with a result it made up.
+            return ADMIN in self.roles
         return not event.roles or named or ADMIN in self.roles
 
     @property
