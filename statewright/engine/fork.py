@@ -12,6 +12,7 @@ from typing import Any
 
 from statewright import ids
 from statewright.engine.hooks import TransitionEvent
+from statewright.engine.nesting import compound_timers
 from statewright.engine.operator import check_reason
 from statewright.engine.reads import get
 from statewright.engine.replay import replay_log
@@ -135,7 +136,9 @@ async def fork(
             at=now,
             terminal=target.terminal,
             run_at=run_at_for(wtype, target, now),
-            timers=() if target.terminal else state_timers(target, now),
+            timers=()
+            if target.terminal
+            else state_timers(target, now) + compound_timers(machine, None, state, now)[0],
             tenant=source.tenant,
             event=FORK_EVENT,
             payload=payload,

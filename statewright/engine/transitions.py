@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from statewright.definition.machine import State, Transition
 from statewright.engine.hooks import TransitionEvent
+from statewright.engine.nesting import compound_timers, stays_inside
 from statewright.engine.tracecontext import capture as capture_trace
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import (
@@ -282,7 +283,14 @@ class Transitions:
         staying = t.target == row.state and not migrating
         # A self-transition is internal (XState-style): the state's timers keep running.
         timers = () if staying else state_timers(target, now)
-        if staying and fire.rearm is not None:
+        # A compound state's timers: armed entering it, kept inside it, dropped leaving it.
+        nested, drop_keys = (
+            ((), ())
+            if staying
+            else compound_timers(machine, None if migrating else row.state, t.target, now)
+        )
+        timers += nested
+        if fire.rearm is not None and (staying or stays_inside(machine, fire.rearm.key, t.target)):
             timers += (fire.rearm,)  # a recurring timer that fired: its next interval
         if not target.terminal:
             timers += fire.add_timers  # a handler's schedules, armed in the state it enters
@@ -302,7 +310,9 @@ class Transitions:
         # The edge's actions run on the context as it was (the guards' view); their patch is
         # stored in the log with the caller's, so replay never runs them again.
         assigned = (
-            None if t.event in OPERATOR_EVENTS else machine.assigned(t, row.context, payload)
+            None
+            if t.event in OPERATOR_EVENTS
+            else machine.assigned(t, row.context, payload, source=row.state)
         )
         if assigned is not None:
             try:
@@ -330,7 +340,7 @@ class Transitions:
             clear_timers=not staying,
             fired_timer_id=fire.fired_timer,
             add_timers=timers,
-            cancel_timer_keys=fire.cancel_timer_keys,
+            cancel_timer_keys=(*fire.cancel_timer_keys, *drop_keys),
             release_lease=fire.release_lease
             and not (fire.keep_lease_if_due and run_at is not None and fire.retry_delay is None),
             last_error=fire.last_error,
