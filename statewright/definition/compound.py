@@ -24,13 +24,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from statewright.definition.model import WILDCARD, State, Transition
 from statewright.errors import Problem
 
-__all__ = ["CODES", "SEPARATOR", "Compiled", "Tree", "compile_tree", "is_nested", "timer_key"]
+__all__ = [
+    "CODES",
+    "SEPARATOR",
+    "Compiled",
+    "Tree",
+    "compile_tree",
+    "inside",
+    "is_nested",
+    "timer_key",
+]
 
 SEPARATOR = "."
 """Joins a state's name to its parent's path: ``active.shipping``."""
@@ -75,15 +84,14 @@ class Tree:
     transitions: tuple[Transition, ...]
     compounds: Mapping[str, State]
     parents: Mapping[str, str]
+    origins: Mapping[tuple[str, str], tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    """Per (leaf, event), for each edge tried there (in order): the state it is declared on
+    and its target as declared (both may be compound), which decide what it leaves and
+    enters (see :meth:`~statewright.definition.machine.Machine.crossing`)."""
 
     def ancestors(self, path: str) -> tuple[str, ...]:
         """The compounds containing ``path``, innermost first."""
-        out: list[str] = []
-        parent = self.parents.get(path)
-        while parent is not None:
-            out.append(parent)
-            parent = self.parents.get(parent)
-        return tuple(out)
+        return _ancestors(path, self.parents)
 
     def children(self, path: str) -> tuple[str, ...]:
         """The paths of a compound's children, in declaration order."""
@@ -133,8 +141,10 @@ def compile_tree(
             else:
                 tried.setdefault(source, {}).setdefault(t.event, []).append((0, index))
     order: dict[str, dict[str, list[int]]] = {}
+    origins: dict[tuple[str, str], tuple[tuple[str, str], ...]] = {}
     sources: dict[int, list[str]] = {}
     for leaf, by_event in tried.items():
+        chain = (leaf, *_ancestors(leaf, parents))
         for event, entries in by_event.items():
             kept: list[int] = []
             closed: int | None = None  # the level of the first unguarded edge
@@ -142,6 +152,10 @@ def compile_tree(
                 if closed is not None and level > closed:
                     break  # hidden by a deeper unguarded edge (a child overriding its parent)
                 kept.append(index)
+                origins[(leaf, event)] = (
+                    *origins.get((leaf, event), ()),
+                    (chain[min(level, len(chain) - 1)], declared[index].target),
+                )
                 if leaf not in sources.setdefault(index, []):
                     sources[index].append(leaf)
                 if declared[index].guard is None and closed is None:
@@ -160,8 +174,28 @@ def compile_tree(
         }
     )
     _check_compound_timers(compounds, table, live, set(events), problems)
-    tree = Tree(tuple(states), declared, MappingProxyType(compounds), MappingProxyType(parents))
+    tree = Tree(
+        tuple(states),
+        declared,
+        MappingProxyType(compounds),
+        MappingProxyType(parents),
+        MappingProxyType(origins),
+    )
     return Compiled(tree, leaf_states, tuple(flat.values()), table, tuple(problems))
+
+
+def _ancestors(path: str, parents: Mapping[str, str]) -> tuple[str, ...]:
+    out: list[str] = []
+    parent = parents.get(path)
+    while parent is not None:
+        out.append(parent)
+        parent = parents.get(parent)
+    return tuple(out)
+
+
+def inside(path: str, domain: str) -> bool:
+    """Whether ``path`` is strictly below ``domain`` ("" is the root, above everything)."""
+    return not domain or path.startswith(domain + SEPARATOR)
 
 
 def _stuck_after(leaf: State, up: Sequence[str], compounds: Mapping[str, State]) -> float | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from statewright.definition.compound import SEPARATOR, Tree, compile_tree, is_nested
+from statewright.definition.compound import SEPARATOR, Tree, compile_tree, inside, is_nested
 from statewright.definition.guards import compile_expression, compile_value
 from statewright.definition.model import (
     WILDCARD,
@@ -234,19 +234,43 @@ class Machine:
             raise KeyError(path)
         return found
 
-    def crossing(self, source: str, target: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The states a move from leaf ``source`` to leaf ``target`` leaves (innermost first)
-        and enters (outermost first): those below the compound states containing both. A
-        move to the same leaf leaves and enters nothing (an internal self-transition)."""
-        if source == target:
+    def crossing(
+        self, source: str, transition: Transition
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The states taking ``transition`` from the leaf ``source`` leaves (innermost first)
+        and enters (outermost first), XState's rule (``reenter: false``).
+
+        An edge declared on the leaf itself that targets it leaves and enters nothing (an
+        internal self-transition). An edge declared on state ``S`` whose declared target is
+        ``S`` or inside it works within ``S``: it leaves the states below ``S`` and enters
+        those below ``S`` down to its target leaf (so a compound's edge to its own child
+        re-enters that child, and one to itself goes back to its initial leaf). Any other
+        edge works within the innermost compound containing both ``S`` and its target: a
+        child's edge to its parent leaves and re-enters the parent. In a flat machine: the
+        source, then the target, unless they are the same.
+        """
+        declared_on, declared_target = self._origin(source, transition)
+        if declared_target == declared_on == source:
             return (), ()
-        up = (source, *self.ancestors(source))
-        down = (target, *self.ancestors(target))
-        common = set(up) & set(down)
+        if declared_target == declared_on or inside(declared_target, declared_on):
+            domain = declared_on
+        else:
+            around = set(self.ancestors(declared_target))
+            domain = next((p for p in self.ancestors(declared_on) if p in around), "")
+        target = transition.target
         return (
-            tuple(p for p in up if p not in common),
-            tuple(p for p in reversed(down) if p not in common),
+            tuple(p for p in (source, *self.ancestors(source)) if inside(p, domain)),
+            tuple(p for p in reversed((target, *self.ancestors(target))) if inside(p, domain)),
         )
+
+    def _origin(self, source: str, transition: Transition) -> tuple[str, str]:
+        """Where the edge taken from ``source`` is declared, and its declared target."""
+        if self.tree is not None:
+            edges = self._by_source.get(source, {}).get(transition.event, ())
+            for i, edge in enumerate(edges):
+                if edge is transition:
+                    return self.tree.origins[(source, transition.event)][i]
+        return source, transition.target
 
     # -- actions --------------------------------------------------------------------------
 
@@ -271,9 +295,7 @@ class Machine:
         """
         if source is None and len(transition.sources) == 1:
             source = transition.sources[0]
-        leaving, entering = (
-            ((), ()) if source is None else self.crossing(source, transition.target)
-        )
+        leaving, entering = ((), ()) if source is None else self.crossing(source, transition)
         actions: list[tuple[str, Assign]] = [
             (f"{a.name} (exit of {p!r})", a) for p in leaving if (a := self.node(p).exit)
         ]

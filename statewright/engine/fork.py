@@ -12,7 +12,7 @@ from typing import Any
 
 from statewright import ids
 from statewright.engine.hooks import TransitionEvent
-from statewright.engine.nesting import compound_timers
+from statewright.engine.nesting import compound_timers, entering_path
 from statewright.engine.operator import check_reason
 from statewright.engine.reads import get
 from statewright.engine.replay import replay_log
@@ -138,7 +138,8 @@ async def fork(
             run_at=run_at_for(wtype, target, now),
             timers=()
             if target.terminal
-            else state_timers(target, now) + compound_timers(machine, None, state, now)[0],
+            else state_timers(target, now)
+            + compound_timers(machine, (), entering_path(machine, state), now)[0],
             tenant=source.tenant,
             event=FORK_EVENT,
             payload=payload,

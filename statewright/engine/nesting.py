@@ -15,7 +15,7 @@ from statewright.definition.compound import timer_key
 from statewright.definition.machine import Machine
 from statewright.types import TimerSpec
 
-__all__ = ["compound_keys", "compound_timers"]
+__all__ = ["compound_keys", "compound_timers", "entering_path", "stays_inside"]
 
 
 def compound_keys(machine: Machine, compound: str) -> tuple[str, ...]:
@@ -27,24 +27,20 @@ def compound_keys(machine: Machine, compound: str) -> tuple[str, ...]:
 
 
 def compound_timers(
-    machine: Machine, source: str | None, target: str, now: float
+    machine: Machine, leaving: tuple[str, ...], entering: tuple[str, ...], now: float
 ) -> tuple[tuple[TimerSpec, ...], tuple[str, ...]]:
-    """For a move from leaf ``source`` (None: from nowhere, a start or a fork) to leaf
-    ``target``: the compound timers to arm (those of the compounds it enters) and the keys of
-    those to delete (of the compounds it leaves). Nothing for a flat machine, a move inside
-    the same leaf, or a terminal target (which clears every timer)."""
-    if machine.tree is None or source == target or machine.states[target].terminal:
+    """For a move that leaves and enters the given states (see
+    :meth:`~statewright.definition.machine.Machine.crossing`): the compound timers to arm
+    (those of the compounds it enters, anew when it re-enters one) and the keys of those to
+    delete (of the compounds it leaves for good). Nothing for a flat machine."""
+    tree = machine.tree
+    if tree is None:
         return (), ()
-    if source is None or source not in machine.states:
-        left: tuple[str, ...] = ()
-        entered = tuple(reversed(machine.ancestors(target)))
-    else:
-        leaving, entering = machine.crossing(source, target)
-        left = tuple(p for p in leaving if p in machine.tree.compounds)
-        entered = tuple(p for p in entering if p in machine.tree.compounds)
     arm: list[TimerSpec] = []
-    for path in entered:
-        state = machine.node(path)
+    for path in entering:
+        state = tree.compounds.get(path)
+        if state is None:
+            continue
         arm += [
             TimerSpec(now + secs, ev, key=timer_key(path, "after", secs), keep=True)
             for secs, ev in sorted(state.after.items())
@@ -55,13 +51,28 @@ def compound_timers(
             )
             for secs, ev in sorted(state.every.items())
         ]
-    drop = tuple(key for path in left for key in compound_keys(machine, path))
+    drop = tuple(
+        key
+        for path in leaving
+        if path in tree.compounds and path not in entering
+        for key in compound_keys(machine, path)
+    )
     return tuple(arm), drop
 
 
-def stays_inside(machine: Machine, key: str | None, target: str) -> bool:
-    """Whether a compound timer (by key) belongs to a compound that contains ``target``: a
-    recurring one that fired is then re-armed although the workflow moved between leaves."""
+def entering_path(machine: Machine, leaf: str) -> tuple[str, ...]:
+    """The states a start (or a fork) into ``leaf`` enters, outermost first."""
+    return (*reversed(machine.ancestors(leaf)), leaf)
+
+
+def stays_inside(
+    machine: Machine, key: str | None, target: str, entering: tuple[str, ...]
+) -> bool:
+    """Whether a compound timer (by key) belongs to a compound that contains ``target`` and
+    is not entered anew: a recurring one that fired is then re-armed although the workflow
+    moved between leaves."""
     if key is None or machine.tree is None:
         return False
-    return any(key in compound_keys(machine, p) for p in machine.ancestors(target))
+    return any(
+        key in compound_keys(machine, p) for p in machine.ancestors(target) if p not in entering
+    )

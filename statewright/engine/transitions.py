@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from statewright.definition.machine import State, Transition
 from statewright.engine.hooks import TransitionEvent
-from statewright.engine.nesting import compound_timers, stays_inside
+from statewright.engine.nesting import compound_timers, entering_path, stays_inside
 from statewright.engine.tracecontext import capture as capture_trace
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import (
@@ -278,20 +278,21 @@ class Transitions:
                 ) from None
         now = self.clock.now()
         target = machine.states[t.target]
-        # A migration enters its state anew (the old version's timers go, the new one's are
+        # What the move leaves and enters (a leaf, and the compound states around it): a
+        # migration enters its state anew (the old version's timers go, the new one's are
         # armed), even under the same name.
-        staying = t.target == row.state and not migrating
+        leaving, entering = (
+            ((), entering_path(machine, t.target)) if migrating else machine.crossing(row.state, t)
+        )
+        staying = t.target == row.state and not entering
         # A self-transition is internal (XState-style): the state's timers keep running.
         timers = () if staying else state_timers(target, now)
         # A compound state's timers: armed entering it, kept inside it, dropped leaving it.
-        nested, drop_keys = (
-            ((), ())
-            if staying
-            else compound_timers(machine, None if migrating else row.state, t.target, now)
-        )
+        nested, drop_keys = compound_timers(machine, leaving, entering, now)
         timers += nested
-        if fire.rearm is not None and (staying or stays_inside(machine, fire.rearm.key, t.target)):
-            timers += (fire.rearm,)  # a recurring timer that fired: its next interval
+        rearm = fire.rearm
+        if rearm is not None and (staying or stays_inside(machine, rearm.key, t.target, entering)):
+            timers += (rearm,)  # a recurring timer that fired: its next interval
         if not target.terminal:
             timers += fire.add_timers  # a handler's schedules, armed in the state it enters
         run_at = run_at_for(wtype, target, now)
