@@ -17,7 +17,7 @@ from statewright import ids
 from statewright.definition.machine import Machine
 from statewright.engine import cancel as cancelling
 from statewright.engine.hooks import TransitionEvent
-from statewright.engine.nesting import compound_timers, entering_path
+from statewright.engine.nesting import start_timers
 from statewright.engine.reads import get
 from statewright.engine.runtime import Runtime
 from statewright.engine.tracecontext import capture as capture_trace
@@ -26,7 +26,6 @@ from statewright.engine.transitions import (
     Fire,
     run_at_for,
     same_json,
-    state_timers,
 )
 from statewright.errors import (
     ActionFailed,
@@ -133,8 +132,7 @@ async def start(
         at=now,
         terminal=initial.terminal,
         run_at=run_at_for(wtype, initial, now),
-        timers=state_timers(initial, now)
-        + compound_timers(machine, (), entering_path(machine, initial.name), now)[0],
+        timers=start_timers(machine, initial.name, now),
         tenant=tenant,
         idempotency_key=idempotency_key,
         trace=capture_trace(),  # the caller's span, if any: the worker's spans join it

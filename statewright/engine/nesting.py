@@ -11,11 +11,23 @@ terminal state deletes every timer, kept ones included, as always.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from statewright.definition.compound import timer_key
-from statewright.definition.machine import Machine
+from statewright.definition.machine import Machine, State, Transition
 from statewright.types import TimerSpec
 
-__all__ = ["compound_keys", "compound_timers", "entering_path", "stays_inside"]
+__all__ = [
+    "Move",
+    "compound_keys",
+    "compound_timers",
+    "entering_path",
+    "left_by_migration",
+    "moving",
+    "start_timers",
+    "state_timers",
+    "stays_inside",
+]
 
 
 def compound_keys(machine: Machine, compound: str) -> tuple[str, ...]:
@@ -76,3 +88,79 @@ def stays_inside(
     return any(
         key in compound_keys(machine, p) for p in machine.ancestors(target) if p not in entering
     )
+
+
+def left_by_migration(
+    old: Machine | None, state: str, arm: tuple[TimerSpec, ...]
+) -> tuple[str, ...]:
+    """The keys of the compound timers a migration out of ``state`` of the ``old`` machine
+    version drops: those of the compound states around it there, unless armed again."""
+    if old is None or old.tree is None or state not in old.states:
+        return ()
+    armed = {t.key for t in arm}
+    return tuple(
+        key
+        for path in old.ancestors(state)
+        for key in compound_keys(old, path)
+        if key not in armed
+    )
+
+
+def state_timers(state: State, now: float) -> tuple[TimerSpec, ...]:
+    """The timers entering ``state`` arms (``State.after``, and ``State.every`` recurring)."""
+    once = tuple(TimerSpec(now + secs, ev) for secs, ev in sorted(state.after.items()))
+    return once + tuple(
+        TimerSpec(now + secs, ev, every=float(secs)) for secs, ev in sorted(state.every.items())
+    )
+
+
+@dataclass(frozen=True)
+class Move:
+    """What a transition does to timers (see :func:`moving`)."""
+
+    staying: bool
+    """It stays in its leaf without leaving it (an internal self-transition)."""
+    arm: tuple[TimerSpec, ...]
+    """The timers of the states it enters: the leaf's, and compound states' (keyed)."""
+    drop_keys: tuple[str, ...]
+    """The keys of the compound states' timers it leaves for good."""
+    entering: tuple[str, ...]
+    target: str
+    machine: Machine
+
+    def rearms(self, key: str | None) -> bool:
+        """Whether a recurring timer (by key) that fired is re-armed: the move stays in its
+        leaf, or its compound state contains the target and is not entered anew."""
+        return self.staying or stays_inside(self.machine, key, self.target, self.entering)
+
+
+def moving(
+    machine: Machine,
+    source: str,
+    t: Transition,
+    now: float,
+    *,
+    migrating: bool = False,
+    old: Machine | None = None,
+) -> Move:
+    """The timer changes of taking ``t`` from the leaf ``source``. A migration enters its
+    target anew (``old``: the version it leaves, when known, whose compound timers go)."""
+    leaving, entering = (
+        ((), entering_path(machine, t.target)) if migrating else machine.crossing(source, t)
+    )
+    staying = t.target == source and not entering
+    target = machine.states[t.target]
+    arm = () if staying else state_timers(target, now)
+    nested, drop = compound_timers(machine, leaving, entering, now)
+    if target.terminal:
+        nested = ()  # a terminal state clears every timer, and arms none
+    if migrating:
+        drop += left_by_migration(old, source, nested)
+    return Move(staying, arm + nested, drop, entering, t.target, machine)
+
+
+def start_timers(machine: Machine, leaf: str, now: float) -> tuple[TimerSpec, ...]:
+    """The timers a workflow created in ``leaf`` (a start, a fork) arms: the leaf's, and
+    those of every compound state around it."""
+    path = entering_path(machine, leaf)
+    return state_timers(machine.states[leaf], now) + compound_timers(machine, (), path, now)[0]
