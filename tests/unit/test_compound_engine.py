@@ -5,9 +5,13 @@ anywhere inside it, and the actions' patch is in the log, so replay equals the r
 from __future__ import annotations
 
 import random
+from pathlib import Path
+
+import pytest
 
 from statewright import Engine, MachineBuilder, ManualClock, SQLiteStore, Worker, WorkflowType
 from statewright.definition.machine import Machine
+from statewright.errors import ActionFailed
 
 
 def order_machine() -> Machine:
@@ -210,4 +214,74 @@ async def test_a_recurring_compound_timer_moving_between_leaves_is_rearmed(
     await worker.run_until_idle()
     assert (await engine.get("o")).context["reminders"] == 2
     await engine.check("o")
+    await engine.close()
+
+
+def renamed_machine() -> Machine:
+    """Version 2 of the order: its compound state renamed, with a shorter deadline."""
+    return (
+        MachineBuilder("order", version=2)
+        .state("live", initial=True, after={50: "expire"})
+        .state("picking", parent="live", initial=True)
+        .state("cancelled", terminal=True)
+        .event("cancel")
+        .event("expire")
+        .transition("cancel", "live", "cancelled")
+        .transition("expire", "live", "cancelled")
+        .build()
+    )
+
+
+async def test_a_migration_drops_the_compound_timers_it_leaves_and_arms_the_new_ones(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    db = tmp_path / "m.db"
+    engine = Engine(SQLiteStore(db), [WorkflowType(order_machine())], clock=clock)
+    async with engine:
+        await engine.start("order", workflow_id="o")
+    clock.advance(1)
+    both = [WorkflowType(order_machine()), WorkflowType(renamed_machine())]
+    async with Engine(SQLiteStore(db), both, clock=clock) as engine:
+        leaves = {"active.picking": "live.picking", "active.shipping": "live.picking"}
+        await engine.migrate(
+            "order", 1, 2, {**leaves, "held": "live.picking"}, actor="ops", reason="rename"
+        )
+        row = await engine.get("o")
+        assert (row.state, row.machine_version) == ("live.picking", 2)
+        assert {t.key: t.due_at for t in await engine.timers("o")} == {
+            "state:live:after:50": clock.now() + 50
+        }
+        await engine.check("o")
+
+
+async def test_a_fork_into_a_leaf_arms_the_compound_timers_around_it(clock: ManualClock) -> None:
+    engine = await _engine(clock)
+    await engine.start("order", workflow_id="o")
+    await engine.send("o", "pick")
+    clock.advance(7)
+    fork = await engine.fork("o", actor="ops", reason="retry", new_id="o2")
+    assert fork.state == "active.shipping"
+    assert sorted((t.key or t.event, t.due_at) for t in await engine.timers("o2")) == [
+        ("lost", clock.now() + 10),
+        ("state:active:after:100", clock.now() + 100),
+        ("state:active:every:30", clock.now() + 30),
+    ]
+    await engine.close()
+
+
+async def test_a_failing_entry_action_refuses_the_start(clock: ManualClock) -> None:
+    broken = (
+        MachineBuilder("broken")
+        .state("p", initial=True, entry={"n": "context.n + 1"})
+        .state("a", parent="p", initial=True)
+        .state("end", terminal=True)
+        .event("stop")
+        .transition("stop", "p", "end")
+        .build()
+    )
+    engine = Engine(SQLiteStore(":memory:"), [WorkflowType(broken)], clock=clock)
+    await engine.open()
+    with pytest.raises(ActionFailed, match="entry of 'p'"):
+        await engine.start("broken", workflow_id="b")  # context.n is missing
+    assert (await engine.start("broken", {"n": 1}, workflow_id="b")).row.context == {"n": 2}
     await engine.close()
