@@ -161,6 +161,7 @@ def compile_tree(
                 if declared[index].guard is None and closed is None:
                     closed = level
             order.setdefault(leaf, {})[event] = kept
+    _check_hidden(declared, compounds, live, sources, problems)
     flat = {
         i: replace(
             declared[i], sources=tuple(sources[i]), target=_resolve(declared[i].target, compounds)
@@ -272,6 +273,29 @@ def _leaves_under(compound: str, live: Sequence[str]) -> list[str]:
     """The non-terminal leaves inside ``compound``."""
     prefix = compound + SEPARATOR
     return [leaf for leaf in live if leaf.startswith(prefix)]
+
+
+def _check_hidden(
+    declared: Sequence[Transition],
+    compounds: Mapping[str, State],
+    live: Sequence[str],
+    sources: Mapping[int, list[str]],
+    problems: list[Problem],
+) -> None:
+    # An edge on a compound state that every state inside it overrides (an unguarded edge on
+    # the same event declared deeper, or by a wildcard) can never fire: like a flat edge
+    # behind an unguarded one, it is reported rather than kept as dead code.
+    for index, t in enumerate(declared):
+        taken = set(sources.get(index, ()))
+        for source in t.sources:
+            inner = _leaves_under(source, live) if source in compounds else []
+            if inner and taken.isdisjoint(inner):
+                msg = (
+                    f"transition on {t.event!r} from {source!r} to {t.target!r} can never "
+                    f"fire: every state inside {source!r} has an unguarded transition on "
+                    f"{t.event!r} of its own, which is tried first"
+                )
+                problems.append(Problem("shadowed_transition", msg, source, t.event))
 
 
 def _check_compound_timers(

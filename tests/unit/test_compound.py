@@ -390,3 +390,22 @@ def test_machine_build_takes_nested_states_directly() -> None:
     )
     assert list(m.states) == ["p.a", "p.b", "end"]
     assert m.resolve("p.b", "stop").target == "end"
+
+
+def test_an_edge_every_inner_state_overrides_is_reported() -> None:
+    def hidden() -> Machine:
+        return (
+            MachineBuilder("m")
+            .state("p", initial=True)
+            .state("a", parent="p", initial=True)
+            .state("end", terminal=True)
+            .state("gone", terminal=True)
+            .event("stop")
+            .transition("stop", "*", "end")  # a wildcard counts as declared on each leaf
+            .transition("stop", "p", "gone")
+            .build()
+        )
+
+    [p] = [p for p in problems_of(hidden) if p.code == "shadowed_transition"]
+    assert (p.state, p.event) == ("p", "stop")
+    assert "every state inside 'p'" in p.message
