@@ -93,10 +93,6 @@ class Tree:
         """The compounds containing ``path``, innermost first."""
         return _ancestors(path, self.parents)
 
-    def children(self, path: str) -> tuple[str, ...]:
-        """The paths of a compound's children, in declaration order."""
-        return tuple(f"{path}{SEPARATOR}{c.name}" for c in self.compounds[path].states)
-
 
 @dataclass(frozen=True)
 class Compiled:
@@ -151,6 +147,8 @@ def compile_tree(
             for level, index in sorted(entries):
                 if closed is not None and level > closed:
                     break  # hidden by a deeper unguarded edge (a child overriding its parent)
+                if index in kept:
+                    continue  # one edge naming both a state and a compound around it
                 kept.append(index)
                 origins[(leaf, event)] = (
                     *origins.get((leaf, event), ()),

@@ -409,3 +409,16 @@ def test_an_edge_every_inner_state_overrides_is_reported() -> None:
     [p] = [p for p in problems_of(hidden) if p.code == "shadowed_transition"]
     assert (p.state, p.event) == ("p", "stop")
     assert "every state inside 'p'" in p.message
+
+
+def test_an_edge_naming_a_state_and_its_parent_is_tried_once() -> None:
+    m = (
+        MachineBuilder("m")
+        .state("p", initial=True)
+        .state("a", parent="p", initial=True)
+        .state("end", terminal=True)
+        .event("stop")
+        .transition("stop", ["p", "p.a"], "end")
+        .build()
+    )
+    assert len(m.transitions_from("p.a", "stop")) == 1
