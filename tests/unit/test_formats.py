@@ -389,3 +389,15 @@ def test_load_path_of_a_missing_file_is_invalid_input(tmp_path: Path) -> None:
 
     with pytest.raises(InvalidInput, match="cannot read"):
         load_path(tmp_path / "absent.yaml")
+
+
+def test_nested_machines_round_trip_through_json_and_yaml() -> None:
+    machine = nested_machine()
+    for text, load in ((dumps_json(machine), loads_json), (dumps_yaml(machine), loads_yaml)):
+        again = load(text)
+        assert to_dict(again) == to_dict(machine)
+        assert again == machine
+        assert list(again.states) == ["active.a", "active.b", "done"]
+    [active, _done] = to_dict(machine)["states"]
+    assert [c["name"] for c in active["states"]] == ["a", "b"]
+    assert active["entry"] == {"opened": "True"} and active["states"][0]["initial"] is True
