@@ -422,3 +422,22 @@ def test_an_edge_naming_a_state_and_its_parent_is_tried_once() -> None:
         .build()
     )
     assert len(m.transitions_from("p.a", "stop")) == 1
+
+
+def test_a_child_added_to_a_compound_state_only_adds() -> None:
+    from statewright.definition.fingerprint import canonical_document, only_additions
+
+    old = canonical_document(shop_machine())
+    grown = (
+        shop()
+        .state("review", parent="active.checkout")
+        .event("review")
+        .transition("review", "active.checkout.paying", "active.checkout.review")
+        .build()
+    )
+    assert only_additions(old, canonical_document(grown)) == []
+    # A leaf that becomes a compound state strands the workflows in it: a change.
+    nested_cart = shop().state("empty", parent="active.cart", initial=True).build()
+    assert "state 'active.cart' was changed" in only_additions(
+        old, canonical_document(nested_cart)
+    )
