@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from statewright import Engine, MachineBuilder, ManualClock, SQLiteStore, Worker, WorkflowType
 from statewright.definition.machine import Machine
-from statewright.errors import ActionFailed
+from statewright.errors import ActionFailed, DefinitionError
 
 
 def order_machine() -> Machine:
@@ -285,3 +286,12 @@ async def test_a_failing_entry_action_refuses_the_start(clock: ManualClock) -> N
         await engine.start("broken", workflow_id="b")  # context.n is missing
     assert (await engine.start("broken", {"n": 1}, workflow_id="b")).row.context == {"n": 2}
     await engine.close()
+
+
+def test_handlers_bind_to_leaves_and_a_compound_state_is_refused_by_name() -> None:
+    async def ship(run: Any) -> None:
+        return None
+
+    WorkflowType(order_machine(), handlers={"active.shipping": ship})
+    with pytest.raises(DefinitionError, match="compound state 'active': a workflow is never"):
+        WorkflowType(order_machine(), handlers={"active": ship})
