@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
@@ -220,6 +221,12 @@ class Machine:
 
     # -- nesting --------------------------------------------------------------------------
 
+    @cached_property
+    def has_state_actions(self) -> bool:
+        """Whether any state (leaf or compound) has an ``entry`` or ``exit`` action."""
+        nodes = [*self.states.values(), *(self.tree.compounds.values() if self.tree else ())]
+        return any(s.entry is not None or s.exit is not None for s in nodes)
+
     def ancestors(self, state: str) -> tuple[str, ...]:
         """The compound states containing ``state`` (a leaf's path), innermost first; none in
         a flat machine."""
@@ -295,7 +302,10 @@ class Machine:
         """
         if source is None and len(transition.sources) == 1:
             source = transition.sources[0]
-        leaving, entering = ((), ()) if source is None else self.crossing(source, transition)
+        leaving: tuple[str, ...] = ()
+        entering: tuple[str, ...] = ()
+        if source is not None and self.has_state_actions:
+            leaving, entering = self.crossing(source, transition)
         actions: list[tuple[str, Assign]] = [
             (f"{a.name} (exit of {p!r})", a) for p in leaving if (a := self.node(p).exit)
         ]

@@ -145,6 +145,11 @@ def moving(
 ) -> Move:
     """The timer changes of taking ``t`` from the leaf ``source``. A migration enters its
     target anew (``old``: the version it leaves, when known, whose compound timers go)."""
+    if machine.tree is None:
+        # A flat machine (the hot path): a move to another state enters it, nothing else.
+        staying = t.target == source and not migrating
+        arm = () if staying else state_timers(machine.states[t.target], now)
+        return Move(staying, arm, (), (), t.target, machine)
     leaving, entering = (
         ((), entering_path(machine, t.target)) if migrating else machine.crossing(source, t)
     )
