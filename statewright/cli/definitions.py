@@ -110,6 +110,7 @@ def check(
             for p in exc.problems:
                 out.print(f"  [bold]{escape(p.code)}[/]: {escape(p.message)}")
         raise typer.Exit(1) from None
+    compounds = machine.tree.compounds.values() if machine.tree is not None else ()
     summary = {
         "ok": True,
         "file": file,
@@ -121,7 +122,8 @@ def check(
         "initial": machine.initial.name,
         "terminal": list(machine.terminal_states),
         "guarded": sum(1 for t in machine.transitions if t.guard is not None),
-        "timers": sum(len(st.after) for st in machine.states.values()),
+        "timers": sum(len(st.after) for st in (*machine.states.values(), *compounds)),
+        "compound_states": list(machine.tree.compounds if machine.tree is not None else ()),
     }
     if s.json:
         emit_json(summary)
@@ -132,6 +134,7 @@ def check(
             f"v{machine.version}: {summary['states']} states, {summary['events']} events, "
             f"{summary['transitions']} transitions ({summary['guarded']} guarded), "
             f"{summary['timers']} timer(s); initial {machine.initial.name}, "
-            f"terminal {', '.join(machine.terminal_states)}"
+            + (f"compound {', '.join(machine.tree.compounds)}, " if machine.tree else "")
+            + f"terminal {', '.join(machine.terminal_states)}"
         )
     )

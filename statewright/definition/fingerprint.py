@@ -49,8 +49,8 @@ def only_additions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     if old.get("name") != new.get("name") or old.get("version") != new.get("version"):
         problems.append("the name or version differs")
     for kind in ("states", "events"):
-        before = {item["name"]: item for item in old.get(kind, [])}
-        after = {item["name"]: item for item in new.get(kind, [])}
+        before = _named(old, kind)
+        after = _named(new, kind)
         for name, item in before.items():
             if name not in after:
                 problems.append(f"{kind[:-1]} {name!r} was removed or renamed")
@@ -61,6 +61,25 @@ def only_additions(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
         if now != edges:
             problems.append(f"the transitions on {event!r} from {source!r} were changed")
     return problems
+
+
+def _named(document: Mapping[str, Any], kind: str) -> dict[str, Any]:
+    """The document's states (by path: nested ones flattened, each marked compound or not,
+    so a child added to a compound state is an addition, while a leaf that became compound
+    is a change) or events, by name."""
+    if kind == "events":
+        return {item["name"]: item for item in document.get("events", [])}
+    out: dict[str, Any] = {}
+
+    def walk(states: list[Mapping[str, Any]], prefix: str) -> None:
+        for item in states:
+            path = prefix + item["name"]
+            children = item.get("states") or []
+            out[path] = {**{k: v for k, v in item.items() if k != "states"}, "$": bool(children)}
+            walk(children, path + ".")
+
+    walk(document.get("states", []), "")
+    return out
 
 
 def _edges(document: Mapping[str, Any]) -> dict[tuple[str, str], list[dict[str, Any]]]:

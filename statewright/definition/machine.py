@@ -8,10 +8,12 @@ events, transitions, guards, actions) are in :mod:`statewright.definition.model`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
+from statewright.definition.compound import SEPARATOR, Tree, compile_tree, inside, is_nested
 from statewright.definition.guards import compile_expression, compile_value
 from statewright.definition.model import (
     WILDCARD,
@@ -55,6 +57,9 @@ class Machine:
     events: Mapping[str, Event]
     transitions: tuple[Transition, ...]
     description: str = ""
+    tree: Tree | None = None
+    """The nesting as declared, for a machine with compound states (None: a flat machine).
+    ``states`` and ``transitions`` are then the compiled leaves (named by path) and edges."""
     _by_source: Mapping[str, Mapping[str, tuple[Transition, ...]]] = field(
         default_factory=dict, repr=False, compare=False
     )
@@ -75,6 +80,10 @@ class Machine:
         """Build and validate a machine; raises :class:`DefinitionError` listing every problem."""
         state_list = list(states)
         event_list = list(events)
+        if is_nested(state_list):
+            return cls._build_nested(
+                name, version, description, state_list, event_list, transitions
+            )
         transition_list = expand_wildcards(transitions, state_list)
         validate(name, version, state_list, event_list, transition_list)
         by_source: dict[str, dict[str, list[Transition]]] = {}
@@ -94,6 +103,39 @@ class Machine:
                     for s, evs in by_source.items()
                 }
             ),
+        )
+
+    @classmethod
+    def _build_nested(
+        cls,
+        name: str,
+        version: int,
+        description: str,
+        states: list[State],
+        events: list[Event],
+        transitions: Iterable[Transition],
+    ) -> Machine:
+        """A machine with compound states, compiled into leaves (see
+        :mod:`statewright.definition.compound`)."""
+        done = compile_tree(states, list(transitions), (e.name for e in events))
+        validate(
+            name,
+            version,
+            done.leaves,
+            events,
+            done.transitions,
+            declared=done.tree.transitions,
+            found=done.problems,
+        )
+        return cls(
+            name=name,
+            version=version,
+            states=MappingProxyType({s.name: s for s in done.leaves}),
+            events=MappingProxyType({e.name: e for e in events}),
+            transitions=done.transitions,
+            description=description,
+            tree=done.tree,
+            _by_source=done.table,
         )
 
     # -- queries --------------------------------------------------------------------------
@@ -177,30 +219,133 @@ class Machine:
             reason="no guard passed: " + ", ".join(t.guard.name for t in candidates if t.guard),
         )
 
+    # -- nesting --------------------------------------------------------------------------
+
+    @cached_property
+    def has_state_actions(self) -> bool:
+        """Whether any state (leaf or compound) has an ``entry`` or ``exit`` action."""
+        nodes = [*self.states.values(), *(self.tree.compounds.values() if self.tree else ())]
+        return any(s.entry is not None or s.exit is not None for s in nodes)
+
+    def ancestors(self, state: str) -> tuple[str, ...]:
+        """The compound states containing ``state`` (a leaf's path), innermost first; none in
+        a flat machine."""
+        return () if self.tree is None else self.tree.ancestors(state)
+
+    def node(self, path: str) -> State:
+        """A leaf (from :attr:`states`) or a compound state (from the tree) by path."""
+        found = self.states.get(path)
+        if found is None and self.tree is not None:
+            found = self.tree.compounds.get(path)
+        if found is None:
+            raise KeyError(path)
+        return found
+
+    def crossing(
+        self, source: str, transition: Transition
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The states taking ``transition`` from the leaf ``source`` leaves (innermost first)
+        and enters (outermost first), XState's rule (``reenter: false``).
+
+        An edge declared on the leaf itself that targets it leaves and enters nothing (an
+        internal self-transition). An edge declared on state ``S`` whose declared target is
+        ``S`` or inside it works within ``S``: it leaves the states below ``S`` and enters
+        those below ``S`` down to its target leaf (so a compound's edge to its own child
+        re-enters that child, and one to itself goes back to its initial leaf). Any other
+        edge works within the innermost compound containing both ``S`` and its target: a
+        child's edge to its parent leaves and re-enters the parent. In a flat machine: the
+        source, then the target, unless they are the same.
+        """
+        declared_on, declared_target = self._origin(source, transition)
+        if declared_target == declared_on == source:
+            return (), ()
+        if declared_target == declared_on or inside(declared_target, declared_on):
+            domain = declared_on
+        else:
+            around = set(self.ancestors(declared_target))
+            domain = next((p for p in self.ancestors(declared_on) if p in around), "")
+        target = transition.target
+        return (
+            tuple(p for p in (source, *self.ancestors(source)) if inside(p, domain)),
+            tuple(p for p in reversed((target, *self.ancestors(target))) if inside(p, domain)),
+        )
+
+    def _origin(self, source: str, transition: Transition) -> tuple[str, str]:
+        """Where the edge taken from ``source`` is declared, and its declared target."""
+        if self.tree is not None:
+            edges = self._by_source.get(source, {}).get(transition.event, ())
+            for i, edge in enumerate(edges):
+                if edge is transition:
+                    return self.tree.origins[(source, transition.event)][i]
+        return source, transition.target
+
+    # -- actions --------------------------------------------------------------------------
+
     def assigned(
         self,
         transition: Transition,
         context: Mapping[str, Any],
         payload: Mapping[str, Any],
+        source: str | None = None,
     ) -> dict[str, Any] | None:
-        """The context patch ``transition``'s actions make (the event's ``assign``, then the
-        transition's, which sees the event's result), or None when it has none.
+        """The context patch the actions of taking ``transition`` from the leaf ``source``
+        make, or None when there are none. In order, each seeing the context as the ones
+        before left it: the ``exit`` actions of the states it leaves (innermost first), the
+        event's ``assign``, the transition's ``assign``, then the ``entry`` actions of the
+        states it enters (outermost first). A self-transition leaves and enters nothing.
+        ``source`` defaults to the transition's source when it has only one (with several and
+        none given, no exit or entry action runs).
 
         Raises:
             ActionFailed: an action raised (an expression met a value of the wrong type) or
                 did not return a mapping of string keys.
         """
-        actions = [a for a in (self.events[transition.event].assign, transition.assign) if a]
-        if not actions:
-            return None
-        patch: dict[str, Any] = {}
-        for action in actions:
-            seen = {**context, **patch} if patch else context
-            try:
-                patch.update(action(seen, payload))
-            except Exception as exc:
-                raise ActionFailed(transition.event, action.name, _why(exc)) from exc
-        return patch
+        if source is None and len(transition.sources) == 1:
+            source = transition.sources[0]
+        leaving: tuple[str, ...] = ()
+        entering: tuple[str, ...] = ()
+        if source is not None and self.has_state_actions:
+            leaving, entering = self.crossing(source, transition)
+        actions: list[tuple[str, Assign]] = [
+            (f"{a.name} (exit of {p!r})", a) for p in leaving if (a := self.node(p).exit)
+        ]
+        actions += [
+            (a.name, a) for a in (self.events[transition.event].assign, transition.assign) if a
+        ]
+        actions += [
+            (f"{a.name} (entry of {p!r})", a) for p in entering if (a := self.node(p).entry)
+        ]
+        return _run_actions(transition.event, actions, context, payload)
+
+    def started(self, context: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The context patch of entering the initial leaf at a workflow's start: the
+        ``entry`` actions of every state on its path, outermost first (None: there are
+        none).
+
+        Raises:
+            ActionFailed: an action raised or returned something other than a patch.
+        """
+        leaf = self.initial.name
+        path = (*reversed(self.ancestors(leaf)), leaf)
+        actions = [(f"{a.name} (entry of {p!r})", a) for p in path if (a := self.node(p).entry)]
+        return _run_actions("$start", actions, context, {})
+
+
+def _run_actions(
+    event: str,
+    actions: Iterable[tuple[str, Assign]],
+    context: Mapping[str, Any],
+    payload: Mapping[str, Any],
+) -> dict[str, Any] | None:
+    patch: dict[str, Any] | None = None
+    for label, action in actions:
+        seen = {**context, **patch} if patch else context
+        try:
+            update = action(seen, payload)
+        except Exception as exc:
+            raise ActionFailed(event, label, _why(exc)) from exc
+        patch = update if patch is None else {**patch, **update}
+    return patch
 
 
 def _why(exc: Exception) -> str:
@@ -237,13 +382,36 @@ class MachineBuilder:
         self.version = version
         self.description = description
         self._states: list[State] = []
+        self._parents: list[str | None] = []
         self._events: list[Event] = []
         self._transitions: list[Transition] = []
         self._guards: dict[str, GuardFn] = {}
         self._actions: dict[str, AssignFn] = {}
 
-    def state(self, name: str, **kwargs: Any) -> MachineBuilder:
-        self._states.append(State(name, **kwargs))
+    def state(
+        self,
+        name: str,
+        *,
+        parent: str | None = None,
+        entry: str | Mapping[str, str] | AssignFn | Assign | None = None,
+        exit: str | Mapping[str, str] | AssignFn | Assign | None = None,
+        **kwargs: Any,
+    ) -> MachineBuilder:
+        """Declare a state (keywords as :class:`State`'s).
+
+        ``parent`` (a compound state's path, declared before or after) nests it: a state with
+        children is a compound state, and one child is marked ``initial``. ``entry`` and
+        ``exit`` update the context on entering and leaving it, in the forms ``assign`` takes
+        in :meth:`transition`.
+        """
+        state = State(
+            name,
+            entry=make_assign(entry, self._actions),
+            exit=make_assign(exit, self._actions),
+            **kwargs,
+        )
+        self._states.append(state)
+        self._parents.append(parent)
         return self
 
     def event(
@@ -305,12 +473,45 @@ class MachineBuilder:
     def build(self) -> Machine:
         return Machine.build(
             self.name,
-            states=self._states,
+            states=self._tree(),
             events=self._events,
             transitions=self._transitions,
             version=self.version,
             description=self.description,
         )
+
+    def _tree(self) -> list[State]:
+        """The states declared with ``parent=`` attached under their parents."""
+        if not any(self._parents):
+            return list(self._states)
+
+        def attach(state: State, path: str) -> State:
+            children = [
+                attach(child, f"{path}{SEPARATOR}{child.name}")
+                for child, parent in zip(self._states, self._parents, strict=True)
+                if parent == path
+            ]
+            return replace(state, states=(*state.states, *children)) if children else state
+
+        top = [s for s, parent in zip(self._states, self._parents, strict=True) if parent is None]
+        out = [attach(s, s.name) for s in top]
+        known = set(_paths(out))
+        lost = [p for p in self._parents if p is not None and p not in known]
+        if lost:
+            raise DefinitionError(
+                [
+                    Problem("unknown_parent_state", f"parent state {p!r} is not declared", p)
+                    for p in dict.fromkeys(lost)
+                ],
+                machine=self.name,
+            )
+        return out
+
+
+def _paths(states: Iterable[State], prefix: str = "") -> Iterable[str]:
+    for s in states:
+        yield prefix + s.name
+        yield from _paths(s.states, f"{prefix}{s.name}{SEPARATOR}")
 
 
 def make_guard(spec: str | GuardFn | Guard | None, named: Mapping[str, GuardFn]) -> Guard | None:

@@ -117,6 +117,15 @@ class State:
             clears it.
         stuck_after: seconds after which a workflow in this state counts as stuck.
         description: free text for docs and dashboards.
+        states: child states, making this a *compound* state (XState's nested states). A
+            workflow is never in a compound state itself but in one of its leaves, stored
+            as the dotted path (``active.shipping``). One child is marked ``initial``:
+            entering the compound enters it. Transitions, timers and ``stuck_after``
+            declared on a compound apply anywhere inside it.
+        entry: a context update made on entering this state (after the transition's own
+            ``assign``); see :class:`Assign`.
+        exit: a context update made on leaving this state (before the transition's
+            ``assign``).
     """
 
     name: str
@@ -126,10 +135,36 @@ class State:
     stuck_after: float | None = None
     description: str = ""
     every: Mapping[float, str] = field(default_factory=dict)
+    states: tuple[State, ...] = ()
+    entry: Assign | None = None
+    exit: Assign | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "after", MappingProxyType(dict(self.after)))
         object.__setattr__(self, "every", MappingProxyType(dict(self.every)))
+        object.__setattr__(self, "states", tuple(self.states))
+
+    def __hash__(self) -> int:
+        # The timer maps are read-only views (not hashable themselves): hash their items.
+        return hash(
+            (
+                self.name,
+                self.initial,
+                self.terminal,
+                tuple(sorted(self.after.items())),
+                self.stuck_after,
+                self.description,
+                tuple(sorted(self.every.items())),
+                self.states,
+                self.entry,
+                self.exit,
+            )
+        )
+
+    @property
+    def compound(self) -> bool:
+        """Whether this state has child states."""
+        return bool(self.states)
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,8 @@ CODES = (
     "invalid_stuck_after",
     "invalid_payload_schema",
 )
-"""Every problem code :func:`validate` can report."""
+"""Every problem code :func:`validate` can report (a machine with compound states adds
+:data:`statewright.definition.compound.CODES`)."""
 
 
 def validate(
@@ -63,14 +64,23 @@ def validate(
     states: Sequence[State],
     events: Sequence[Event],
     transitions: Sequence[Transition],
+    *,
+    declared: Sequence[Transition] | None = None,
+    found: Sequence[Problem] = (),
 ) -> None:
-    """Raise one :class:`DefinitionError` listing every problem, or return None."""
-    out = _Problems()
+    """Raise one :class:`DefinitionError` listing every problem, or return None.
+
+    For a machine with compound states, ``states`` and ``transitions`` are the compiled
+    leaves and edges (see :mod:`statewright.definition.compound`), ``declared`` the edges as
+    declared (their determinism is checked there, so a problem names the compound it is
+    declared on) and ``found`` the problems the compilation found.
+    """
+    out = _Problems(found)
     _check_header(out, name, version)
     _check_names(out, states, events)
     _check_initial_terminal(out, states)
     _check_transitions(out, states, events, transitions)
-    _check_determinism(out, transitions)
+    _check_determinism(out, transitions if declared is None else declared)
     _check_graph(out, states, transitions)
     _check_timers(out, states, events, transitions)
     _check_schemas(out, events)

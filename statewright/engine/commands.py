@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from statewright import ids
+from statewright.definition.machine import Machine
 from statewright.engine import cancel as cancelling
 from statewright.engine.hooks import TransitionEvent
+from statewright.engine.nesting import start_timers
 from statewright.engine.reads import get
 from statewright.engine.runtime import Runtime
 from statewright.engine.tracecontext import capture as capture_trace
@@ -24,9 +26,9 @@ from statewright.engine.transitions import (
     Fire,
     run_at_for,
     same_json,
-    state_timers,
 )
 from statewright.errors import (
+    ActionFailed,
     IdempotencyKeyReused,
     InvalidInput,
     UnknownWorkflowType,
@@ -120,18 +122,19 @@ async def start(
         # A bare id, or one qualified by this tenant (statewright.ids).
         ids.check_ref(workflow_id, tenant)
     now = rt.clock.now()
-    initial = wtype.machine.initial
+    machine = wtype.machine
+    initial = machine.initial
     new = NewWorkflow(
         id=workflow_id,
         type=wtype.name,
         machine_version=wtype.version,
         state=initial.name,
-        context=dict(input or {}),
+        context=started_context(rt, machine, dict(input or {})),
         actor=actor,
         at=now,
         terminal=initial.terminal,
         run_at=run_at_for(wtype, initial, now),
-        timers=state_timers(initial, now),
+        timers=start_timers(machine, initial.name, now),
         tenant=tenant,
         idempotency_key=idempotency_key,
         trace=capture_trace(),  # the caller's span, if any: the worker's spans join it
@@ -159,6 +162,23 @@ async def start(
     if created:
         rt.observers.transitioned(TransitionEvent(None, row, "$start", actor))
     return Started(row, created)
+
+
+def started_context(rt: Runtime, machine: Machine, context: dict[str, Any]) -> dict[str, Any]:
+    """A new workflow's context: its input, updated by the ``entry`` actions of the states
+    its start enters. The start's log entry stores this whole context as its payload, so
+    replay starts from it and never runs them again.
+
+    Raises ActionFailed (an action failed, or its update breaks the engine's limits).
+    """
+    patch = machine.started(context)
+    if patch is None:
+        return context
+    try:
+        rt.limits.check(patch, "context update of '$start'")
+    except InvalidInput as exc:
+        raise ActionFailed("$start", "entry", exc.message) from None
+    return {**context, **patch}
 
 
 async def send(

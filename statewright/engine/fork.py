@@ -12,6 +12,7 @@ from typing import Any
 
 from statewright import ids
 from statewright.engine.hooks import TransitionEvent
+from statewright.engine.nesting import start_timers
 from statewright.engine.operator import check_reason
 from statewright.engine.reads import get
 from statewright.engine.replay import replay_log
@@ -21,7 +22,6 @@ from statewright.engine.transitions import (
     FORK_EVENT,
     run_at_for,
     same_json,
-    state_timers,
 )
 from statewright.errors import (
     InvalidInput,
@@ -135,7 +135,7 @@ async def fork(
             at=now,
             terminal=target.terminal,
             run_at=run_at_for(wtype, target, now),
-            timers=() if target.terminal else state_timers(target, now),
+            timers=() if target.terminal else start_timers(machine, state, now),
             tenant=source.tenant,
             event=FORK_EVENT,
             payload=payload,

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from statewright.definition.machine import State, Transition
 from statewright.engine.hooks import TransitionEvent
+from statewright.engine.nesting import moving
 from statewright.engine.tracecontext import capture as capture_trace
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import (
@@ -281,11 +282,13 @@ class Transitions:
         now = self.clock.now()
         target = machine.states[t.target]
         # A migration enters its state anew (the old version's timers go, the new one's are
-        # armed), even under the same name.
-        staying = t.target == row.state and not migrating
-        # A self-transition is internal (XState-style): the state's timers keep running.
-        timers = () if staying else state_timers(target, now)
-        if staying and fire.rearm is not None:
+        # armed), even under the same name; a self-transition is internal (XState-style): the
+        # state's timers keep running. Compound states' timers: see engine/nesting.py.
+        old = self.registry.known_machine(row.type, row.machine_version) if migrating else None
+        move = moving(machine, row.state, t, now, migrating=migrating, old=old)
+        staying = move.staying
+        timers = move.arm
+        if fire.rearm is not None and move.rearms(fire.rearm.key):
             timers += (fire.rearm,)  # a recurring timer that fired: its next interval
         if not target.terminal:
             timers += fire.add_timers  # a handler's schedules, armed in the state it enters
@@ -305,7 +308,9 @@ class Transitions:
         # The edge's actions run on the context as it was (the guards' view); their patch is
         # stored in the log with the caller's, so replay never runs them again.
         assigned = (
-            None if t.event in OPERATOR_EVENTS else machine.assigned(t, row.context, payload)
+            None
+            if t.event in OPERATOR_EVENTS
+            else machine.assigned(t, row.context, payload, source=row.state)
         )
         if assigned is not None:
             try:
@@ -337,7 +342,7 @@ class Transitions:
             clear_timers=not staying,
             fired_timer_id=fire.fired_timer,
             add_timers=timers,
-            cancel_timer_keys=fire.cancel_timer_keys,
+            cancel_timer_keys=(*fire.cancel_timer_keys, *move.drop_keys),
             release_lease=fire.release_lease
             and not (fire.keep_lease_if_due and run_at is not None and fire.retry_delay is None),
             last_error=fire.last_error,
@@ -633,11 +638,3 @@ def run_at_for(wtype: WorkflowType, state: State, now: float) -> float | None:
     commit) decides exactly as before, at no cost.
     """
     return now if not state.terminal and wtype.has_work(state.name) else None
-
-
-def state_timers(state: State, now: float) -> tuple[TimerSpec, ...]:
-    """The timers entering ``state`` arms (``State.after``, and ``State.every`` recurring)."""
-    once = tuple(TimerSpec(now + secs, ev) for secs, ev in sorted(state.after.items()))
-    return once + tuple(
-        TimerSpec(now + secs, ev, every=float(secs)) for secs, ev in sorted(state.every.items())
-    )

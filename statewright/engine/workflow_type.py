@@ -185,7 +185,7 @@ class WorkflowType:
         decides = bool(self.handlers) if self.runs_here is None else self.runs_here
         object.__setattr__(self, "_decides", decides)
         problems = [
-            Problem("unknown_handler_state", f"handler bound to unknown state {s!r}", state=s)
+            Problem("unknown_handler_state", f"handler bound to {_unknown(self.machine, s)}", s)
             for s in self.handlers
             if s not in self.machine.states
         ]
@@ -287,3 +287,13 @@ class WorkflowType:
     def deadline_for(self, state: str) -> float:
         """Seconds ``state``'s handler may run."""
         return self.deadlines.get(state, self.deadline)
+
+
+def _unknown(machine: Machine, state: str) -> str:
+    """How a handler's state that the machine cannot be in is named in the error."""
+    if machine.tree is not None and state in machine.tree.compounds:
+        return (
+            f"compound state {state!r}: a workflow is never in it, only in a state inside it "
+            "(bind the handler to those, by path)"
+        )
+    return f"unknown state {state!r}"

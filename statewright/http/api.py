@@ -200,6 +200,7 @@ def _type_out(access: Access, machine: Machine) -> TypeOut:
                 terminal=s.terminal,
                 initial=s.initial,
                 stuck_after=s.stuck_after,
+                within=list(reversed(machine.ancestors(s.name))),
             )
             for s in machine.states.values()
         ],

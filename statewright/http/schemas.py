@@ -500,6 +500,7 @@ class StateInfo(BaseModel):
     terminal: bool
     initial: bool
     stuck_after: float | None
+    within: list[str] = Field(default_factory=list, description="Compound states around it.")
 
 
 class TypeOut(BaseModel):

@@ -60,6 +60,34 @@ def test_check_a_valid_definition(cli: Cli, tmp_path: Path) -> None:
     assert summary["terminal"] == ["done", "failed"]
 
 
+NESTED = """\
+name: ticket
+states:
+  - name: open
+    initial: true
+    after: {3600: expire}
+    states:
+      - {name: new, initial: true}
+      - {name: working, exit: {worked: "True"}}
+  - {name: closed, terminal: true}
+events: [{name: pick}, {name: close}, {name: expire}]
+transitions:
+  - {event: pick, source: open.new, target: open.working}
+  - {event: close, source: open, target: closed}
+  - {event: expire, source: open, target: closed}
+"""
+
+
+def test_check_and_diagram_of_a_definition_with_compound_states(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "ticket.yaml"
+    path.write_text(NESTED)
+    summary = cli.json("check", str(path))
+    assert (summary["states"], summary["initial"]) == (3, "open.new")
+    assert (summary["compound_states"], summary["timers"]) == (["open"], 1)
+    assert "compound open" in cli("check", str(path)).stdout
+    assert 'subgraph "cluster_open" {' in cli("diagram", str(path), "--format", "dot").stdout
+
+
 def test_check_lists_every_problem_with_its_code(cli: Cli, tmp_path: Path) -> None:
     path = tmp_path / "broken.yaml"
     path.write_text(BROKEN)

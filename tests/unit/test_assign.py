@@ -244,8 +244,8 @@ def test_xstate_import_maps_expressible_assign_actions() -> None:
             },
             "more than one assign",
         ),
-        ({"entry": ["log"], "on": {"GO": "a"}}, "'entry' actions are not supported"),
-        ({"exit": [{"type": "xstate.assign"}], "on": {"GO": "a"}}, "'exit' actions"),
+        ({"entry": ["log"], "on": {"GO": "a"}}, "entry: action 'log' is not supported"),
+        ({"exit": [{"type": "xstate.assign"}], "on": {"GO": "a"}}, "exit: an 'xstate.assign'"),
     ],
 )
 def test_xstate_import_refuses_actions_it_cannot_keep(state: dict[str, Any], message: str) -> None:

@@ -210,13 +210,57 @@ def test_parser_reads_exactly_the_schema_keys() -> None:
     assert seen == expected
 
 
+def nested_machine() -> Machine:
+    """Compound states with entry and exit actions (the keys the flat one has not)."""
+    return (
+        MachineBuilder("nested")
+        .state("active", initial=True, entry={"opened": "True"}, exit={"closed": "True"})
+        .state("a", parent="active", initial=True)
+        .state("b", parent="active", entry={"seen_b": "True"})
+        .state("done", terminal=True)
+        .event("next")
+        .event("stop")
+        .transition("next", "active.a", "active.b")
+        .transition("stop", "active", "done")
+        .build()
+    )
+
+
+def _nested_states(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [x for s in states for x in (s, *_nested_states(s.get("states", [])))]
+
+
 def test_to_dict_writes_every_schema_key() -> None:
-    data = to_dict(guarded_machine())
     schema = machine_schema()
-    assert set(data) == set(schema["properties"])
-    for kind, items in (("state", "states"), ("event", "events"), ("transition", "transitions")):
-        written = {k for item in data[items] for k in item}
-        assert written == set(schema["$defs"][kind]["properties"]), kind
+    written: dict[str, set[str]] = {"state": set(), "event": set(), "transition": set()}
+    for machine in (guarded_machine(), nested_machine()):
+        data = to_dict(machine)
+        check_document(data)
+        assert set(data) == set(schema["properties"])
+        written["state"] |= {k for s in _nested_states(data["states"]) for k in s}
+        written["event"] |= {k for e in data["events"] for k in e}
+        written["transition"] |= {k for t in data["transitions"] for k in t}
+    for kind, keys in written.items():
+        assert keys == set(schema["$defs"][kind]["properties"]), kind
+
+
+def test_parser_reads_the_nested_state_keys() -> None:
+    data = to_dict(nested_machine())
+    seen: set[tuple[str, str]] = set()
+
+    def wrap(states: list[dict[str, Any]]) -> list[Recording]:
+        out = []
+        for s in states:
+            r = Recording("state", s, seen)
+            if "states" in s:
+                dict.__setitem__(r, "states", wrap(s["states"]))
+            out.append(r)
+        return out
+
+    doc = dict(data, states=wrap(data["states"]))
+    assert from_dict(doc) == nested_machine()
+    inner = {k for kind, k in seen if kind == "state"}
+    assert {"entry", "exit", "states"} <= inner
 
 
 # -- XState --------------------------------------------------------------------------------
@@ -311,9 +355,9 @@ def test_xstate_foreign_machine() -> None:
             {
                 "id": "n",
                 "initial": "a",
-                "states": {"a": {"initial": "x", "states": {"x": {}}}, "b": {"type": "final"}},
+                "states": {"a": {"type": "parallel", "states": {"x": {}}}, "b": {"type": "final"}},
             },
-            "nested or parallel",
+            "parallel states are not supported: run concurrent work as child workflows",
         ),
         ({"id": "p", "type": "parallel", "states": {"a": {}, "b": {}}}, "parallel"),
         ({"id": "h", "initial": "a", "states": {"a": {"type": "history"}}}, "history"),
@@ -322,7 +366,7 @@ def test_xstate_foreign_machine() -> None:
             {"id": "d", "initial": "a", "states": {"a": {"after": {"SLOW": "b"}}, "b": {}}},
             "named delay",
         ),
-        ({"id": "t", "initial": "a", "states": {"a": {"on": {"GO": ".child"}}}}, "'.child'"),
+        ({"id": "t", "initial": "a", "states": {"a": {"on": {"GO": "#other"}}}}, "'#other'"),
         ({"id": "w", "initial": "a", "states": {"a": {"on": {"*": "a"}}}}, "'*'"),
         (
             {"id": "m", "initial": "a", "states": {"a": {"on": {"GO": {"target": ["a", "b"]}}}}},
@@ -345,3 +389,15 @@ def test_load_path_of_a_missing_file_is_invalid_input(tmp_path: Path) -> None:
 
     with pytest.raises(InvalidInput, match="cannot read"):
         load_path(tmp_path / "absent.yaml")
+
+
+def test_nested_machines_round_trip_through_json_and_yaml() -> None:
+    machine = nested_machine()
+    for text, load in ((dumps_json(machine), loads_json), (dumps_yaml(machine), loads_yaml)):
+        again = load(text)
+        assert to_dict(again) == to_dict(machine)
+        assert again == machine
+        assert list(again.states) == ["active.a", "active.b", "done"]
+    [active, _done] = to_dict(machine)["states"]
+    assert [c["name"] for c in active["states"]] == ["a", "b"]
+    assert active["entry"] == {"opened": "True"} and active["states"][0]["initial"] is True

@@ -75,13 +75,18 @@ def _pointer(path: Any) -> str:
 
 def to_dict(machine: Machine) -> dict[str, Any]:
     """The machine as a JSON/YAML-ready document (optional keys only when not default)."""
+    # A machine with compound states is saved as declared: nested states, and transitions
+    # from and to compound states (the compiled leaves and edges follow from them).
+    tree = machine.tree
+    states = machine.states.values() if tree is None else tree.states
+    transitions = machine.transitions if tree is None else tree.transitions
     return {
         "name": machine.name,
         "version": machine.version,
         "description": machine.description,
-        "states": [_state_to_dict(s) for s in machine.states.values()],
+        "states": [_state_to_dict(s) for s in states],
         "events": [event_to_dict(e) for e in machine.events.values()],
-        "transitions": [_transition_to_dict(t) for t in machine.transitions],
+        "transitions": [_transition_to_dict(t) for t in transitions],
     }
 
 
@@ -105,6 +110,12 @@ def _state_to_dict(state: State) -> dict[str, Any]:
         out["stuck_after"] = state.stuck_after
     if state.description:
         out["description"] = state.description
+    if state.entry is not None:
+        out["entry"] = assign_to_data(state.entry)
+    if state.exit is not None:
+        out["exit"] = assign_to_data(state.exit)
+    if state.states:
+        out["states"] = [_state_to_dict(c) for c in state.states]
     return out
 
 
@@ -169,7 +180,7 @@ def from_dict(
     named = dict(guards or {})
     acts = dict(actions or {})
     problems: list[Problem] = []
-    states = [_state_from_dict(s) for s in data["states"]]
+    states = [_state_from_dict(s, acts, problems) for s in data["states"]]
     events = [event_from_dict(e, acts, problems) for e in data["events"]]
     transitions = [
         _transition_from_dict(i, t, named, problems, acts)
@@ -191,7 +202,11 @@ def from_dict(
     return machine
 
 
-def _state_from_dict(s: Mapping[str, Any]) -> State:
+def _state_from_dict(
+    s: Mapping[str, Any], actions: Mapping[str, AssignFn], problems: list[Problem]
+) -> State:
+    where = f"state {s['name']!r}"
+    entry, exit_ = s.get("entry"), s.get("exit")
     return State(
         name=s["name"],
         initial=s.get("initial", False),
@@ -200,6 +215,13 @@ def _state_from_dict(s: Mapping[str, Any]) -> State:
         stuck_after=s.get("stuck_after"),
         description=s.get("description", ""),
         every={float(k): v for k, v in (s.get("every") or {}).items()},
+        states=tuple(_state_from_dict(c, actions, problems) for c in s.get("states") or ()),
+        entry=None
+        if entry is None
+        else assign_from_spec(f"{where} entry", None, entry, actions, problems, s["name"]),
+        exit=None
+        if exit_ is None
+        else assign_from_spec(f"{where} exit", None, exit_, actions, problems, s["name"]),
     )
 
 
@@ -243,23 +265,27 @@ def _transition_from_dict(
 
 def assign_from_spec(
     where: str,
-    event: str,
+    event: str | None,
     spec: Any,
     actions: Mapping[str, AssignFn] | None,
     problems: list[Problem],
+    state: str | None = None,
 ) -> Assign | None:
     """A registered action by name, or an expression map compiled; else problems are added
-    (naming ``where``) and None is returned, so the caller can keep checking the rest."""
+    (naming ``where``, and the event or ``state`` it belongs to) and None is returned, so the
+    caller can keep checking the rest."""
+    at = where if event is None else f"{where} (event {event!r})"
     if isinstance(spec, str):
         if actions and spec in actions:
             return Assign(spec, actions[spec])
         problems.append(
             Problem(
                 "missing_action",
-                f"{where} (event {event!r}): action {spec!r} is not registered "
+                f"{at}: action {spec!r} is not registered "
                 f"(pass actions={{{spec!r}: fn}}); in a file, assign is a map of context key "
                 "-> expression",
-                event=event,
+                state,
+                event,
             )
         )
         return None
@@ -268,12 +294,11 @@ def assign_from_spec(
             return assign_from_exprs(spec)
         except DefinitionError as exc:
             problems.extend(
-                Problem(p.code, f"{where} (event {event!r}): {p.message}", event=event)
-                for p in exc.problems
+                Problem(p.code, f"{at}: {p.message}", state, event) for p in exc.problems
             )
             return None
     problems.append(
-        Problem("invalid_action", f"{where} (event {event!r}): assign must be a map or a name")
+        Problem("invalid_action", f"{at}: assign must be a map or a name", state, event)
     )
     return None
 
