@@ -4,9 +4,9 @@ Roles are the machine's own strings (``agent``, ``system``, ``operator``...) plu
 fixed meaning: ``admin`` may fire every event that is not an approval (and is the only one
 who may fire a child's end, ``child_done`` or ``child_failed``, by hand when the machine gives
 it no roles), ``approver`` may fire approval events, ``viewer`` alone may only read,
-``operator`` may resolve steps and resume parked workflows, and ``ops`` may read ``/metrics`` when the service runs with
-``--metrics-auth`` (and otherwise only read, like ``viewer``: a scraper's token must not
-start workflows or post inputs).
+``operator`` may resolve steps and resume parked workflows, and ``ops`` may read
+``/metrics`` when the service runs with ``--metrics-auth`` (and otherwise only read, like
+``viewer``: a scraper's token must not start workflows or post inputs).
 """
 
 from __future__ import annotations
