@@ -38,7 +38,10 @@ JSON_COLUMNS = {
     "inbox": frozenset({"payload"}),
     "rejections": frozenset(),
 }
-BOOL_COLUMNS = {"workflows": frozenset({"terminal"}), "timers": frozenset({"keep"})}
+BOOL_COLUMNS = {
+    "workflows": frozenset({"terminal", "has_children"}),
+    "timers": frozenset({"keep"}),
+}
 ARCHIVE_FORMAT = 1
 """``format`` of an archive record (import refuses others)."""
 
@@ -131,6 +134,9 @@ COLUMN_TYPES: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "cancel_key": (_TEXT, True),
         "parked": (_TEXT, True),
         "trace": (_TEXT, True),
+        "parent_id": (_TEXT, True),
+        "parent_key": (_TEXT, True),
+        "has_children": (_BOOL, False),
     },
     "transitions": {
         "workflow_id": (_TEXT, False),
