@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from statewright.engine.workflow_type import FAILED_STATES
+from statewright.definition.joins import FAILED_STATES
 from statewright.redaction import NO_REDACTION, Redactor, copy_json
 from statewright.types import StepRecord, TransitionRecord, WorkflowRow
 

@@ -23,8 +23,8 @@ from typing import Any
 import yaml
 
 from statewright import ids
+from statewright.definition.joins import CHILD_DONE, CHILD_FAILED
 from statewright.definition.machine import Event
-from statewright.engine.workflow_type import CHILD_DONE, CHILD_FAILED
 from statewright.errors import (
     Forbidden,
     InvalidInput,

@@ -29,6 +29,7 @@ from statewright.definition.machine import (
     State,
     Transition,
 )
+from statewright.definition.model import Spawn
 from statewright.definition.render import to_dot, to_mermaid
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "GuardFn",
     "Machine",
     "MachineBuilder",
+    "Spawn",
     "State",
     "Transition",
     "agent_task_machine",

@@ -15,6 +15,7 @@ from typing import Any
 
 from statewright.definition.compound import SEPARATOR, Tree, compile_tree, inside, is_nested
 from statewright.definition.guards import compile_expression, compile_value
+from statewright.definition.joins import with_spawn_edges
 from statewright.definition.model import (
     WILDCARD,
     Assign,
@@ -79,7 +80,8 @@ class Machine:
     ) -> Machine:
         """Build and validate a machine; raises :class:`DefinitionError` listing every problem."""
         state_list = list(states)
-        event_list = list(events)
+        # A state's declared children (Spawn) make its join's edges (definition/joins.py).
+        event_list, transitions = with_spawn_edges(state_list, list(events), list(transitions))
         if is_nested(state_list):
             return cls._build_nested(
                 name, version, description, state_list, event_list, transitions

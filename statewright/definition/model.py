@@ -100,6 +100,30 @@ def _frozen(exprs: Mapping[str, str] | None) -> tuple[tuple[str, str], ...] | No
 
 
 @dataclass(frozen=True)
+class Spawn:
+    """Child workflows a state starts, declared with it (see :attr:`State.spawn`).
+
+    Attributes:
+        type: the children's workflow type.
+        over: the context key of the list the children are started for, one per element,
+            keyed by its index; the element is the child's context under ``input``.
+        cap: at most this many children running at once (None: all at once).
+        join: when the state is left for ``then``: once ``"all"`` children have ended, on
+            the first (``"any"``), or once so many (an int) have.
+        then: the state the join moves to (None: the machine's own edges on ``child_done``
+            and ``child_failed`` decide).
+        input: the key of the element in a child's context.
+    """
+
+    type: str
+    over: str
+    cap: int | None = None
+    join: str | int = "all"
+    then: str | None = None
+    input: str = "item"
+
+
+@dataclass(frozen=True)
 class State:
     """One state.
 
@@ -126,6 +150,9 @@ class State:
             ``assign``); see :class:`Assign`.
         exit: a context update made on leaving this state (before the transition's
             ``assign``).
+        spawn: child workflows this state starts, one per element of a context list, and
+            the join that leaves it (:class:`Spawn`): the state's handler and its edges on
+            ``child_done``/``child_failed`` are made from it.
     """
 
     name: str
@@ -138,6 +165,7 @@ class State:
     states: tuple[State, ...] = ()
     entry: Assign | None = None
     exit: Assign | None = None
+    spawn: Spawn | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "after", MappingProxyType(dict(self.after)))
@@ -158,6 +186,7 @@ class State:
                 self.states,
                 self.entry,
                 self.exit,
+                self.spawn,
             )
         )
 
@@ -231,6 +260,8 @@ class Transition:
     guard: Guard | None = None
     description: str = ""
     assign: Assign | None = None
+    spawned: bool = False
+    """Made from a state's :class:`Spawn` (its join), not declared: not saved in files."""
 
     @property
     def is_self(self) -> bool:

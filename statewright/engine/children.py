@@ -27,13 +27,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from statewright import ids
-from statewright.definition.machine import Assign, Guard
+from statewright.definition.joins import (
+    all_done,
+    any_done,
+    gather,
+    n_done,
+)
 from statewright.engine.cancel import cancel
-from statewright.engine.workflow_type import FAILED_STATES
+from statewright.engine.fanout import fan_out
 from statewright.errors import InvalidInput, StatewrightError, StoreError
 from statewright.store.protocol import Family
 from statewright.types import ParentLink, WorkflowRow
@@ -43,8 +47,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GATHERED = "children"
-"""The context key :func:`gather` records children's ends under."""
+__all__ = [
+    "all_done",
+    "any_done",
+    "cancel_live_children",
+    "cancel_orphans",
+    "child_id",
+    "ended",
+    "fan_out",
+    "gather",
+    "n_done",
+    "settled",
+]
 
 
 def child_id(parent_id: str, key: str) -> str:
@@ -60,101 +74,6 @@ def child_id(parent_id: str, key: str) -> str:
 
 def parent_link(parent: WorkflowRow, key: str, from_handler: bool) -> ParentLink:
     return ParentLink(parent.id, key, parent.lease if from_handler else None)
-
-
-# -- the parent's machine ------------------------------------------------------------------
-
-
-def gather(into: str = GATHERED) -> Assign:
-    """An action for the edges on ``child_done``/``child_failed``: records the child's end in
-    ``context[into][key]`` as ``{"state", "result"}``."""
-
-    def record(context: Mapping[str, Any], payload: Mapping[str, Any]) -> dict[str, Any]:
-        ended = dict(context.get(into) or {})
-        ended[str(payload["key"])] = {"state": payload["state"], "result": payload.get("result")}
-        return {into: ended}
-
-    return Assign(f"gather_{into}", record)
-
-
-def _ended_after(context: Mapping[str, Any], payload: Mapping[str, Any], into: str) -> int:
-    """How many children have ended once the one ``payload`` reports is counted."""
-    ended = context.get(into) or {}
-    return len(ended) + (0 if str(payload.get("key")) in ended else 1)
-
-
-def _expected(context: Mapping[str, Any], over: str | int) -> int:
-    if isinstance(over, int):
-        return over
-    value = context.get(over)
-    return len(value) if isinstance(value, Sequence | Mapping) else int(value or 0)
-
-
-def all_done(over: str | int, into: str = GATHERED) -> Guard:
-    """A guard: the child this event reports is the last of ``over`` to end (``over``: a
-    context key holding the list the children were started for, or their number)."""
-    return Guard(
-        f"all_{over}_done",
-        lambda c, p: _ended_after(c, p, into) >= _expected(c, over),
-    )
-
-
-def n_done(n: int, into: str = GATHERED, *, succeeded: bool = False) -> Guard:
-    """A guard: with this event, ``n`` children have ended (``succeeded``: ended by
-    ``child_done``, the failed ones not counted)."""
-
-    def enough(context: Mapping[str, Any], payload: Mapping[str, Any]) -> bool:
-        if not succeeded:
-            return _ended_after(context, payload, into) >= n
-        ended = context.get(into) or {}
-        ok = sum(1 for e in ended.values() if e.get("state") not in FAILED_STATES)
-        mine = str(payload.get("key")) not in ended and payload.get("state") not in FAILED_STATES
-        return ok + int(mine) >= n
-
-    return Guard(f"{n}_done" if not succeeded else f"{n}_succeeded", enough)
-
-
-def any_done(into: str = GATHERED) -> Guard:
-    """A guard: any child's end (the first one reported)."""
-    return n_done(1, into)
-
-
-def fan_out(
-    child_type: str,
-    over: str,
-    *,
-    key: Callable[[int, Any], str] = lambda i, item: str(i),
-    input: Callable[[Any], Mapping[str, Any]] = lambda item: {"item": item},
-    cap: int | None = None,
-    into: str = GATHERED,
-) -> Callable[[Any], Any]:
-    """A handler for the state the parent waits in: starts a child of ``child_type`` for each
-    element of ``context[over]`` (keyed ``key(index, element)``, its context
-    ``input(element)``), at most ``cap`` running at once, and waits (returns None).
-
-    It runs again on every child's end the state takes as a self-transition (with
-    :func:`gather`), starting the next. Children already started are started again as
-    no-ops (their ids are derived), so a crash at any point starts none twice; the running
-    ones are always the first ``cap`` of those not ended, in list order."""
-    if cap is not None and cap < 1:
-        raise ValueError("cap must be at least 1")
-
-    async def handler(run: Any) -> None:  # a Run (steps imports this module)
-        items = run.context.get(over) or []
-        ended = run.context.get(into) or {}
-        budget = len(items) if cap is None else cap
-        for i, item in enumerate(items):
-            if budget <= 0:
-                break
-            k = key(i, item)
-            if k in ended:
-                continue
-            await run.start_child(child_type, k, input(item))
-            budget -= 1
-        return None
-
-    handler.__name__ = f"fan_out_{child_type}"
-    return handler
 
 
 # -- an ended parent's live children -------------------------------------------------------

@@ -556,9 +556,7 @@ class SyncRun:
         self, workflow_type: str, key: str, input: Mapping[str, Any] | None = None
     ) -> Started:
         """:meth:`Run.start_child`, blocking."""
-        started: Started = self._trampoline.run(
-            self._run.start_child(workflow_type, key, input)
-        )
+        started: Started = self._trampoline.run(self._run.start_child(workflow_type, key, input))
         return started
 
     def progress(self, **fields: Any) -> None:

@@ -6,7 +6,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from statewright.definition.joins import CHILD_DONE, CHILD_FAILED, FAILED_STATES
 from statewright.definition.machine import Machine
+from statewright.definition.model import Spawn
+from statewright.engine.fanout import fan_out
 from statewright.engine.limits import limit_problems
 from statewright.engine.retry import RetryPolicy
 from statewright.errors import DefinitionError, Problem
@@ -34,13 +37,6 @@ worker's thread pool and gets a :class:`~statewright.engine.steps.SyncRun` (same
 blocking). Its argument is typed ``Any`` here because it is one of those two: and so that this
 record of a type does not depend on the runtime that runs it (``steps`` reads the type)."""
 
-CHILD_DONE = "child_done"
-"""The event a child's end sends its parent by default (:mod:`statewright.engine.children`)."""
-CHILD_FAILED = "child_failed"
-"""The event sent instead when the child ended in one of :data:`FAILED_STATES`."""
-FAILED_STATES = frozenset({"failed", "cancelled", "canceled"})
-"""Terminal states whose end is a failure by default (``WorkflowType.parent_events``
-overrides per state)."""
 NOTICE_PREFIX = "child:"
 """The parent's timer key for a child's end: ``child:<key>``."""
 
@@ -184,6 +180,16 @@ class WorkflowType:
             object.__setattr__(self, "redact", tuple(self.redact))
         decides = bool(self.handlers) if self.runs_here is None else self.runs_here
         object.__setattr__(self, "_decides", decides)
+        # A state that declares its children (Spawn) gets the handler that starts them, unless
+        # one is bound; after ``decides``: a type registered without handlers still is one
+        # whose other handlers live elsewhere.
+        spawned = {
+            name: _spawner(state.spawn)
+            for name, state in self.machine.states.items()
+            if state.spawn is not None and name not in self.handlers
+        }
+        if spawned:
+            object.__setattr__(self, "handlers", {**self.handlers, **spawned})
         problems = [
             Problem("unknown_handler_state", f"handler bound to {_unknown(self.machine, s)}", s)
             for s in self.handlers
@@ -297,3 +303,9 @@ def _unknown(machine: Machine, state: str) -> str:
             "(bind the handler to those, by path)"
         )
     return f"unknown state {state!r}"
+
+
+def _spawner(spawn: Spawn) -> Handler:
+    """The handler of a state that declares its children: :func:`~.fanout.fan_out`."""
+    key = spawn.input
+    return fan_out(spawn.type, spawn.over, cap=spawn.cap, input=lambda item: {key: item})

@@ -25,11 +25,12 @@ import hypothesis
 from hypothesis import strategies as st
 
 from statewright.clock import ManualClock
+from statewright.definition.joins import CHILD_DONE, CHILD_FAILED
 from statewright.definition.machine import Machine
 from statewright.engine.children import settled
 from statewright.engine.core import Engine
 from statewright.engine.worker import Worker
-from statewright.engine.workflow_type import CHILD_DONE, CHILD_FAILED, WorkflowType
+from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import IllegalTransition, InvalidPayload, WorkflowFinished
 from statewright.store.sqlite import SQLiteStore
 from statewright.testing.paths import Cover, Step, format_path, transition_cover

@@ -11,6 +11,7 @@ from jsonschema import Draft202012Validator
 from statewright.definition import (
     Machine,
     MachineBuilder,
+    Spawn,
     agent_task_machine,
     dumps_json,
     dumps_yaml,
@@ -230,10 +231,34 @@ def _nested_states(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [x for s in states for x in (s, *_nested_states(s.get("states", [])))]
 
 
+def spawning_machine() -> Machine:
+    """A state that declares its children, every key of the spawn set."""
+    spawn = Spawn("parcel", "parcels", cap=2, join=2, then="shipped", input="parcel")
+    return (
+        MachineBuilder("order")
+        .state("shipping", initial=True, spawn=spawn)
+        .state("shipped", terminal=True)
+        .build()
+    )
+
+
+def test_a_spawn_round_trips_with_every_key() -> None:
+    data = to_dict(spawning_machine())
+    assert data["states"][0]["spawn"] == {
+        "type": "parcel",
+        "over": "parcels",
+        "cap": 2,
+        "join": 2,
+        "then": "shipped",
+        "input": "parcel",
+    }
+    assert from_dict(data).states["shipping"].spawn == spawning_machine().states["shipping"].spawn
+
+
 def test_to_dict_writes_every_schema_key() -> None:
     schema = machine_schema()
     written: dict[str, set[str]] = {"state": set(), "event": set(), "transition": set()}
-    for machine in (guarded_machine(), nested_machine()):
+    for machine in (guarded_machine(), nested_machine(), spawning_machine()):
         data = to_dict(machine)
         check_document(data)
         assert set(data) == set(schema["properties"])

@@ -25,6 +25,7 @@ from statewright.definition.machine import (
     Transition,
     assign_from_exprs,
 )
+from statewright.definition.model import Spawn
 from statewright.errors import DefinitionError, Problem
 
 __all__ = [
@@ -86,7 +87,8 @@ def to_dict(machine: Machine) -> dict[str, Any]:
         "description": machine.description,
         "states": [_state_to_dict(s) for s in states],
         "events": [event_to_dict(e) for e in machine.events.values()],
-        "transitions": [_transition_to_dict(t) for t in transitions],
+        # The edges a state's spawn makes follow from it (definition/joins.py).
+        "transitions": [_transition_to_dict(t) for t in transitions if not t.spawned],
     }
 
 
@@ -116,6 +118,21 @@ def _state_to_dict(state: State) -> dict[str, Any]:
         out["exit"] = assign_to_data(state.exit)
     if state.states:
         out["states"] = [_state_to_dict(c) for c in state.states]
+    if state.spawn is not None:
+        out["spawn"] = _spawn_to_dict(state.spawn)
+    return out
+
+
+def _spawn_to_dict(spawn: Spawn) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": spawn.type, "over": spawn.over}
+    if spawn.cap is not None:
+        out["cap"] = spawn.cap
+    if spawn.join != "all":
+        out["join"] = spawn.join
+    if spawn.then is not None:
+        out["then"] = spawn.then
+    if spawn.input != "item":
+        out["input"] = spawn.input
     return out
 
 
@@ -222,6 +239,7 @@ def _state_from_dict(
         exit=None
         if exit_ is None
         else assign_from_spec(f"{where} exit", None, exit_, actions, problems, s["name"]),
+        spawn=None if s.get("spawn") is None else Spawn(**s["spawn"]),
     )
 
 
