@@ -89,11 +89,22 @@ async def cancel(
         raise InvalidInput("a cancel needs a reason")
     payload = {"reason": reason}
     transitions = rt.transitions
+    recorded: CancelRequest | None = None
+    """The request this call recorded on a row its worker let go meanwhile (see below)."""
     for attempt in range(8):
         row = await get(rt, workflow_id)
         wtype = rt.registry.type_of(row.type, row.machine_version)
         event = wtype.cancel_event
-        if key is not None:
+        if recorded is not None:
+            # Ours: delivered since by a worker that claimed the row (success, not a refusal
+            # of the finished workflow), still with a worker that holds it again, or
+            # stranded on a row nobody will claim (fired here, below).
+            delivered = await _delivered(rt, row, recorded, event)
+            if delivered is not None:
+                return delivered
+            if row.lease_owner is not None and _same(row.cancel, recorded):
+                return Dispatched(row, False, row.version)
+        elif key is not None:
             replayed = await _replayed(rt, row, key, event, payload)
             if replayed is not None:
                 return replayed  # a retry: the key decides, not the version its first try read
@@ -144,7 +155,9 @@ async def cancel(
             if requested.lease_owner is not None or attempt == 7:
                 return Dispatched(requested, False, requested.version)
             # The worker let go between our read and the request: nobody may see it (its
-            # next state may have no handler), so fire it ourselves.
+            # next state may have no handler), so fire it ourselves (unless a worker claims
+            # it first and delivers it: then that delivery is this cancel's).
+            recorded = request
             continue
         fire = Fire(
             event,
@@ -177,5 +190,29 @@ async def _replayed(
     if row.cancel is not None and row.cancel.idempotency_key == key:
         if row.cancel.reason != payload["reason"]:
             raise IdempotencyKeyReused(row.id, key, "a cancel with another reason")
-        return Dispatched(row, True, row.version)  # still pending with the worker
+        if row.lease_owner is not None:
+            return Dispatched(row, True, row.version)  # still pending with the worker
+        # Recorded on a row its worker had just let go: no worker may ever claim it (a
+        # state without a handler), so the request would wait for good. Fired by the caller.
     return None
+
+
+def _same(found: CancelRequest | None, request: CancelRequest) -> bool:
+    """Whether the row's pending request is ``request`` (as recorded)."""
+    return found is not None and (found.reason, found.version, found.idempotency_key) == (
+        request.reason,
+        request.version,
+        request.idempotency_key,
+    )
+
+
+async def _delivered(
+    rt: Runtime, row: WorkflowRow, request: CancelRequest, event: str | None
+) -> Dispatched | None:
+    """The cancel a worker fired for ``request`` (a cancel event logged since it was made),
+    or None."""
+    if event is None or request.version is None:
+        return None
+    later = await rt.store.history(row.id, after_version=request.version)
+    fired = next((rec for rec in later if rec.event == event), None)
+    return None if fired is None else Dispatched(row, False, fired.version)

@@ -40,7 +40,7 @@ from statewright.engine.cancel import cancel
 from statewright.engine.fanout import fan_out
 from statewright.errors import InvalidInput, StatewrightError, StoreError
 from statewright.store.protocol import Family
-from statewright.types import ParentLink, WorkflowRow
+from statewright.types import WorkflowRow
 
 if TYPE_CHECKING:
     from statewright.engine.runtime import Runtime
@@ -72,8 +72,10 @@ def child_id(parent_id: str, key: str) -> str:
     return f"{parent_id}.{key}"
 
 
-def parent_link(parent: WorkflowRow, key: str, from_handler: bool) -> ParentLink:
-    return ParentLink(parent.id, key, parent.lease if from_handler else None)
+def ended_reason(parent_id: str) -> str:
+    """The reason of the cancel an ended parent's child gets: one text whoever sends it (the
+    process that ended the parent, or a recovery round), so that its key replays it."""
+    return f"parent {parent_id} ended"
 
 
 # -- an ended parent's live children -------------------------------------------------------
@@ -86,13 +88,13 @@ async def cancel_live_children(rt: Runtime, parent: WorkflowRow) -> int:
     while True:
         page = await rt.store.children(parent.id, after=after, limit=100)
         for child in page:
-            if child.terminal or child.cancel is not None:
-                continue
+            if child.terminal or (child.cancel is not None and child.lease_owner is not None):
+                continue  # ended, or its worker delivers the request it has
             try:
                 done = await cancel(
                     rt,
                     child.id,
-                    f"parent {parent.id} ended in {parent.state}",
+                    ended_reason(parent.id),
                     f"parent {parent.id}",
                     "parent-ended",
                     if_allowed=True,
@@ -122,7 +124,7 @@ async def cancel_orphans(rt: Runtime, limit: int = 100) -> int:
             done = await cancel(
                 rt,
                 child.id,
-                f"parent {child.parent} ended",
+                ended_reason(child.parent),
                 f"parent {child.parent}",
                 "parent-ended",
                 if_allowed=True,

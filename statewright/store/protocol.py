@@ -619,8 +619,9 @@ class Family(Protocol):
         in id order, after the id ``after``, at most ``limit``."""
 
     async def orphans(self, limit: int = 100) -> list[WorkflowRow]:
-        """Live children, no cancel requested, whose parent is terminal or gone (an ended
-        parent's children are cancelled: see ``engine/children.py``), at most ``limit``."""
+        """Live children whose parent is terminal or gone (an ended parent's children are
+        cancelled: see ``engine/children.py``), but those a worker holds with a cancel
+        request pending (it delivers it), at most ``limit``."""
 
 
 @runtime_checkable

@@ -103,10 +103,12 @@ SELECT * FROM workflows WHERE parent_id = %(parent)s::text AND id > %(after)s::t
  LIMIT %(limit)s;
 
 -- name: orphans
--- Live children whose parent is terminal or gone (an ended parent cancels them), at most
--- %(limit)s; read through the index of live children.
+-- Live children whose parent is terminal or gone (an ended parent cancels them): those no
+-- cancel request waits on with a worker (a request on a row nobody holds may wait for good),
+-- at most %(limit)s; read through the index of live children.
 SELECT c.* FROM workflows c LEFT JOIN workflows p ON p.id = c.parent_id
- WHERE c.parent_id IS NOT NULL AND NOT c.terminal AND c.cancel_requested IS NULL
+ WHERE c.parent_id IS NOT NULL AND NOT c.terminal
+   AND (c.cancel_requested IS NULL OR c.lease_owner IS NULL)
    AND (p.id IS NULL OR p.terminal)
  LIMIT %(limit)s;
 

@@ -35,10 +35,12 @@ DELETE FROM timers WHERE workflow_id = :id AND key = :key RETURNING due_at;
 SELECT * FROM workflows WHERE parent_id = :parent AND id > :after ORDER BY id LIMIT :limit;
 
 -- name: orphans
--- Live children whose parent is terminal or gone (an ended parent cancels them), at most
--- :limit; read through the index of live children.
+-- Live children whose parent is terminal or gone (an ended parent cancels them): those no
+-- cancel request waits on with a worker (a request on a row nobody holds may wait for good),
+-- at most :limit; read through the index of live children.
 SELECT c.* FROM workflows c LEFT JOIN workflows p ON p.id = c.parent_id
- WHERE c.parent_id IS NOT NULL AND c.terminal = 0 AND c.cancel_requested IS NULL
+ WHERE c.parent_id IS NOT NULL AND c.terminal = 0
+   AND (c.cancel_requested IS NULL OR c.lease_owner IS NULL)
    AND (p.id IS NULL OR p.terminal = 1)
  LIMIT :limit;
 
