@@ -1,0 +1,647 @@
+"""Child workflows under SIGKILL: worker processes on both stores, killed again and again.
+
+- **Fan-out under kills.** Parents each fan out :data:`CHILDREN` children (at most
+  :data:`~tests.acceptance.crash.family.CAP` running at once, so the fan-out handler runs again
+  on every child's end) across three worker processes that are SIGKILLed at random moments
+  (aimed at service calls in flight) and at planned points from inside (in a child's step,
+  in the parent's fan-out right after it created a child, right after any transition), and
+  replaced at once: dozens of kills by default, hundreds with ``--torture``. Parents are added
+  while the kills go on. The child's step calls a service that does **not** deduplicate
+  (every call is an effect), so exactly once can only come from the engine. In the end every
+  child exists exactly once, the parent is ``done``, its log has exactly one ``child_done``
+  per child (fired by the child's timer), its gathered context holds every child's result
+  (the service's effect), every effect exists once, nothing is parked, and replay equals the
+  row for every workflow of every tree.
+- **Cancel mid-fan-out.** A parent with children running (leased, in a slow handler), waiting
+  (in a state without a handler) and not yet started is cancelled while three workers run it:
+  within a bounded time no child is live, and no child was created after the parent ended.
+  In the variant the process that ended the parent dies right after the parent's cancel
+  transition, before it cancels the children: the workers' recovery rounds
+  (``cancel_orphans``) must.
+
+Reproduce a failing run with ``STATEWRIGHT_CRASH_SEED=<seed>`` (printed, and in every message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from statewright import Engine, store_from_url
+from statewright.types import WorkflowFilter, WorkflowRow
+from tests.acceptance.crash.app import POINTS, InFlight, Service
+from tests.acceptance.crash.family import (
+    CANCELLED,
+    CAP,
+    OVER,
+    PARENT,
+    STEP,
+    FamilyZygote,
+    make_types,
+)
+from tests.acceptance.crash.harness import (
+    KILLED,
+    Child,
+    Files,
+    Tally,
+    crash_seed,
+    kill_from_outside,
+    read_kills,
+    read_verdicts,
+    settle,
+    torture_enabled,
+    worker_argv,
+)
+
+STORES = ["sqlite", "postgres"]
+SLOTS = 3
+CHILDREN = 20
+LEASE = 2.0
+"""Short, so that the orphans of a worker posing as remote are taken over soon."""
+KILLS = 32
+"""By default: at least 30 kills per store (a third or so from inside, at planned points; the
+rest from outside, most aimed at a call in flight). ``--torture``: hundreds."""
+TORTURE_KILLS = 220
+KILL_GAP = (0.05, 0.35)
+SELF_KILL_SHARE = 0.35
+FOREIGN_EVERY = 5
+"""Every fifth worker (the second one first) has an id naming another host."""
+PARENTS_FIRST, LOW_WATER, TOP_UP = 4, 3, 2
+"""Parents started at first; more whenever fewer than LOW_WATER are live."""
+BUDGET, TORTURE_BUDGET = 150.0, 1200.0
+"""Hard ceilings; a run takes a fraction of them."""
+TARGETED = (
+    "during_step/start_child",
+    "before_step/fan_out",
+    "after_step/fan_out",
+    "after_transition/shipped",
+    "after_transition/fanning",
+    "after_transition/done",
+)
+"""Extra kill points of the family: the parent's fan-out right after it created a child
+(before its run ends), right before and after its fan-out, right after a child's end (armed
+on the parent in the same transaction), right after the parent heard a child."""
+
+
+def _db(store: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A SQLite file, or this test's PostgreSQL database (no PostgreSQL: the fixture fails)."""
+    if store == "postgres":
+        return str(request.getfixturevalue("pg_dsn"))
+    return str(tmp_path / "family.db")
+
+
+class FamilyPlans:
+    """Kill plans cycling through every point (n small at first, so that each is reached),
+    some with a family point added (whichever comes first)."""
+
+    def __init__(self, rng: random.Random, max_n: int = 15) -> None:
+        self.rng = rng
+        self.max_n = max_n
+        self.made = 0
+
+    def __call__(self) -> str:
+        rng, i = self.rng, self.made
+        self.made += 1
+        n = rng.randint(1, 3) if i < 2 * len(POINTS) else rng.randint(1, self.max_n)
+        plan = f"{POINTS[i % len(POINTS)]}:{n}"
+        if rng.random() < 0.4:
+            plan += f",{rng.choice(TARGETED)}:{rng.randint(1, 3)}"
+        return plan
+
+
+def _short(items: Any, n: int = 8) -> str:
+    if isinstance(items, dict):
+        items = dict(list(items.items())[:n])
+    elif isinstance(items, list | set | tuple):
+        items = sorted(items, key=repr)[:n]
+    return repr(items)
+
+
+async def _all_children(engine: Engine, parent: str) -> list[WorkflowRow]:
+    rows: list[WorkflowRow] = []
+    after = ""
+    while True:
+        page = await engine.store.children(parent, after=after, limit=500)
+        rows += page
+        if len(page) < 500:
+            return rows
+        after = page[-1].id
+
+
+async def _all_rows(engine: Engine) -> list[WorkflowRow]:
+    return await engine.store.list_workflows(WorkflowFilter(limit=1_000_000))
+
+
+async def _verify_fan_out(
+    engine: Engine,
+    service: Service,
+    parents: list[str],
+    *,
+    kills: list[Any],
+    verdicts: Counter[tuple[str, str]],
+    seed: int,
+) -> dict[str, int]:
+    """Every tree complete, every child heard once, every effect once; AssertionError names
+    the seed and what is wrong."""
+    tag = f"[seed {seed}]"
+    everything = {r.id: r for r in await _all_rows(engine)}
+    expected_children = {f"{p}.{i}" for p in parents for i in range(CHILDREN)}
+    assert set(everything) == set(parents) | expected_children, (
+        f"{tag} workflows missing {_short(set(parents) | expected_children - set(everything))}, "
+        f"unexpected {_short(set(everything) - set(parents) - expected_children)}"
+    )
+    not_ended = {
+        w: (r.state, r.parked, r.last_error)
+        for w, r in everything.items()
+        if r.state != ("done" if r.type == PARENT else "shipped")
+    }
+    assert not not_ended, f"{tag} {len(not_ended)} not ended as they must: {_short(not_ended)}"
+    parked = {w: r.parked for w, r in everything.items() if r.parked}
+    assert not parked, f"{tag} parked: {_short(parked)}"
+    held = {
+        w: (r.lease_owner, r.next_due_at)
+        for w, r in everything.items()
+        if r.lease_owner is not None or r.next_due_at is not None
+    }
+    assert not held, f"{tag} leased or due after the end: {_short(held)}"
+
+    effects = service.effects()
+    by_key = {e["key"]: e for e in effects}
+    per_key = Counter(e["key"] for e in effects)
+    expected_keys = {f"{c}:{STEP}" for c in expected_children}
+    doubled = {k: n for k, n in per_key.items() if n != 1}
+    assert not doubled, f"{tag} effects applied more than once: {_short(doubled)}"
+    assert set(per_key) == expected_keys, (
+        f"{tag} effects missing {_short(expected_keys - set(per_key))}, "
+        f"unexpected {_short(set(per_key) - expected_keys)}"
+    )
+    calls = service.calls()
+    repeated = {k: n for k, n in calls.items() if n != 1}
+    assert not repeated, f"{tag} the service was called more than once: {_short(repeated)}"
+    assert not service.refusals()
+
+    replayed = 0
+    for parent in parents:
+        row = everything[parent]
+        kids = await _all_children(engine, parent)
+        ids = [k.id for k in kids]
+        assert sorted(ids) == sorted(f"{parent}.{i}" for i in range(CHILDREN)), (
+            f"{tag} {parent}'s children: {ids}"
+        )
+        assert len(set(ids)) == len(ids) == CHILDREN, f"{tag} {parent}: {ids}"
+        for kid in kids:
+            assert kid.parent == parent and kid.parent_key == kid.id.rpartition(".")[2], (
+                f"{tag} {kid.id} linked to {kid.parent}/{kid.parent_key}"
+            )
+        history = await engine.history(parent)
+        heard = Counter(t.payload.get("key") for t in history if t.event.startswith("child_"))
+        wrong = {k: n for k, n in heard.items() if n != 1}
+        assert not wrong, f"{tag} {parent} heard children more than once: {wrong}"
+        assert set(heard) == {str(i) for i in range(CHILDREN)}, (
+            f"{tag} {parent} heard {sorted(heard, key=str)}, not every child"
+        )
+        events = [t.event for t in history]
+        assert events == ["$start", *["child_done"] * CHILDREN], f"{tag} {parent}: {events}"
+        assert [t.version for t in history] == list(range(1, CHILDREN + 2)), f"{tag} {parent}"
+        assert [t.to_state for t in history] == ["fanning"] * CHILDREN + ["done"], parent
+        for t in history[1:]:
+            cid = f"{parent}.{t.payload['key']}"
+            assert t.actor == f"timer for child {cid}", f"{tag} {parent}: {t}"
+            assert t.payload["child"] == cid and t.payload["state"] == "shipped", f"{tag} {t}"
+            assert t.payload["result"] == {
+                "item": int(t.payload["key"]),
+                "effect_id": by_key[f"{cid}:{STEP}"]["effect_id"],
+            }, f"{tag} {t}"
+        gathered = row.context.get("children") or {}
+        want = {
+            str(i): {
+                "state": "shipped",
+                "result": {"item": i, "effect_id": by_key[f"{parent}.{i}:{STEP}"]["effect_id"]},
+            }
+            for i in range(CHILDREN)
+        }
+        assert gathered == want, f"{tag} {parent} gathered {_short(gathered)}"
+        assert not await engine.store.timers(parent), f"{tag} {parent} has timers left"
+        for kid in kids:
+            kh = await engine.history(kid.id)
+            assert [(t.event, t.to_state) for t in kh] == [
+                ("$start", "shipping"),
+                (STEP, "shipped"),
+            ], f"{tag} {kid.id}: {[(t.event, t.to_state, t.actor) for t in kh]}"
+            assert kid.context[STEP] == by_key[f"{kid.id}:{STEP}"], f"{tag} {kid.id}"
+            ledger = await engine.store.steps(kid.id)
+            assert [(s.step, s.status) for s in ledger] == [(STEP, "done")], f"{tag} {ledger}"
+            assert ledger[0].result == by_key[f"{kid.id}:{STEP}"], f"{tag} {ledger}"
+        for wid in (parent, *ids):
+            got = await engine.check(wid)  # raises ReplayMismatch on a difference
+            assert (got.state, got.version) == (everything[wid].state, everything[wid].version)
+            replayed += 1
+    # Each kill inside a child's step had the consequence it must have on the next run.
+    for k in kills:
+        key = f"{k.workflow_id}:{k.detail}"
+        if k.detail != STEP:
+            continue
+        if k.point == "during_step":
+            assert verdicts[key, "Applied"] >= 1, f"{tag} {key} killed after the call: {k}"
+        elif k.point == "before_effect":
+            assert verdicts[key, "NotApplied"] >= 1, f"{tag} {key} killed before it: {k}"
+    return {
+        "parents": len(parents),
+        "children": len(expected_children),
+        "effects": len(effects),
+        "replayed": replayed,
+        "reruns": sum(1 for e in effects if calls.get(e["key"], 0) > 1),
+    }
+
+
+@pytest.mark.alone
+@pytest.mark.acceptance
+@pytest.mark.parametrize("store", STORES)
+async def test_fan_out_under_sigkill_every_child_once_heard_once(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    torture = torture_enabled(request.config)
+    target = TORTURE_KILLS if torture else KILLS
+    seed = crash_seed()
+    name = f"children crash test [{store}, count, {SLOTS} workers]"
+    print(f"\n{name} seed={seed} target={target}", flush=True)
+    rng = random.Random(seed)
+    db = _db(store, tmp_path, request)
+    files = Files(tmp_path)
+    started = time.monotonic()
+    deadline = started + (TORTURE_BUDGET if torture else BUDGET)
+    service = Service(files.service, mode="count")
+    inflight = [InFlight(files.inflight(slot), create=True) for slot in range(SLOTS)]
+    plans = FamilyPlans(rng)
+    tally = Tally()
+    children: list[Child] = []
+    parents: list[str] = []
+    family_kills: Counter[str] = Counter()
+
+    def fail(message: str, child: Child | None = None) -> None:
+        tail = child.stderr_tail() if child is not None else ""
+        pytest.fail(f"[seed {seed}] {message}{tail}", pytrace=False)
+
+    engine = Engine(store_from_url(db), make_types(service))
+    async with engine, contextlib.AsyncExitStack() as stack:
+        zygote = stack.enter_context(FamilyZygote(tmp_path / "zygote.err"))
+
+        async def top_up(n: int) -> None:
+            for _ in range(n):
+                pid = f"fam-{len(parents):04d}"
+                await engine.start(PARENT, {OVER: list(range(CHILDREN))}, workflow_id=pid)
+                parents.append(pid)
+
+        def fork(slot: int, plan: str, *, final: bool = False) -> Child:
+            n = len(children)
+            ready, err = tmp_path / f"ready-{n}", tmp_path / f"worker-{n}.err"
+            foreign = not final and n % FOREIGN_EVERY == 1
+            argv = worker_argv(
+                files,
+                db,
+                mode="count",
+                ready=ready,
+                plan=plan,
+                seed=seed * 10_000 + n,
+                concurrency=rng.choice([2, 4, 8]),
+                slot=slot,
+                lease_seconds=LEASE,
+                stall_seconds=30.0,
+                watch_interval=0.1,
+                until=True,
+                foreign=foreign,
+            )
+            argv += ["--cap", str(CAP)]
+            pid = zygote.spawn(argv, tmp_path / f"worker-{n}.out", err)
+            children.append(Child(n, slot, pid, plan, ready, err, foreign=foreign))
+            return children[-1]
+
+        def replacement_plan() -> str:
+            return plans() if rng.random() < SELF_KILL_SHARE else ""
+
+        def account(child: Child) -> None:
+            settle(child, files.kill_log, tally, seed)
+            kill = next((k for k in read_kills(files.kill_log) if k.pid == child.pid), None)
+            if kill is not None:
+                family_kills[f"{kill.point}/{kill.detail}"] += 1
+
+        await top_up(PARENTS_FIRST)
+        live = {slot: fork(slot, replacement_plan()) for slot in range(SLOTS)}
+        next_kill = time.monotonic() + rng.uniform(*KILL_GAP)
+        next_top_up = 0.0
+
+        # -- kill, replace, kill again ----------------------------------------------------------
+        while tally.total < target:
+            now = time.monotonic()
+            if now > deadline:
+                fail(f"only {tally.total} kills within the time budget")
+            codes = zygote.status([c.pid for c in live.values()])
+            for slot, child in list(live.items()):
+                if codes[child.pid] is not None:
+                    child.code = codes[child.pid]
+                    if child.code == 0:
+                        fail("a worker exited although the test had not finished", child)
+                    account(child)
+                    live[slot] = fork(slot, replacement_plan())
+            if now >= next_kill:
+                slot = rng.randrange(SLOTS)
+                victim = live[slot]
+                kill_from_outside(zygote, victim, inflight[slot], rng, spread=0.02, aim_for=0.3)
+                if victim.code is None:
+                    victim.code = zygote.wait(victim.pid, 5.0)
+                account(victim)
+                live[slot] = fork(slot, replacement_plan())
+                next_kill = time.monotonic() + rng.uniform(*KILL_GAP)
+            if now >= next_top_up:
+                left = await engine.store.list_workflows(
+                    WorkflowFilter(type=PARENT, terminal=False, limit=LOW_WATER)
+                )
+                if len(left) < LOW_WATER:
+                    await top_up(TOP_UP)
+                next_top_up = now + 0.25
+            await asyncio.sleep(0.02)
+        killing = time.monotonic() - started
+
+        # -- then let the workers finish: replace the killed ones by workers without a plan ----
+        files.until.touch()
+        finished: set[int] = set()
+        final_deadline = time.monotonic() + 120
+        while len(finished) < SLOTS:
+            if time.monotonic() > final_deadline:
+                stuck = [
+                    (r.id, r.state, r.lease_owner, r.next_due_at, r.parked)
+                    for r in await engine.store.list_workflows(
+                        WorkflowFilter(terminal=False, limit=20)
+                    )
+                ]
+                fail(f"the workers did not finish; non-terminal: {stuck}")
+            codes = zygote.status([c.pid for s, c in live.items() if s not in finished])
+            for slot, child in live.items():
+                if slot in finished or codes[child.pid] is None:
+                    continue
+                child.code = codes[child.pid]
+                account(child)
+                if child.code == 0:
+                    finished.add(slot)
+                else:
+                    live[slot] = fork(slot, "", final=True)
+            await asyncio.sleep(0.02)
+        forks = zygote.spawned
+        elapsed = time.monotonic() - started
+
+        kills = read_kills(files.kill_log)
+        assert len(kills) == sum(tally.self_kills.values()), f"[seed {seed}] kill log vs exits"
+        assert tally.external_in_flight >= 1, f"[seed {seed}] no kill landed while calls ran"
+        assert sum(1 for c in children if c.code == KILLED) == tally.total
+        verdicts = read_verdicts(files.journal)
+        verified = await _verify_fan_out(
+            engine, service, parents, kills=kills, verdicts=verdicts, seed=seed
+        )
+    by_verdict: Counter[str] = Counter()
+    for (_, verdict), n in verdicts.items():
+        by_verdict[verdict] += n
+    service.close()
+    for counter in inflight:
+        counter.close()
+    assert by_verdict["Applied"] >= 1 and by_verdict["NotApplied"] >= 1, (
+        f"[seed {seed}] reconcile never saw both answers: {dict(by_verdict)}"
+    )
+    print(
+        f"{name} seed={seed}: {tally.total} kills in {killing:.1f}s, {elapsed:.1f}s in all "
+        f"(self-kills {dict(family_kills)}; external {tally.external}, "
+        f"{tally.external_in_flight} aimed while a call was in flight; of workers posing as "
+        f"remote {tally.foreign}); {forks} workers forked, {tally.clean_exits} exited cleanly; "
+        f"reconcile verdicts {dict(by_verdict)}; {verified['parents']} parents x {CHILDREN} "
+        f"children (cap {CAP}), {verified['effects']} effects, each once; "
+        f"{verified['replayed']} workflows replayed equal to their rows"
+    )
+
+
+# -- cancel mid-fan-out ----------------------------------------------------------------------
+
+CANCEL_CHILDREN = 20
+CANCEL_AFTER = 10
+"""Cancel the parent once this many children exist."""
+HOLD = 0.5
+"""Seconds a running child's handler takes (checking for a cancel) before its step."""
+SETTLE_BOUND = 3 * LEASE + 5
+"""Seconds after the parent's end within which no child may be live: a recovery round comes
+every lease (a worker's first at once), and a leased child's request reaches its handler
+within its hold loop's 0.05 s."""
+
+
+def _cancel_parcels() -> list[dict[str, Any]]:
+    """Every fourth child (1, 5, 9, ...) goes to ``waiting`` (no handler: only a cancel ends
+    it); the others hold :data:`HOLD` seconds in their handler, then ship. With the cap, the
+    waiting ones pile up and the fan-out keeps starting the next."""
+    return [
+        {"item": i, "wait": True} if i % 4 == 1 else {"item": i, "hold": HOLD}
+        for i in range(CANCEL_CHILDREN)
+    ]
+
+
+@pytest.mark.alone
+@pytest.mark.acceptance
+@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("who", ["cascade", "canceller_dies"])
+async def test_cancel_mid_fan_out_leaves_no_live_child(
+    store: str, who: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    seed = crash_seed()
+    name = f"children cancel test [{store}, {who}]"
+    print(f"\n{name} seed={seed}", flush=True)
+    rng = random.Random(seed)
+    db = _db(store, tmp_path, request)
+    files = Files(tmp_path)
+    service = Service(files.service, mode="count")
+    inflight = [InFlight(files.inflight(slot), create=True) for slot in range(SLOTS)]
+    die = who == "canceller_dies"
+    # With "canceller_dies" whichever process applies the parent's cancel (the canceller, or a
+    # worker delivering the request when the parent was leased) SIGKILLs itself right after.
+    plan = f"after_transition/{CANCELLED}:1" if die else ""
+    children: list[Child] = []
+    parent = "cancel-me"
+
+    def fail(message: str) -> None:
+        tails = "".join(c.stderr_tail() for c in children)
+        pytest.fail(f"[seed {seed}] {message}{tails}", pytrace=False)
+
+    engine = Engine(store_from_url(db), make_types(service))
+    async with engine, contextlib.AsyncExitStack() as stack:
+        zygote = stack.enter_context(FamilyZygote(tmp_path / "zygote.err"))
+
+        def fork(slot: int) -> Child:
+            n = len(children)
+            ready, err = tmp_path / f"ready-{n}", tmp_path / f"worker-{n}.err"
+            argv = worker_argv(
+                files,
+                db,
+                mode="count",
+                ready=ready,
+                plan=plan,
+                seed=seed * 10_000 + n,
+                concurrency=rng.choice([2, 4, 8]),
+                slot=slot,
+                lease_seconds=LEASE,
+                stall_seconds=120.0,
+                watch_interval=0.1,
+                until=True,
+            )
+            argv += ["--cap", str(CAP)]
+            pid = zygote.spawn(argv, tmp_path / f"worker-{n}.out", err)
+            children.append(Child(n, slot, pid, plan, ready, err))
+            return children[-1]
+
+        await engine.start(PARENT, {OVER: _cancel_parcels()}, workflow_id=parent)
+        live = {slot: fork(slot) for slot in range(SLOTS)}
+
+        # -- let the fan-out get going: some children waiting, some running ----------------
+        until = time.monotonic() + 60
+        while True:
+            kids = await _all_children(engine, parent)
+            waiting = [k for k in kids if k.state == "waiting"]
+            running = [k for k in kids if k.state == "shipping" and k.lease_owner]
+            if len(kids) >= CANCEL_AFTER and waiting and running:
+                break
+            if time.monotonic() > until:
+                fail(f"the fan-out did not get going: {[(k.id, k.state) for k in kids]}")
+            codes = zygote.status([c.pid for c in live.values()])
+            if any(code is not None for code in codes.values()):
+                fail(f"a worker exited before the cancel: {codes}")
+            await asyncio.sleep(0.01)
+        before = {k.id: k.state for k in kids}
+
+        # -- cancel the parent -------------------------------------------------------------
+        canceller: Child | None = None
+        if die:
+            n = len(children)
+            err = tmp_path / f"canceller-{n}.err"
+            argv = ["cancel", "--db", db, "--service", str(files.service)]
+            argv += ["--kill-log", str(files.kill_log), "--parent", parent, "--die"]
+            pid = zygote.spawn(argv, tmp_path / f"canceller-{n}.out", err)
+            canceller = Child(n, -1, pid, "cancel --die", tmp_path / "none", err)
+            canceller.code = zygote.wait(pid, 30.0)
+            if canceller.code not in (0, KILLED):
+                fail(f"the canceller exited {canceller.code}{canceller.stderr_tail()}")
+        else:
+            await engine.cancel(parent, reason="called off by the test", actor="test")
+        cancelled_at = time.monotonic()
+
+        # -- the parent ends; within the bound, no child is live ----------------------------
+        ended_row: WorkflowRow | None = None
+        while True:
+            row = await engine.get(parent)
+            if row.terminal and ended_row is None:
+                ended_row = row
+                ended_seen = time.monotonic()
+            kids = await _all_children(engine, parent)
+            live_kids = [k for k in kids if not k.terminal]
+            if ended_row is not None and not live_kids:
+                break
+            if time.monotonic() - (ended_seen if ended_row else cancelled_at) > SETTLE_BOUND:
+                fail(
+                    f"parent {row.state} (ended: {ended_row is not None}); live children "
+                    f"{[(k.id, k.state, k.lease_owner, k.cancel) for k in live_kids]} "
+                    f"{SETTLE_BOUND}s after"
+                )
+            # A worker that died (the one that applied the cancel) is replaced at once.
+            codes = zygote.status([c.pid for c in live.values()])
+            for slot, child in list(live.items()):
+                if codes[child.pid] is not None:
+                    child.code = codes[child.pid]
+                    if child.code != KILLED or not die:
+                        fail(f"worker {child.pid} exited {child.code}")
+                    live[slot] = fork(slot)
+            await asyncio.sleep(0.02)
+        settled_after = time.monotonic() - ended_seen
+        assert ended_row is not None and ended_row.state == CANCELLED, ended_row
+
+        # -- no child is created after the end, however long the workers run on ------------
+        count_at_end = len(kids)
+        await asyncio.sleep(2 * LEASE)
+        later = await _all_children(engine, parent)
+        assert len(later) == count_at_end and all(k.terminal for k in later), (
+            f"[seed {seed}] after the parent's end: {count_at_end} children, then "
+            f"{[(k.id, k.state) for k in later]}"
+        )
+        files.until.touch()
+        for child in live.values():
+            code = zygote.wait(child.pid, 60.0)
+            if code != 0:
+                fail(f"worker {child.pid} ended with {code} after the test")
+            child.code = code
+
+        history = await engine.history(parent)
+        end = history[-1]
+        assert (end.event, end.to_state) == ("cancel", CANCELLED), f"[seed {seed}] {end}"
+        starts: dict[str, float] = {}
+        cancelled: list[str] = []
+        shipped: list[str] = []
+        by_reason: Counter[str] = Counter()
+        for kid in later:
+            kh = await engine.history(kid.id)
+            starts[kid.id] = kh[0].at
+            if kid.state == "cancelled":
+                cancelled.append(kid.id)
+                reason = kh[-1].payload.get("reason", "")
+                assert kh[-1].event == "cancel" and reason.startswith(f"parent {parent} ended"), (
+                    f"[seed {seed}] {kid.id} cancelled by {kh[-1]}"
+                )
+                by_reason[reason] += 1
+            else:
+                assert kid.state == "shipped", f"[seed {seed}] {kid.id} ended {kid.state}"
+                shipped.append(kid.id)
+        late = {k: at for k, at in starts.items() if at > end.at}
+        assert not late, (
+            f"[seed {seed}] children created after the parent ended at {end.at}: {late}"
+        )
+        waited = [k for k, s in before.items() if s == "waiting"]
+        assert set(waited) <= set(cancelled), f"[seed {seed}] waiting children not cancelled"
+        assert len(cancelled) >= 2, f"[seed {seed}] only {cancelled} cancelled"
+        # Those the parent heard of ended before it; none twice.
+        heard = Counter(t.payload["key"] for t in history if t.event.startswith("child_"))
+        assert all(n == 1 for n in heard.values()), f"[seed {seed}] heard twice: {heard}"
+        assert {f"{parent}.{k}" for k in heard} <= {k.id for k in later}
+        assert not await engine.store.timers(parent), f"[seed {seed}] timers left on the parent"
+        # Effects once each, for the children that shipped (and reached their step).
+        per_key = Counter(e["key"] for e in service.effects())
+        assert all(n == 1 for n in per_key.values()), f"[seed {seed}] doubled: {per_key}"
+        assert {f"{k}:{STEP}" for k in shipped} <= set(per_key)
+        for wid in (parent, *(k.id for k in later)):
+            await engine.check(wid)  # replay equals the row
+
+        kills = read_kills(files.kill_log)
+        if die:
+            # The process that applied the parent's cancel died right after it, before it
+            # could cancel a child: every child's cancel came from a recovery round.
+            assert [(k.point, k.workflow_id, k.detail) for k in kills] == [
+                ("after_transition", parent, CANCELLED)
+            ], f"[seed {seed}] kills {kills}"
+            assert set(by_reason) == {f"parent {parent} ended"}, by_reason
+            who_died = "the canceller" if canceller and canceller.code == KILLED else "a worker"
+        else:
+            assert not kills
+            who_died = "nobody"
+        summary = {
+            "created": len(later),
+            "before cancel": dict(Counter(before.values())),
+            "cancelled": len(cancelled),
+            "shipped": len(shipped),
+            "heard": len(heard),
+            "reasons": dict(by_reason),
+        }
+    service.close()
+    for counter in inflight:
+        counter.close()
+    print(
+        f"{name} seed={seed}: {json.dumps(summary)}; died after applying the cancel: "
+        f"{who_died}; no child live {settled_after:.2f}s after the parent's end was seen"
+    )
