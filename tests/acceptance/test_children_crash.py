@@ -30,6 +30,7 @@ import json
 import random
 import time
 from collections import Counter
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from tests.acceptance.crash.harness import (
     KILLED,
     Child,
     Files,
+    Kill,
     Tally,
     crash_seed,
     kill_from_outside,
@@ -262,6 +264,158 @@ async def _verify_fan_out(
     }
 
 
+class _Crew:
+    """Three worker slots, each running a worker forked by the zygote, killed (from outside,
+    or by its own plan) and replaced at once: the loop of ``test_distributed``."""
+
+    def __init__(
+        self,
+        zygote: FamilyZygote,
+        files: Files,
+        db: str,
+        rng: random.Random,
+        seed: int,
+        *,
+        stall_seconds: float = 30.0,
+    ) -> None:
+        self.zygote = zygote
+        self.files = files
+        self.db = db
+        self.rng = rng
+        self.seed = seed
+        self.stall_seconds = stall_seconds
+        self.plans = FamilyPlans(rng)
+        self.tally = Tally()
+        self.children: list[Child] = []
+        self.family_kills: Counter[str] = Counter()
+        """Self-kills by ``point/detail``."""
+        self.inflight = [InFlight(files.inflight(slot), create=True) for slot in range(SLOTS)]
+        self.live: dict[int, Child] = {}
+        self.next_kill = 0.0
+
+    def fail(self, message: str, child: Child | None = None) -> None:
+        tail = child.stderr_tail() if child is not None else ""
+        pytest.fail(f"[seed {self.seed}] {message}{tail}", pytrace=False)
+
+    def fork(self, slot: int, plan: str, *, final: bool = False) -> Child:
+        n = len(self.children)
+        tmp = self.files.tmp
+        ready, err = tmp / f"ready-{n}", tmp / f"worker-{n}.err"
+        foreign = not final and n % FOREIGN_EVERY == 1
+        argv = worker_argv(
+            self.files,
+            self.db,
+            mode="count",
+            ready=ready,
+            plan=plan,
+            seed=self.seed * 10_000 + n,
+            concurrency=self.rng.choice([2, 4, 8]),
+            slot=slot,
+            lease_seconds=LEASE,
+            stall_seconds=self.stall_seconds,
+            watch_interval=0.1,
+            until=True,
+            foreign=foreign,
+        )
+        argv += ["--cap", str(CAP)]
+        pid = self.zygote.spawn(argv, tmp / f"worker-{n}.out", err)
+        self.children.append(Child(n, slot, pid, plan, ready, err, foreign=foreign))
+        return self.children[-1]
+
+    def replacement_plan(self) -> str:
+        return self.plans() if self.rng.random() < SELF_KILL_SHARE else ""
+
+    def account(self, child: Child) -> None:
+        settle(child, self.files.kill_log, self.tally, self.seed)
+        kill = next((k for k in read_kills(self.files.kill_log) if k.pid == child.pid), None)
+        if kill is not None:
+            self.family_kills[f"{kill.point}/{kill.detail}"] += 1
+
+    def start(self) -> None:
+        self.live = {slot: self.fork(slot, self.replacement_plan()) for slot in range(SLOTS)}
+        self.next_kill = time.monotonic() + self.rng.uniform(*KILL_GAP)
+
+    def step(self) -> None:
+        """Replace the workers that died (of their plans); kill one from outside when due."""
+        codes = self.zygote.status([c.pid for c in self.live.values()])
+        for slot, child in list(self.live.items()):
+            if codes[child.pid] is not None:
+                child.code = codes[child.pid]
+                if child.code == 0:
+                    self.fail("a worker exited although the test had not finished", child)
+                self.account(child)
+                self.live[slot] = self.fork(slot, self.replacement_plan())
+        if time.monotonic() >= self.next_kill:
+            slot = self.rng.randrange(SLOTS)
+            victim = self.live[slot]
+            kill_from_outside(
+                self.zygote, victim, self.inflight[slot], self.rng, spread=0.02, aim_for=0.3
+            )
+            if victim.code is None:
+                victim.code = self.zygote.wait(victim.pid, 5.0)
+            self.account(victim)
+            self.live[slot] = self.fork(slot, self.replacement_plan())
+            self.next_kill = time.monotonic() + self.rng.uniform(*KILL_GAP)
+
+    async def finish(self, engine: Engine, timeout: float = 120.0) -> float:
+        """Let the workers finish (every workflow terminal): the killed ones are replaced by
+        workers without a plan. How long it took."""
+        self.files.until.touch()
+        began = time.monotonic()
+        finished: set[int] = set()
+        while len(finished) < SLOTS:
+            if time.monotonic() - began > timeout:
+                stuck = [
+                    (r.id, r.state, r.lease_owner, r.next_due_at, r.parked, r.cancel)
+                    for r in await engine.store.list_workflows(
+                        WorkflowFilter(terminal=False, limit=20)
+                    )
+                ]
+                self.fail(f"the workers did not finish in {timeout}s; non-terminal: {stuck}")
+            codes = self.zygote.status([c.pid for s, c in self.live.items() if s not in finished])
+            for slot, child in self.live.items():
+                if slot in finished or codes[child.pid] is None:
+                    continue
+                child.code = codes[child.pid]
+                self.account(child)
+                if child.code == 0:
+                    finished.add(slot)
+                else:
+                    self.live[slot] = self.fork(slot, "", final=True)
+            await asyncio.sleep(0.02)
+        return time.monotonic() - began
+
+    def check_kills(self, others: Collection[int] = ()) -> list[Kill]:
+        """The self-kills of the workers (``others``: pids of other processes that may have
+        written the kill log); checks the log against what the test saw."""
+        seed, tally = self.seed, self.tally
+        kills = [k for k in read_kills(self.files.kill_log) if k.pid not in others]
+        assert len(kills) == sum(tally.self_kills.values()), f"[seed {seed}] kill log vs exits"
+        assert tally.external_in_flight >= 1, f"[seed {seed}] no kill landed while calls ran"
+        assert sum(1 for c in self.children if c.code == KILLED) == tally.total
+        return kills
+
+    def summary(self) -> str:
+        t = self.tally
+        return (
+            f"self-kills {dict(self.family_kills)}; external {t.external}, "
+            f"{t.external_in_flight} aimed while a call was in flight; of workers posing as "
+            f"remote {t.foreign}; {self.zygote.spawned} processes forked, {t.clean_exits} "
+            "workers exited cleanly"
+        )
+
+    def close(self) -> None:
+        for counter in self.inflight:
+            counter.close()
+
+
+def _by_verdict(verdicts: Counter[tuple[str, str]]) -> Counter[str]:
+    by: Counter[str] = Counter()
+    for (_, verdict), n in verdicts.items():
+        by[verdict] += n
+    return by
+
+
 @pytest.mark.alone
 @pytest.mark.acceptance
 @pytest.mark.parametrize("store", STORES)
@@ -279,20 +433,13 @@ async def test_fan_out_under_sigkill_every_child_once_heard_once(
     started = time.monotonic()
     deadline = started + (TORTURE_BUDGET if torture else BUDGET)
     service = Service(files.service, mode="count")
-    inflight = [InFlight(files.inflight(slot), create=True) for slot in range(SLOTS)]
-    plans = FamilyPlans(rng)
-    tally = Tally()
-    children: list[Child] = []
     parents: list[str] = []
-    family_kills: Counter[str] = Counter()
-
-    def fail(message: str, child: Child | None = None) -> None:
-        tail = child.stderr_tail() if child is not None else ""
-        pytest.fail(f"[seed {seed}] {message}{tail}", pytrace=False)
 
     engine = Engine(store_from_url(db), make_types(service))
     async with engine, contextlib.AsyncExitStack() as stack:
         zygote = stack.enter_context(FamilyZygote(tmp_path / "zygote.err"))
+        crew = _Crew(zygote, files, db, rng, seed)
+        stack.callback(crew.close)
 
         async def top_up(n: int) -> None:
             for _ in range(n):
@@ -300,66 +447,16 @@ async def test_fan_out_under_sigkill_every_child_once_heard_once(
                 await engine.start(PARENT, {OVER: list(range(CHILDREN))}, workflow_id=pid)
                 parents.append(pid)
 
-        def fork(slot: int, plan: str, *, final: bool = False) -> Child:
-            n = len(children)
-            ready, err = tmp_path / f"ready-{n}", tmp_path / f"worker-{n}.err"
-            foreign = not final and n % FOREIGN_EVERY == 1
-            argv = worker_argv(
-                files,
-                db,
-                mode="count",
-                ready=ready,
-                plan=plan,
-                seed=seed * 10_000 + n,
-                concurrency=rng.choice([2, 4, 8]),
-                slot=slot,
-                lease_seconds=LEASE,
-                stall_seconds=30.0,
-                watch_interval=0.1,
-                until=True,
-                foreign=foreign,
-            )
-            argv += ["--cap", str(CAP)]
-            pid = zygote.spawn(argv, tmp_path / f"worker-{n}.out", err)
-            children.append(Child(n, slot, pid, plan, ready, err, foreign=foreign))
-            return children[-1]
-
-        def replacement_plan() -> str:
-            return plans() if rng.random() < SELF_KILL_SHARE else ""
-
-        def account(child: Child) -> None:
-            settle(child, files.kill_log, tally, seed)
-            kill = next((k for k in read_kills(files.kill_log) if k.pid == child.pid), None)
-            if kill is not None:
-                family_kills[f"{kill.point}/{kill.detail}"] += 1
-
         await top_up(PARENTS_FIRST)
-        live = {slot: fork(slot, replacement_plan()) for slot in range(SLOTS)}
-        next_kill = time.monotonic() + rng.uniform(*KILL_GAP)
+        crew.start()
         next_top_up = 0.0
 
-        # -- kill, replace, kill again ----------------------------------------------------------
-        while tally.total < target:
+        # -- kill, replace, kill again; add parents as they end ---------------------------
+        while crew.tally.total < target:
             now = time.monotonic()
             if now > deadline:
-                fail(f"only {tally.total} kills within the time budget")
-            codes = zygote.status([c.pid for c in live.values()])
-            for slot, child in list(live.items()):
-                if codes[child.pid] is not None:
-                    child.code = codes[child.pid]
-                    if child.code == 0:
-                        fail("a worker exited although the test had not finished", child)
-                    account(child)
-                    live[slot] = fork(slot, replacement_plan())
-            if now >= next_kill:
-                slot = rng.randrange(SLOTS)
-                victim = live[slot]
-                kill_from_outside(zygote, victim, inflight[slot], rng, spread=0.02, aim_for=0.3)
-                if victim.code is None:
-                    victim.code = zygote.wait(victim.pid, 5.0)
-                account(victim)
-                live[slot] = fork(slot, replacement_plan())
-                next_kill = time.monotonic() + rng.uniform(*KILL_GAP)
+                crew.fail(f"only {crew.tally.total} kills within the time budget")
+            crew.step()
             if now >= next_top_up:
                 left = await engine.store.list_workflows(
                     WorkflowFilter(type=PARENT, terminal=False, limit=LOW_WATER)
@@ -370,58 +467,25 @@ async def test_fan_out_under_sigkill_every_child_once_heard_once(
             await asyncio.sleep(0.02)
         killing = time.monotonic() - started
 
-        # -- then let the workers finish: replace the killed ones by workers without a plan ----
-        files.until.touch()
-        finished: set[int] = set()
-        final_deadline = time.monotonic() + 120
-        while len(finished) < SLOTS:
-            if time.monotonic() > final_deadline:
-                stuck = [
-                    (r.id, r.state, r.lease_owner, r.next_due_at, r.parked)
-                    for r in await engine.store.list_workflows(
-                        WorkflowFilter(terminal=False, limit=20)
-                    )
-                ]
-                fail(f"the workers did not finish; non-terminal: {stuck}")
-            codes = zygote.status([c.pid for s, c in live.items() if s not in finished])
-            for slot, child in live.items():
-                if slot in finished or codes[child.pid] is None:
-                    continue
-                child.code = codes[child.pid]
-                account(child)
-                if child.code == 0:
-                    finished.add(slot)
-                else:
-                    live[slot] = fork(slot, "", final=True)
-            await asyncio.sleep(0.02)
-        forks = zygote.spawned
+        # -- then let the workers finish ------------------------------------------------
+        await crew.finish(engine)
         elapsed = time.monotonic() - started
-
-        kills = read_kills(files.kill_log)
-        assert len(kills) == sum(tally.self_kills.values()), f"[seed {seed}] kill log vs exits"
-        assert tally.external_in_flight >= 1, f"[seed {seed}] no kill landed while calls ran"
-        assert sum(1 for c in children if c.code == KILLED) == tally.total
+        kills = crew.check_kills()
         verdicts = read_verdicts(files.journal)
         verified = await _verify_fan_out(
             engine, service, parents, kills=kills, verdicts=verdicts, seed=seed
         )
-    by_verdict: Counter[str] = Counter()
-    for (_, verdict), n in verdicts.items():
-        by_verdict[verdict] += n
     service.close()
-    for counter in inflight:
-        counter.close()
+    by_verdict = _by_verdict(verdicts)
     assert by_verdict["Applied"] >= 1 and by_verdict["NotApplied"] >= 1, (
         f"[seed {seed}] reconcile never saw both answers: {dict(by_verdict)}"
     )
     print(
-        f"{name} seed={seed}: {tally.total} kills in {killing:.1f}s, {elapsed:.1f}s in all "
-        f"(self-kills {dict(family_kills)}; external {tally.external}, "
-        f"{tally.external_in_flight} aimed while a call was in flight; of workers posing as "
-        f"remote {tally.foreign}); {forks} workers forked, {tally.clean_exits} exited cleanly; "
-        f"reconcile verdicts {dict(by_verdict)}; {verified['parents']} parents x {CHILDREN} "
-        f"children (cap {CAP}), {verified['effects']} effects, each once; "
-        f"{verified['replayed']} workflows replayed equal to their rows"
+        f"{name} seed={seed}: {crew.tally.total} kills in {killing:.1f}s, {elapsed:.1f}s in "
+        f"all ({crew.summary()}); reconcile verdicts {dict(by_verdict)}; "
+        f"{verified['parents']} parents x {CHILDREN} children (cap {CAP}), "
+        f"{verified['effects']} effects, each once; {verified['replayed']} workflows replayed "
+        "equal to their rows"
     )
 
 
