@@ -39,6 +39,7 @@ from typing import Any
 
 from statewright import Engine, MachineBuilder, Next, Run, Worker, WorkflowType, store_from_url
 from statewright.engine.children import all_done, fan_out, gather
+from statewright.errors import VersionConflict
 from statewright.types import WorkflowFilter
 from tests.acceptance.crash.app import Faults, InFlight, Service, amount_of
 from tests.acceptance.crash.worker import EXIT_STALLED, foreign_worker_id, parse_plan
@@ -259,7 +260,16 @@ async def cancel(args: argparse.Namespace) -> int:
     engine.observers.transition.append(faults.on_transition)
     try:
         async with engine:
-            done = await engine.cancel(args.parent, reason=args.reason, actor="test canceller")
+            for attempt in range(20):
+                try:
+                    done = await engine.cancel(
+                        args.parent, reason=args.reason, actor="test canceller"
+                    )
+                    break
+                except VersionConflict:  # busy: again
+                    if attempt == 19:
+                        raise
+                    await asyncio.sleep(0.05)
             # Without --die: stay until the cascade (a background task) has run.
             for _ in range(200):
                 left = [
