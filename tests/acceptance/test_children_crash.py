@@ -18,6 +18,13 @@
   In the variant the process that ended the parent dies right after the parent's cancel
   transition, before it cancels the children: the workers' recovery rounds
   (``cancel_orphans``) must.
+- **Cancels mid-fan-out under kills.** Parents of quick, slow and waiting children, each
+  cancelled at a random point of its fan-out (by the test, or by a process that dies right
+  after the cancel; some workers' plans kill them right after they deliver a parent's cancel),
+  while the workers are killed again and again: afterwards no child is live, none was created
+  after its parent's end, each was heard at most once (exactly as gathered), each effect
+  happened at most once (exactly once, and in the ledger, for a shipped child), and replay
+  equals every row.
 
 Reproduce a failing run with ``STATEWRIGHT_CRASH_SEED=<seed>`` (printed, and in every message).
 """
