@@ -30,6 +30,8 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
             timeout=60,
         )
         assert done.returncode == 0, done.stderr
+        if "spawn: {type: read_file" in block:
+            assert done.stdout.splitlines() == ["summarised [('0', 4), ('1', 7)]"]
         if "fan_out" in block:
             assert done.stdout.splitlines() == [
                 "shipped {'0': 'book', '1': 'lamp', '2': 'mug'}",
