@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from statewright.definition.machine import State, Transition
 from statewright.engine.hooks import TransitionEvent
 from statewright.engine.nesting import moving
+from statewright.engine.rowcache import RowCache
 from statewright.engine.tracecontext import capture as capture_trace
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import (
@@ -169,39 +169,6 @@ class Dispatched:
     """False for an event sent ``if_allowed`` that was not allowed now: nothing changed."""
     refusal: IllegalTransition | None = None
     """Why it was not applied (its ``reason``, ``state`` and ``allowed`` events)."""
-
-
-class RowCache:
-    """The last row this process saw of recently touched workflows (bounded, LRU).
-
-    Only a starting guess for planning an external event: the compare-and-swap refuses a
-    stale one, and a refusal (or an illegal event) is always confirmed on a fresh read. It
-    saves a read per event for a process that drives its own workflows.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._rows: OrderedDict[str, WorkflowRow] = OrderedDict()
-
-    def get(self, workflow_id: str) -> WorkflowRow | None:
-        row = self._rows.get(workflow_id)
-        if row is not None:
-            self._rows.move_to_end(workflow_id)
-        return row
-
-    def put(self, row: WorkflowRow) -> None:
-        if self.size <= 0:
-            return
-        known = self._rows.get(row.id)
-        if known is not None and known.version > row.version:
-            return  # never replace a newer row with an older one
-        self._rows[row.id] = row
-        self._rows.move_to_end(row.id)
-        while len(self._rows) > self.size:
-            self._rows.popitem(last=False)
-
-    def drop(self, workflow_id: str) -> None:
-        self._rows.pop(workflow_id, None)
 
 
 def canonical(value: Any) -> str:
