@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from statewright.definition.compound import timer_key
 from statewright.definition.machine import Machine, State, Transition
-from statewright.types import TimerSpec
+from statewright.types import TimerSpec, quick_init
 
 __all__ = [
     "Move",
@@ -114,6 +114,7 @@ def state_timers(state: State, now: float) -> tuple[TimerSpec, ...]:
     )
 
 
+@quick_init
 @dataclass(frozen=True)
 class Move:
     """What a transition does to timers (see :func:`moving`)."""
@@ -145,6 +146,13 @@ def moving(
 ) -> Move:
     """The timer changes of taking ``t`` from the leaf ``source``. A migration enters its
     target anew (``old``: the version it leaves, when known, whose compound timers go)."""
+    if machine.tree is None and (old is None or old.tree is None):
+        # A flat machine (every transition of most workflows, on the hot path): its source
+        # is left and its target entered unless they are one state; no compound timers.
+        staying = t.target == source and not migrating
+        target = machine.states[t.target]
+        arm = () if staying else state_timers(target, now)
+        return Move(staying, arm, (), () if staying else (t.target,), t.target, machine)
     if machine.tree is None:
         # A flat machine (the hot path): a move to another state enters it, nothing else.
         staying = t.target == source and not migrating
