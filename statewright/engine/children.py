@@ -90,50 +90,50 @@ async def cancel_live_children(rt: Runtime, parent: WorkflowRow) -> int:
         for child in page:
             if child.terminal or (child.cancel is not None and child.lease_owner is not None):
                 continue  # ended, or its worker delivers the request it has
-            try:
-                done = await cancel(
-                    rt,
-                    child.id,
-                    ended_reason(parent.id),
-                    f"parent {parent.id}",
-                    "parent-ended",
-                    if_allowed=True,
-                )
-            except StatewrightError as exc:
-                log.warning("child %s of ended %s not cancelled: %s", child.id, parent.id, exc)
-                continue
-            asked += int(done.applied)
+            asked += await _cancel_child(rt, child, parent.id)
         if len(page) < 100:
             return asked
         after = page[-1].id
 
 
-async def cancel_orphans(rt: Runtime, limit: int = 100) -> int:
+async def cancel_orphans(
+    rt: Runtime, limit: int = 100, after: tuple[str, str] | None = None
+) -> tuple[int, tuple[str, str] | None]:
     """Cancel live children whose parent has ended (or is gone) and whose parent's type
-    cancels them: what an ended parent's process did not get to (a recovery round)."""
+    cancels them: what an ended parent's process did not get to (a recovery round). One page
+    of ``limit`` after ``after``; returns how many were cancelled and where the next round
+    goes on (None: from the start again), so that children left running on purpose
+    (``children_on_end="abandon"``) cannot hide the others however many there are."""
     if not isinstance(rt.store, Family):
-        return 0
+        return 0, None
     asked = 0
-    for child in await rt.store.orphans(limit):
+    page = await rt.store.orphans(limit, after)
+    for child in page:
         assert child.parent is not None
         parent = await rt.store.get_workflow(child.parent)
         if parent is not None and not _cancels_children(rt, parent):
             continue
-        ended = parent or child  # a parent gone: named by the child's link
-        try:
-            done = await cancel(
-                rt,
-                child.id,
-                ended_reason(child.parent),
-                f"parent {child.parent}",
-                "parent-ended",
-                if_allowed=True,
-            )
-        except StatewrightError as exc:
-            log.warning("orphan %s of %s not cancelled: %s", child.id, ended.id, exc)
-            continue
-        asked += int(done.applied)
-    return asked
+        asked += await _cancel_child(rt, child, child.parent)
+    last = page[-1] if len(page) == limit else None
+    return asked, None if last is None or last.parent is None else (last.parent, last.id)
+
+
+async def _cancel_child(rt: Runtime, child: WorkflowRow, parent_id: str) -> int:
+    """Cancel ``child`` of the ended ``parent_id`` (one key and reason whoever asks, so a
+    second ask replays the first); 1 if it was cancelled now, 0 if not (logged)."""
+    try:
+        done = await cancel(
+            rt,
+            child.id,
+            ended_reason(parent_id),
+            f"parent {parent_id}",
+            "parent-ended",
+            if_allowed=True,
+        )
+    except StatewrightError as exc:
+        log.warning("child %s of ended %s not cancelled: %s", child.id, parent_id, exc)
+        return 0
+    return int(done.applied)
 
 
 def _cancels_children(rt: Runtime, parent: WorkflowRow) -> bool:

@@ -130,6 +130,8 @@ class Worker:
         } or None
         """The claim limits of this worker's limited types (None: the fast claim only)."""
         self._slots: dict[str, Slot] = {}
+        self._orphans_after: tuple[str, str] | None = None
+        """Where the next recovery round reads orphaned children on (children.py)."""
         self._stopping = asyncio.Event()
         self._deadline: float | None = None
         self._hurry = asyncio.Event()
@@ -301,8 +303,9 @@ class Worker:
     async def _recover(self) -> None:
         try:
             await recover_stale(self.rt, worker_id=self.id, lease_seconds=self.lease_seconds)
-            # Live children of a parent whose process died before cancelling them.
-            await cancel_orphans(self.rt)
+            # Live children of a parent whose process died before cancelling them (a page
+            # a round, going on where the last round stopped).
+            _, self._orphans_after = await cancel_orphans(self.rt, after=self._orphans_after)
         except StoreError:
             log.exception("recovery failed", extra={"action": "recovery_failed"})
 

@@ -266,8 +266,12 @@ class CoreSQL(SQLStore):
         values = {"parent": parent_id, "after": after, "limit": limit}
         return [self.rows.workflow(r) for r in await self._all(self.queries["children"], values)]
 
-    async def orphans(self, limit: int = 100) -> list[WorkflowRow]:
-        rows = await self._all(self.queries["orphans"], {"limit": limit})
+    async def orphans(
+        self, limit: int = 100, after: tuple[str, str] | None = None
+    ) -> list[WorkflowRow]:
+        parent, wid = after or ("", "")
+        values = {"limit": limit, "after_parent": parent, "after_id": wid}
+        rows = await self._all(self.queries["orphans"], values)
         return [self.rows.workflow(r) for r in rows]
 
     async def history(

@@ -618,10 +618,13 @@ class Family(Protocol):
         """The workflows ``parent_id`` started as its children (see :attr:`NewWorkflow.parent`),
         in id order, after the id ``after``, at most ``limit``."""
 
-    async def orphans(self, limit: int = 100) -> list[WorkflowRow]:
+    async def orphans(
+        self, limit: int = 100, after: tuple[str, str] | None = None
+    ) -> list[WorkflowRow]:
         """Live children whose parent is terminal or gone (an ended parent's children are
         cancelled: see ``engine/children.py``), but those a worker holds with a cancel
-        request pending (it delivers it), at most ``limit``."""
+        request pending (it delivers it), in ``(parent, id)`` order after ``after``, at most
+        ``limit``."""
 
 
 @runtime_checkable

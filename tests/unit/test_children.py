@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -161,7 +162,7 @@ async def test_recovery_cancels_what_an_ended_parent_left_alive() -> None:
         engine.runtime.transitions.on_end = None  # the process dies before it cascades
         await engine.cancel("o1", reason="stop")
         assert [o.id for o in await engine.store.orphans()] == ["o1.0", "o1.1"]
-        assert await cancel_orphans(engine.runtime) == 2
+        assert await cancel_orphans(engine.runtime) == (2, None)
         assert [k.state for k in await engine.store.children("o1")] == ["cancelled"] * 2
         assert await engine.store.orphans() == []
 
@@ -173,7 +174,7 @@ async def test_abandoned_children_run_on_and_their_ends_reach_nobody() -> None:
         await run_all(engine)
         await engine.cancel("o1", reason="stop")
         await run_all(engine)
-        assert await cancel_orphans(engine.runtime) == 0
+        assert await cancel_orphans(engine.runtime) == (0, None)
         assert [k.state for k in await engine.store.children("o1")] == ["shipping"] * 2
         await engine.send("o1.0", "ship")
         await run_all(engine)
@@ -275,3 +276,24 @@ async def test_a_synchronous_handler_starts_children_too() -> None:
         await run_all(engine)
         row = await engine.get("o1")
         assert row.state == "done" and row.context["children"]["1"]["result"] == {"item": 6}
+
+
+async def test_abandoned_children_do_not_hide_the_orphans_recovery_must_cancel() -> None:
+    keep = parent_type(children_on_end="abandon")
+    abandoning = WorkflowType(
+        replace(keep.machine, name="a_order"), handlers=keep.handlers, children_on_end="abandon"
+    )
+    types = [abandoning, parent_type(), child_type(ship=False)]
+    async with Engine(SQLiteStore(":memory:"), types) as engine:
+        await engine.start("a_order", {"parcels": [1, 2, 3]}, workflow_id="a1")
+        await engine.start("order", {"parcels": [1]}, workflow_id="o1")
+        await run_all(engine)
+        engine.runtime.transitions.on_end = None  # no cascade: recovery's to do
+        await engine.cancel("a1", reason="stop")
+        await engine.cancel("o1", reason="stop")
+        after, rounds = None, 0
+        while (await engine.get("o1.0")).state != "cancelled":
+            _, after = await cancel_orphans(engine.runtime, limit=2, after=after)
+            rounds += 1
+            assert rounds <= 3, "the abandoned children hid the orphan"
+        assert [k.state for k in await engine.store.children("a1")] == ["shipping"] * 3

@@ -105,12 +105,15 @@ SELECT * FROM workflows WHERE parent_id = %(parent)s::text AND id > %(after)s::t
 -- name: orphans
 -- Live children whose parent is terminal or gone (an ended parent cancels them): those no
 -- cancel request waits on with a worker (a request on a row nobody holds may wait for good),
--- at most %(limit)s; read through the index of live children.
+-- after (after_parent, after_id) in the order of the index of live children, at most
+-- %(limit)s (a recovery round reads a page and the next round the next: an ended parent's
+-- abandoned children, read every time, cannot hide the others).
 SELECT c.* FROM workflows c LEFT JOIN workflows p ON p.id = c.parent_id
  WHERE c.parent_id IS NOT NULL AND NOT c.terminal
+   AND (c.parent_id, c.id) > (%(after_parent)s::text, %(after_id)s::text)
    AND (c.cancel_requested IS NULL OR c.lease_owner IS NULL)
    AND (p.id IS NULL OR p.terminal)
- LIMIT %(limit)s;
+ ORDER BY c.parent_id, c.id LIMIT %(limit)s;
 
 -- name: apply_transition
 -- One whole transition in one statement (one round trip): compare-and-swap the row (version,

@@ -37,12 +37,16 @@ SELECT * FROM workflows WHERE parent_id = :parent AND id > :after ORDER BY id LI
 -- name: orphans
 -- Live children whose parent is terminal or gone (an ended parent cancels them): those no
 -- cancel request waits on with a worker (a request on a row nobody holds may wait for good),
--- at most :limit; read through the index of live children.
-SELECT c.* FROM workflows c LEFT JOIN workflows p ON p.id = c.parent_id
+-- after (:after_parent, :after_id) in the order of the index of live children, at most
+-- :limit (a recovery round reads a page and the next round the next: an ended parent's
+-- abandoned children, read every time, cannot hide the others).
+SELECT c.* FROM workflows c INDEXED BY workflows_live_children
+  LEFT JOIN workflows p ON p.id = c.parent_id
  WHERE c.parent_id IS NOT NULL AND c.terminal = 0
+   AND (c.parent_id, c.id) > (:after_parent, :after_id)
    AND (c.cancel_requested IS NULL OR c.lease_owner IS NULL)
    AND (p.id IS NULL OR p.terminal = 1)
- LIMIT :limit;
+ ORDER BY c.parent_id, c.id LIMIT :limit;
 
 -- name: append_transition
 -- Append one entry to the transition log.

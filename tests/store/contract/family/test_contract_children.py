@@ -148,3 +148,15 @@ async def test_concurrent_first_children_are_all_created(store: Store) -> None:
     )
     assert all(created for _, created in made)
     assert len(await store.children("p")) == 6
+
+
+async def test_orphans_are_read_a_page_at_a_time_in_index_order(store: Store) -> None:
+    for parent in ("p", "q"):
+        await store.create_workflow(new(parent))
+        for key in ("b", "a"):
+            await store.create_workflow(new(f"{parent}.{key}", parent=ParentLink(parent, key)))
+        await store.apply_transition(move(parent, 1, "end", terminal=True))
+    first = await store.orphans(limit=3)
+    assert [o.id for o in first] == ["p.a", "p.b", "q.a"]
+    rest = await store.orphans(limit=3, after=("q", "q.a"))
+    assert [o.id for o in rest] == ["q.b"]

@@ -8,5 +8,5 @@ ALTER TABLE workflows ADD COLUMN parent_id TEXT;
 ALTER TABLE workflows ADD COLUMN parent_key TEXT;
 ALTER TABLE workflows ADD COLUMN has_children BOOLEAN NOT NULL DEFAULT false;
 CREATE INDEX workflows_children ON workflows (parent_id, id) WHERE parent_id IS NOT NULL;
-CREATE INDEX workflows_live_children ON workflows (parent_id)
+CREATE INDEX workflows_live_children ON workflows (parent_id, id)
     WHERE parent_id IS NOT NULL AND NOT terminal;
