@@ -555,7 +555,6 @@ async def test_cancel_mid_fan_out_leaves_no_live_child(
     db = _db(store, tmp_path, request)
     files = Files(tmp_path)
     service = Service(files.service, mode="count")
-    inflight = [InFlight(files.inflight(slot), create=True) for slot in range(SLOTS)]
     die = who == "canceller_dies"
     # With "canceller_dies" whichever process applies the parent's cancel (the canceller, or a
     # worker delivering the request when the parent was leased) SIGKILLs itself right after.
@@ -571,27 +570,11 @@ async def test_cancel_mid_fan_out_leaves_no_live_child(
     async with engine, contextlib.AsyncExitStack() as stack:
         zygote = stack.enter_context(FamilyZygote(tmp_path / "zygote.err"))
 
+        crew = _Crew(zygote, files, db, rng, seed, stall_seconds=120.0)
+        children = crew.children
+
         def fork(slot: int) -> Child:
-            n = len(children)
-            ready, err = tmp_path / f"ready-{n}", tmp_path / f"worker-{n}.err"
-            argv = worker_argv(
-                files,
-                db,
-                mode="count",
-                ready=ready,
-                plan=plan,
-                seed=seed * 10_000 + n,
-                concurrency=rng.choice([2, 4, 8]),
-                slot=slot,
-                lease_seconds=LEASE,
-                stall_seconds=120.0,
-                watch_interval=0.1,
-                until=True,
-            )
-            argv += ["--cap", str(CAP)]
-            pid = zygote.spawn(argv, tmp_path / f"worker-{n}.out", err)
-            children.append(Child(n, slot, pid, plan, ready, err))
-            return children[-1]
+            return crew.fork(slot, plan, final=True)  # final: never posing as remote
 
         await engine.start(PARENT, {OVER: _cancel_parcels()}, workflow_id=parent)
         live = {slot: fork(slot) for slot in range(SLOTS)}
@@ -735,7 +718,7 @@ async def test_cancel_mid_fan_out_leaves_no_live_child(
             "reasons": dict(by_reason),
         }
     service.close()
-    for counter in inflight:
+    for counter in crew.inflight:
         counter.close()
     print(
         f"{name} seed={seed}: {json.dumps(summary)}; died after applying the cancel: "

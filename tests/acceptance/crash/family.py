@@ -28,22 +28,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import random
-import signal
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from statewright import Engine, MachineBuilder, Next, Run, Worker, WorkflowType, store_from_url
+from statewright import Engine, MachineBuilder, Next, Run, WorkflowType, store_from_url
 from statewright.engine.children import all_done, fan_out, gather
 from statewright.errors import VersionConflict
-from statewright.types import WorkflowFilter
-from tests.acceptance.crash.app import Faults, InFlight, Service, amount_of
-from tests.acceptance.crash.worker import EXIT_STALLED, foreign_worker_id, parse_plan
+from tests.acceptance.crash.app import Faults, Service, amount_of
 from tests.acceptance.crash.worker import parser as crash_parser
+from tests.acceptance.crash.worker import run as run_worker
 from tests.acceptance.crash.zygote import PRELOAD, Zygote
 from tests.forkserver import ForkServer
 
@@ -176,69 +171,8 @@ def make_types(
 
 
 async def run(args: argparse.Namespace) -> int:
-    """As :func:`tests.acceptance.crash.worker.run`, with the family's types."""
-    inflight = None
-    if args.inflight:
-        inflight = InFlight(args.inflight)
-        inflight.set(0)  # the previous worker of this slot may have died mid-call
-    faults = Faults(
-        parse_plan(args.plan),
-        args.kill_log,
-        random.Random(args.seed),
-        max_jitter=args.jitter,
-        call_delay=args.call_delay,
-        inflight=inflight,
-    )
-    service = Service(args.service, journal=args.journal, mode=args.mode)
-    store = store_from_url(args.db)
-    engine = Engine(store, make_types(service, faults, args.cap))
-    engine.observers.transition.append(faults.on_transition)
-    until = Path(args.until_file) if args.until_file else None
-    try:
-        async with engine:
-            Path(args.ready).write_text(str(os.getpid()))
-            worker = Worker(
-                engine,
-                concurrency=args.concurrency,
-                lease_seconds=args.lease_seconds,
-                poll_interval=0.02,
-                worker_id=foreign_worker_id() if args.foreign else None,
-            )
-            task = asyncio.create_task(worker.run())
-            terminated = asyncio.Event()
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminated.set)
-            seen: frozenset[tuple[str, int]] | None = None
-            last_progress = time.monotonic()
-            while True:
-                await asyncio.sleep(args.watch_interval)
-                if terminated.is_set():
-                    worker.stop()
-                    await task
-                    print(json.dumps({"stopped": True, "worker": worker.id}))
-                    return 0
-                if task.done():
-                    task.result()
-                    raise RuntimeError("Worker.run returned although it was not stopped")
-                left = await store.list_workflows(WorkflowFilter(terminal=False, limit=100_000))
-                now_seen = frozenset((w.id, w.version) for w in left)
-                if now_seen != seen or not left:
-                    seen, last_progress = now_seen, time.monotonic()
-                if not left and (until is None or until.exists()):
-                    break
-                if time.monotonic() - last_progress > args.stall_seconds:
-                    worker.stop()
-                    await task
-                    stuck = {w.id: (w.state, w.next_due_at, w.lease_owner) for w in left}
-                    print(f"stalled; non-terminal: {stuck}", file=sys.stderr)
-                    return EXIT_STALLED
-            worker.stop()
-            await task
-            print(json.dumps({"processed": worker.processed, "seen": faults.seen}))
-            return 0
-    finally:
-        service.close()
-        if inflight is not None:
-            inflight.close()
+    """:func:`tests.acceptance.crash.worker.run`, with the family's types."""
+    return await run_worker(args, lambda service, faults, a: make_types(service, faults, a.cap))
 
 
 def parser() -> argparse.ArgumentParser:

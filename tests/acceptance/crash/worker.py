@@ -25,10 +25,10 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from statewright import Engine, Worker, store_from_url
+from statewright import Engine, Worker, WorkflowType, store_from_url
 from statewright.types import WorkflowFilter
 from tests.acceptance.crash.app import MODES, Faults, InFlight, Service, make_type
 
@@ -50,7 +50,17 @@ def foreign_worker_id() -> str:
     return f"{socket.gethostname()}-elsewhere:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-async def run(args: argparse.Namespace) -> int:
+TypesFor = Callable[[Service, Faults, argparse.Namespace], list[WorkflowType]]
+"""The workflow types a worker process runs, bound to its service and faults."""
+
+
+def _crash_types(service: Service, faults: Faults, args: argparse.Namespace) -> list[WorkflowType]:
+    return [make_type(service, faults)]
+
+
+async def run(args: argparse.Namespace, types: TypesFor = _crash_types) -> int:
+    """One worker process: run until every workflow has ended (or SIGTERM), reporting a
+    stall; ``types``: what it runs (the crash app's type by default)."""
     inflight = None
     if args.inflight:
         inflight = InFlight(args.inflight)
@@ -65,7 +75,7 @@ async def run(args: argparse.Namespace) -> int:
     )
     service = Service(args.service, journal=args.journal, mode=args.mode)
     store = store_from_url(args.db)
-    engine = Engine(store, [make_type(service, faults)])
+    engine = Engine(store, types(service, faults, args))
     engine.observers.transition.append(faults.on_transition)
     until = Path(args.until_file) if args.until_file else None
     try:
