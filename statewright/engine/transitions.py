@@ -23,7 +23,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statewright.definition.machine import State, Transition
@@ -331,13 +331,12 @@ class Transitions:
         does not fit the limits, or whose hook raises, is reported as such, not as the
         child's: its end must still reach the parent."""
         try:
-            notice = wtype.notice(row, final, context, now)
+            notice = wtype.notice(row, final, {"result": wtype.child_result(context)}, now)
             self.limits.check(notice.payload, f"result of {row.id!r} for its parent")
         except Exception as exc:  # the type's result hook, or the limits
             log.warning("the result of child %s is not sent: %s", row.id, exc)
-            notice = wtype.notice(row, final, {}, now)
             error = f"the result could not be sent: {exc}"
-            notice = replace(notice, payload={**notice.payload, "result": None, "error": error})
+            notice = wtype.notice(row, final, {"result": None, "error": error}, now)
         return notice
 
     # -- writes --------------------------------------------------------------------------------

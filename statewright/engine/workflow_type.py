@@ -273,19 +273,24 @@ class WorkflowType:
         """
         return state in self.handlers or not self._decides
 
+    def child_result(self, context: Mapping[str, Any]) -> Any:
+        """What a child of this type reports to its parent as it ends (``result``; default
+        its final context). Raises what the hook raises."""
+        return dict(context) if self.result is None else self.result(context)
+
     def notice(
-        self, row: WorkflowRow, final: str, context: Mapping[str, Any], at: float
+        self, row: WorkflowRow, final: str, payload: Mapping[str, Any], at: float
     ) -> TimerSpec:
         """The timer a child of this type arms on its parent as it ends (``row`` entering the
-        terminal state ``final`` with ``context``): see :mod:`statewright.engine.children`
-        and :attr:`~statewright.types.TransitionWrite.notice`."""
+        terminal state ``final``), with ``payload`` added to the notice's own (``result``,
+        say): see :mod:`statewright.engine.children` and
+        :attr:`~statewright.types.TransitionWrite.notice`."""
         assert row.parent_key is not None
         event = self.parent_events.get(final) or (
             CHILD_FAILED if final in FAILED_STATES else CHILD_DONE
         )
-        result: Any = dict(context) if self.result is None else self.result(context)
-        payload = {"child": row.id, "key": row.parent_key, "state": final, "result": result}
-        return TimerSpec(at, event, payload, key=NOTICE_PREFIX + row.parent_key, keep=True)
+        full = {"child": row.id, "key": row.parent_key, "state": final, **payload}
+        return TimerSpec(at, event, full, key=NOTICE_PREFIX + row.parent_key, keep=True)
 
     def recovery_for(self, state: str) -> RecoveryAction:
         return self.recovery.get(state, "rerun")

@@ -297,3 +297,20 @@ async def test_abandoned_children_do_not_hide_the_orphans_recovery_must_cancel()
             rounds += 1
             assert rounds <= 3, "the abandoned children hid the orphan"
         assert [k.state for k in await engine.store.children("a1")] == ["shipping"] * 3
+
+
+async def test_a_child_whose_result_cannot_be_sent_still_reaches_its_parent() -> None:
+    wtype = child_type()
+
+    def broken(context: Any) -> Any:
+        raise KeyError("no such key")
+
+    kid = WorkflowType(wtype.machine, handlers=wtype.handlers, result=broken)
+    async with Engine(SQLiteStore(":memory:"), [parent_type(), kid]) as engine:
+        await engine.start("order", {"parcels": [1]}, workflow_id="o1")
+        await run_all(engine)
+        row = await engine.get("o1")
+        assert row.state == "done"
+        assert row.context["children"]["0"] == {"state": "shipped", "result": None}
+        [*_, heard] = await engine.history("o1")
+        assert "no such key" in heard.payload["error"]
