@@ -398,7 +398,6 @@ PARAM_VALUES: dict[str, Any] = {
     "release_lease": False,
     "require_unleased": False,
     "clear_timers": False,
-    "timers_exact": False,
     "all": False,
     "keep": False,
 }

@@ -24,7 +24,7 @@ of its own on top of the transitions' shared ones (1.7 commits per state, now 0.
   fired timer gone, a snapshot that missed a concurrent update) returns no row, and the
   others go on. Those are asked why *after* the COMMIT (``_refusal``, one more round trip per
   refused write, on failure only), so the answer is read from committed state exactly as the
-  one-statement path reads it; one refused only by the snapshot (``timers_exact``/xmin)
+  one-statement path reads it; one refused only by the snapshot's row version (xmin)
   check is queued again for a later batch, up to the same number of runs. A statement that
   does raise (an idempotency key already in the log, a value the server rejects) aborts the
   transaction, so nothing of the batch committed: it is rolled back, the failing write is
@@ -393,7 +393,7 @@ class GroupCommit:
         again: list[_Pending] = []
         for i, p in enumerate(refused):
             assert p.write is not None, "only a transition is refused by no row"
-            retry = bool(p.params["timers_exact"]) and p.rounds < SNAPSHOT_ROUNDS - 1
+            retry = p.rounds < SNAPSHOT_ROUNDS - 1
             try:
                 refusal = await self.store._refusal(conn, p.write, retryable=retry)
             except psycopg.Error as exc:

@@ -25,25 +25,23 @@ def timer_params(timers: Iterable[TimerSpec]) -> dict[str, list[Any]]:
     }
 
 
-def timer_change_params(w: TransitionWrite | DeferWrite, clear: bool) -> dict[str, Any]:
+def timer_change_params(w: TransitionWrite | DeferWrite) -> dict[str, Any]:
     """A write's timer changes: the timers to arm, the keys they replace or that are
-    cancelled, the fired timer, and that the write must see every timer (see
-    ``apply_transition``).
+    cancelled, and the fired timer.
 
-    Every write must: each sets ``next_due_at`` from the pending timers as its statement's
-    snapshot shows them, and a timer armed meanwhile on its own (``schedule_timer``, or a
-    child's end armed on its parent) commits with an update of the row that this write then
-    waits for and would overwrite with a due time that misses it, leaving the timer pending
-    on a row no worker claims. Required for every write, such a write matches nothing and
-    runs again on a fresh snapshot. (``clear`` is kept for the callers: it used to decide.)
+    Every write also requires the row version its statement's snapshot saw (``xmin``, in
+    ``apply_transition`` and ``defer_workflow``): each sets ``next_due_at`` from the pending
+    timers that snapshot shows, and a timer armed meanwhile on its own (``schedule_timer``,
+    or a child's end armed on its parent) commits with an update of the row that this write
+    then waits for, and would overwrite with a due time that misses it, leaving the timer
+    pending on a row no worker claims. Such a write matches nothing and runs again on a
+    fresh snapshot (see ``_refusal``'s ``retryable``).
     """
-    del clear
     drop = params.dropped_keys(w)
     return {
         **timer_params(w.add_timers),
         "drop_keys": drop,
         "fired_timer_id": w.fired_timer_id,
-        "timers_exact": True,
     }
 
 
@@ -54,7 +52,7 @@ def transition_params(w: TransitionWrite) -> dict[str, Any]:
         **params.logged(w, POSTGRES),
         "clear_timers": bool(w.clear_timers),
         "inbox_ids": list(w.consume_inbox_ids),
-        **timer_change_params(w, w.clear_timers),
+        **timer_change_params(w),
         **step_finish_params(w.step_finish),
     }
 

@@ -141,7 +141,7 @@ class PostgresTransitions(PostgresBase, core.CoreSQL):
                 if write.idempotency_key is not None and "idempotency" in diag:
                     raise core.key_used_earlier(write) from exc
                 raise
-            if row is not None or not values["timers_exact"]:
+            if row is not None:
                 break
             # Refused by the row-version check alone (a concurrent update of the row,
             # e.g. a timer scheduled on its own, since this statement's snapshot)? Then
@@ -177,12 +177,12 @@ class PostgresTransitions(PostgresBase, core.CoreSQL):
         raise AssertionError("unreachable")
 
     async def defer(self, write: DeferWrite) -> WorkflowRow:
-        values = params.deferral(write) | timer_change_params(write, False)
+        values = params.deferral(write) | timer_change_params(write)
         values["inbox_ids"] = list(write.consume_inbox_ids)
         async with self._connection(write=True) as conn:
             for _ in range(SNAPSHOT_ROUNDS):
                 row = await (await conn.execute(Q["defer_workflow"], values)).fetchone()
-                if row is not None or not values["timers_exact"]:
+                if row is not None:
                     break
                 if await self._refusal(conn, write, retryable=True) is not None:
                     break

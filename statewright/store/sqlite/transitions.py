@@ -201,7 +201,7 @@ def _notify_parent(conn: sqlite3.Connection, notice: params.Params) -> None:
     if parent is None:
         return  # the parent ended or is gone: nobody waits for the notice
     timer = notice | {"id": parent["id"], "every": None, "keep": 1}
-    replaced = conn.execute(Q["delete_timer_by_key"], timer).fetchone()
+    replaced = conn.execute(Q["take_timer_key"], timer).fetchone()
     conn.execute(Q["insert_timer"], timer)
     removed = None if replaced is None else replaced[0]
     set_next_due(conn, parent["id"], parent, removed, notice["due_at"])

@@ -127,9 +127,9 @@ SELECT c.* FROM workflows c LEFT JOIN workflows p ON p.id = c.parent_id
 -- log_horizon), taken after the row lock so a writer holding it never waits for anything else.
 -- Timers: clearing deletes those not kept (all at a terminal state); keyed timers being armed
 -- replace their key's pending one (deleted before the insert, which reads what the deletion
--- returned so it runs after it). A fired timer must still be pending. When the write changes
--- timers (timers_exact), it also requires the row version its snapshot saw (xmin): a timer
--- scheduled on its own commits with an update of the row, so a write whose snapshot missed
+-- returned so it runs after it). A fired timer must still be pending. Every write requires
+-- the row version its snapshot saw (xmin): a timer scheduled on its own (or a child's end
+-- armed on its parent) commits with an update of the row, so a write whose snapshot missed
 -- it matches nothing here and the store runs it again on a fresh snapshot. A step outcome
 -- carried by the transition (the handler's last step, done) is recorded with it, only if that
 -- attempt is still executing (else the compare-and-swap matches nothing). Workers are notified
@@ -179,8 +179,7 @@ WITH items AS (
        AND (%(fired_timer_id)s::bigint IS NULL
             OR EXISTS (SELECT 1 FROM timers
                         WHERE id = %(fired_timer_id)s::bigint AND workflow_id = %(id)s))
-       AND (NOT %(timers_exact)s
-            OR xmin = (SELECT w.xmin FROM workflows w WHERE w.id = %(id)s))
+       AND xmin = (SELECT w.xmin FROM workflows w WHERE w.id = %(id)s)
        AND (%(step_key)s::text IS NULL
             OR EXISTS (SELECT 1 FROM steps
                         WHERE key = %(step_key)s::text AND workflow_id = %(id)s
@@ -317,8 +316,7 @@ WITH items AS (
        AND (%(fired_timer_id)s::bigint IS NULL
             OR EXISTS (SELECT 1 FROM timers
                         WHERE id = %(fired_timer_id)s::bigint AND workflow_id = %(id)s))
-       AND (NOT %(timers_exact)s
-            OR xmin = (SELECT w.xmin FROM workflows w WHERE w.id = %(id)s))
+       AND xmin = (SELECT w.xmin FROM workflows w WHERE w.id = %(id)s)
     RETURNING *
 ), disarmed AS (
     DELETE FROM timers

@@ -26,8 +26,9 @@ SELECT p.id, p.state, p.state_entered_at, p.terminal, p.next_due_at, p.attempts,
   FROM workflows c JOIN workflows p ON p.id = c.parent_id
  WHERE c.id = :child AND NOT p.terminal;
 
--- name: delete_timer_by_key
--- A pending timer of a key (a notice replaces it): its due time.
+-- name: take_timer_key
+-- Delete a workflow's pending timer of one key (a notice replaces it); its due time (as
+-- PostgreSQL's take_timer_key).
 DELETE FROM timers WHERE workflow_id = :id AND key = :key RETURNING due_at;
 
 -- name: children
