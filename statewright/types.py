@@ -171,6 +171,9 @@ class TransitionRecord:
     at: float
     idempotency_key: str | None = None
     """The client's idempotency key, when the event was sent with one."""
+    messages: JSON | None = None
+    """What the transition's handler emitted (``run.emit``): a list of ``{"topic", "body"}``,
+    committed with the entry; None when none. Replay ignores it."""
 
 
 @quick_init
@@ -388,6 +391,9 @@ class TransitionWrite:
     has one): in the same transaction, armed on the parent as a one-shot timer due at once,
     replacing its pending timer of ``notice.key``, and the parent made due, unless the
     parent is gone or terminal (then nothing is armed). Exactly once, as the transition."""
+    messages: tuple[Mapping[str, Any], ...] = ()
+    """Messages emitted by the handler (``run.emit``, ``{"topic", "body"}`` each), stored
+    with the log entry (NULL when none): they commit with the transition or not at all."""
 
 
 @quick_init

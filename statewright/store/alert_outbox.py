@@ -57,6 +57,13 @@ class OutboxRecord:
     delivered_at: float | None
     dead_at: float | None
     last_error: str | None
+    kind: str = "alert"
+    """``alert``, or ``transition`` (a subscription's: ``alert`` holds its body and
+    ``receiver`` its URL)."""
+    subscription: str | None = None
+    order_key: str | None = None
+    """A transition notification's workflow: sent after the earlier ones of its subscription
+    and workflow are delivered or dead."""
 
 
 def enqueue_params(

@@ -10,6 +10,7 @@ from statewright.store.postgres.timers import PostgresTimers
 from statewright.store.postgres.transitions import PostgresTransitions
 from statewright.store.postgres.workers import PostgresWorkers
 from statewright.store.schedules import SchedulesSQL
+from statewright.store.subscriptions_sql import SubscriptionsSQL
 
 
 class PostgresStore(
@@ -20,6 +21,7 @@ class PostgresStore(
     PostgresRetention,
     SchedulesSQL,
     AlertOutboxSQL,
+    SubscriptionsSQL,
 ):
     """Every part of the store (:class:`~statewright.store.protocol.FullStore`) on
     PostgreSQL.

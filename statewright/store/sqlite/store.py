@@ -9,6 +9,7 @@ from statewright.store.sqlite.retention import SQLiteRetention
 from statewright.store.sqlite.timers import SQLiteTimers
 from statewright.store.sqlite.transitions import SQLiteTransitions
 from statewright.store.sqlite.workers import SQLiteWorkers
+from statewright.store.subscriptions_sql import SubscriptionsSQL
 
 
 class SQLiteStore(
@@ -19,6 +20,7 @@ class SQLiteStore(
     SQLiteRetention,
     SchedulesSQL,
     AlertOutboxSQL,
+    SubscriptionsSQL,
 ):
     """Every part of the store (:class:`~statewright.store.protocol.FullStore`) on one
     SQLite file (or ``:memory:``).

@@ -1,0 +1,161 @@
+"""Messages commit with the transition, and a webhook subscription's pump enqueues the
+matching log entries into the outbox alerts use, once, in order per workflow, with stable
+keys; on both stores."""
+
+from __future__ import annotations
+
+import pytest
+
+from statewright import Engine, InvalidInput, ManualClock, Worker
+from statewright.engine import subscriptions as subs
+from statewright.observability.delivery import AlertDelivery
+from statewright.store.subscriptions import Subscription, SubscriptionFilter
+from tests.alerting.receiver import receiver
+
+
+async def _order(engine: Engine, wid: str, *, fail: bool = False) -> None:
+    await engine.start("shop_order", {"items": 2}, workflow_id=wid)
+    await engine.send(wid, "fail" if fail else "pack")
+
+
+async def test_emitted_messages_are_stored_with_the_transition(engine: Engine) -> None:
+    await _order(engine, "o1")
+    await Worker(engine).run_until_idle()
+    log = await engine.history("o1")
+    assert [t.event for t in log] == ["$start", "pack", "packed"]
+    assert log[0].messages is None and log[1].messages is None  # NULL when none
+    assert log[2].messages == [
+        {"topic": "order.packed", "body": {"order": "o1", "items": 2}},
+        {"topic": "audit", "body": {"who": "packer"}},
+    ]
+    await engine.check("o1")  # replay ignores them
+
+
+async def test_emit_checks_its_input(engine: Engine) -> None:
+    from statewright.engine.emit import message
+    from statewright.jsonvalue import Limits
+
+    with pytest.raises(InvalidInput, match="topic"):
+        message(Limits(), "bad topic!", {}, 0)
+    with pytest.raises(InvalidInput, match="at most"):
+        message(Limits(), "t", {}, 100)
+    assert message(Limits(), "a.b", [1], 0) == {"topic": "a.b", "body": [1]}
+
+
+async def test_pump_enqueues_matching_entries_once_with_cas(engine: Engine) -> None:
+    store = engine.store
+    sub = Subscription("failures", SubscriptionFilter(states=("failed",)), url="http://r/x")
+    rec = await store.put_subscription(sub, engine.clock.now())
+    await _order(engine, "old", fail=True)  # before the subscription? no: cursor is at the end
+    assert rec.cursor >= 0
+    await _order(engine, "a", fail=True)
+    await _order(engine, "b")
+    await Worker(engine).run_until_idle()
+    read, made = await subs.pump(store, rec, registry=engine.runtime.registry)
+    assert read >= 5 and made == 2
+    # The same cursor again (a second pump that raced): the compare-and-swap refuses.
+    assert await subs.pump(store, rec, registry=engine.runtime.registry) == (0, 0)
+    fresh = await store.get_subscription("failures")
+    assert fresh is not None and fresh.cursor > rec.cursor
+    assert await subs.pump(store, fresh) == (0, 0)  # caught up
+    rows = [r for r in await store.alert_notifications() if r.kind == "transition"]
+    assert sorted(r.order_key or "" for r in rows) == ["a", "old"]
+    by_wf = {r.order_key: r for r in rows}
+    assert by_wf["a"].idempotency_key == "failures:a:2"
+    body = dict(by_wf["a"].alert)
+    assert body["to_state"] == "failed" and body["terminal"] is True
+    assert body["type"] == "shop_order" and body["event"] == "fail"
+    assert body["subscription"] == "failures" and body["version"] == 2
+
+
+async def test_a_new_subscription_starts_at_the_end_of_the_log(engine: Engine) -> None:
+    await _order(engine, "before", fail=True)
+    rec = await engine.store.put_subscription(
+        Subscription("late", url="http://r/late"), engine.clock.now()
+    )
+    assert await subs.pump(engine.store, rec) == (0, 0)
+    whole = await engine.store.put_subscription(
+        Subscription("all", url="http://r/all"), engine.clock.now(), cursor=0
+    )
+    read, made = await subs.pump(engine.store, whole)
+    assert read == made == 2
+
+
+async def test_topics_deliver_each_message(engine: Engine) -> None:
+    f = SubscriptionFilter(topics=("order.packed",), types=("shop_order",))
+    rec = await engine.store.put_subscription(
+        Subscription("packed", f, url="http://r/p"), engine.clock.now()
+    )
+    await _order(engine, "m1")
+    await Worker(engine).run_until_idle()
+    _, made = await subs.pump(engine.store, rec, registry=engine.runtime.registry)
+    assert made == 1
+    [row] = [r for r in await engine.store.alert_notifications() if r.kind == "transition"]
+    assert row.idempotency_key == "packed:m1:3:0"
+    assert row.alert["kind"] == "message"
+    assert row.alert["message"] == {"topic": "order.packed", "body": {"order": "m1", "items": 2}}
+
+
+async def test_claims_keep_order_per_workflow(engine: Engine, clock: ManualClock) -> None:
+    store = engine.store
+    rec = await store.put_subscription(Subscription("all", url="http://r/all"), clock.now())
+    for wid in ("w1", "w2"):
+        await _order(engine, wid)
+    await Worker(engine).run_until_idle()
+    await subs.pump(store, rec)
+    now = clock.now()
+    # Only each workflow's first notification is handed out while it is pending.
+    first = await store.claim_alert_notifications("c1", now, now + 60, 100)
+    assert sorted((r.order_key, r.alert["version"]) for r in first) == [("w1", 1), ("w2", 1)]
+    assert await store.claim_alert_notifications("c2", now, now + 60, 100) == []
+    w1 = next(r for r in first if r.order_key == "w1")
+    w2 = next(r for r in first if r.order_key == "w2")
+    # A failure due later holds its workflow back; a delivery lets the next one out.
+    assert await store.finish_alert_notification(
+        w1.id, "c1", at=now, delivered=False, retry_at=now + 30
+    )
+    assert await store.finish_alert_notification(w2.id, "c1", at=now, delivered=True)
+    [nxt] = await store.claim_alert_notifications("c3", now, now + 60, 100)
+    assert (nxt.order_key, nxt.alert["version"]) == ("w2", 2)
+    # A dead letter does not block its workflow for good.
+    clock.advance(31)
+    [again] = await store.claim_alert_notifications("c4", clock.now(), clock.now() + 60, 100)
+    assert again.id == w1.id
+    assert await store.finish_alert_notification(again.id, "c4", at=clock.now(), delivered=False)
+    [after] = await store.claim_alert_notifications("c5", clock.now(), clock.now() + 60, 100)
+    assert (after.order_key, after.alert["version"]) == ("w1", 2)
+
+
+async def test_delivery_sends_transitions_and_alerts_alike(engine: Engine) -> None:
+    with receiver() as rec:
+        await engine.store.put_subscription(
+            Subscription("hook", url=rec.url, headers={"X-Team": "ops"}, secret="s3"),
+            engine.clock.now(),
+        )
+        await _order(engine, "d1")
+        await Worker(engine).run_until_idle()
+        d = AlertDelivery(engine, alerts=False)
+        assert await d.pump() == 3
+        for _ in range(3):
+            report = await d.deliver()
+            assert len(report.delivered) == 1  # each waits for the one before
+        assert [r.key for r in rec.requests] == ["hook:d1:1", "hook:d1:2", "hook:d1:3"]
+        assert [b["to_state"] for b in rec.bodies()] == ["placed", "packing", "shipped"]
+        assert rec.bodies()[2]["messages"][0]["topic"] == "order.packed"
+        assert d.counts["transition"]["delivered"] == 3
+        assert await engine.store.outbox_pending() == {}
+
+
+async def test_subscription_validation() -> None:
+    with pytest.raises(InvalidInput):
+        Subscription("x", url="ftp://nope")
+    with pytest.raises(InvalidInput):
+        Subscription("x")  # neither url nor consumer
+    with pytest.raises(InvalidInput):
+        Subscription("bad name", url="http://r")
+    with pytest.raises(InvalidInput):
+        SubscriptionFilter.from_json({"colour": ["red"]})
+    with pytest.raises(InvalidInput):
+        SubscriptionFilter(states="failed")  # type: ignore[arg-type]
+    f = SubscriptionFilter.from_json({"states": ["failed"], "terminal": True})
+    assert SubscriptionFilter.from_json(f.to_json()) == f
