@@ -171,7 +171,7 @@ class TransitionRecord:
     at: float
     idempotency_key: str | None = None
     """The client's idempotency key, when the event was sent with one."""
-    messages: JSON | None = None
+    messages: list[Any] | None = None
     """What the transition's handler emitted (``run.emit``): a list of ``{"topic", "body"}``,
     committed with the entry; None when none. Replay ignores it."""
 
