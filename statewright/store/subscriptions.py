@@ -142,6 +142,23 @@ class SubscriptionRecord:
     def name(self) -> str:
         return self.subscription.name
 
+    def to_json(self) -> dict[str, Any]:
+        """Its JSON view (the CLI's, HTTP's): the secret never shown, only whether it is set;
+        header values hidden likewise (they often carry credentials)."""
+        sub = self.subscription
+        return {
+            "name": sub.name,
+            "filter": sub.filter.to_json(),
+            "url": sub.url,
+            "consumer": sub.consumer,
+            "headers": sorted(sub.headers),
+            "signed": sub.secret is not None,
+            "paused": sub.paused,
+            "cursor": self.cursor,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
 
 @dataclass(frozen=True)
 class Notification:
