@@ -432,6 +432,12 @@ class SubscriptionNotFound(StatewrightError):
         super().__init__(f"no subscription {name!r}", name=name)
 
 
+class InvalidSubscription(InvalidInput):
+    """A subscription's name, target (URL or consumer), headers or filter is not valid."""
+
+    code = "invalid_subscription"
+
+
 class InvalidSchedule(InvalidInput):
     """A schedule's cron expression, time zone, catch-up policy or id is not valid."""
 

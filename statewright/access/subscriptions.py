@@ -11,6 +11,12 @@ from statewright.errors import Forbidden
 from statewright.store.subscriptions import Subscription, SubscriptionRecord
 
 
+def may_manage(access: Access) -> None:
+    """Raise Forbidden unless the caller may declare subscriptions (checked before the
+    declaration itself is, so a caller without the right learns nothing from it)."""
+    _operator(access, "manage subscriptions")
+
+
 def _operator(access: Access, what: str) -> None:
     access.principal.check_role(what, *OPERATORS)
     if access.principal.scope is not None:

@@ -101,9 +101,12 @@ class SubscriptionRemoved(BaseModel):
     status_code=201,
     summary="Operators: declare a transition webhook or consumer subscription",
     description="Creates the subscription, or changes the one of that name (its cursor kept). "
-    "Needs the operator or admin role, with a token that sees every tenant.",
+    "Needs the operator or admin role, with a token that sees every tenant. 409 "
+    "`invalid_subscription` for both or neither of `url` and `consumer`, a URL that is not "
+    "http(s).",
 )
 async def declare(body: SubscriptionIn, access: AccessDep) -> Response:
+    subs.may_manage(access)
     f = body.filter
     sub = Subscription(
         body.name,

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from statewright.errors import InvalidInput
+from statewright.errors import InvalidSubscription
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 """A subscription's name: a letter or digit, then up to 99 of letters, digits, ``_ . -``."""
@@ -26,10 +26,10 @@ NotificationStatus = Literal["transition", "message"]
 
 def _names(value: Any, what: str) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
-        raise InvalidInput(f"subscription filter {what}: expected a list of names")
+        raise InvalidSubscription(f"subscription filter {what}: expected a list of names")
     out = tuple(dict.fromkeys(value))
     if len(out) > MAX_ITEMS or not all(isinstance(v, str) and 0 < len(v) <= 200 for v in out):
-        raise InvalidInput(f"subscription filter {what}: up to {MAX_ITEMS} non-empty names")
+        raise InvalidSubscription(f"subscription filter {what}: up to {MAX_ITEMS} non-empty names")
     return out
 
 
@@ -55,9 +55,9 @@ class SubscriptionFilter:
         for name in ("types", "states", "events", "topics"):
             object.__setattr__(self, name, _names(getattr(self, name), name))
         if not isinstance(self.terminal, bool):
-            raise InvalidInput("subscription filter terminal: expected true or false")
+            raise InvalidSubscription("subscription filter terminal: expected true or false")
         if self.tenant is not None and not isinstance(self.tenant, str):
-            raise InvalidInput("subscription filter tenant: expected a string")
+            raise InvalidSubscription("subscription filter tenant: expected a string")
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -77,10 +77,12 @@ class SubscriptionFilter:
         if value is None:
             return cls()
         if not isinstance(value, Mapping):
-            raise InvalidInput("subscription filter: expected an object")
+            raise InvalidSubscription("subscription filter: expected an object")
         unknown = set(value) - {"types", "states", "events", "terminal", "topics", "tenant"}
         if unknown:
-            raise InvalidInput(f"subscription filter: unknown key(s) {', '.join(sorted(unknown))}")
+            raise InvalidSubscription(
+                f"subscription filter: unknown key(s) {', '.join(sorted(unknown))}"
+            )
         return cls(
             types=value.get("types", ()),
             states=value.get("states", ()),
@@ -108,24 +110,24 @@ class Subscription:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or NAME.fullmatch(self.name) is None:
-            raise InvalidInput(f"subscription name {self.name!r}: letters, digits, _ . -")
+            raise InvalidSubscription(f"subscription name {self.name!r}: letters, digits, _ . -")
         if isinstance(self.filter, Mapping):
             object.__setattr__(self, "filter", SubscriptionFilter.from_json(self.filter))
         if not isinstance(self.filter, SubscriptionFilter):
-            raise InvalidInput("subscription filter: expected a SubscriptionFilter")
+            raise InvalidSubscription("subscription filter: expected a SubscriptionFilter")
         if self.consumer == (self.url is not None):
-            raise InvalidInput(f"subscription {self.name!r}: either a url or consumer=True")
+            raise InvalidSubscription(f"subscription {self.name!r}: either a url or consumer=True")
         if self.url is not None:
             low = self.url.lower() if isinstance(self.url, str) else ""
             if not low.startswith(("http://", "https://")) or len(self.url) > 2000:
-                raise InvalidInput(f"subscription {self.name!r}: url must be http(s)://")
+                raise InvalidSubscription(f"subscription {self.name!r}: url must be http(s)://")
         if not isinstance(self.headers, Mapping) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()
         ):
-            raise InvalidInput(f"subscription {self.name!r}: headers map names to strings")
+            raise InvalidSubscription(f"subscription {self.name!r}: headers map names to strings")
         object.__setattr__(self, "headers", dict(self.headers))
         if self.secret is not None and not isinstance(self.secret, str):
-            raise InvalidInput(f"subscription {self.name!r}: secret must be a string")
+            raise InvalidSubscription(f"subscription {self.name!r}: secret must be a string")
 
 
 @dataclass(frozen=True)
