@@ -179,6 +179,31 @@ def resume(s: Settings, name: NameArg) -> None:
     _show(s, with_engine(s, lambda e: e.resume_subscription(name)))
 
 
+def apply(
+    s: Settings,
+    path: Annotated[
+        str, typer.Argument(metavar="FILE", help="A type's .json/.yaml file.", show_default=False)
+    ],
+) -> None:
+    """Declare the subscriptions a type's file lists under ``subscriptions:`` (each changed
+    in place when it exists, its cursor kept). Refused (exit code 2) for a bad file."""
+    from statewright.engine.subscription_ops import in_file
+
+    found = in_file(path)
+
+    async def go(e: Engine) -> list[SubscriptionRecord]:
+        return [await e.subscribe(sub) for sub in found]
+
+    records = with_engine(s, go)
+    if s.json:
+        emit_json([r.to_json() for r in records])
+        return
+    for r in records:
+        out.print(_line(r))
+    if not records:
+        out.print("no subscriptions in the file")
+
+
 def deliver(s: Settings) -> None:
     """Pump the webhook subscriptions and deliver their notifications (and the alerts'
     already queued) until SIGINT/SIGTERM."""
@@ -205,6 +230,7 @@ _COMMANDS: list[tuple[str, Callable[..., None]]] = [
     ("remove", remove),
     ("pause", pause),
     ("resume", resume),
+    ("apply", apply),
     ("deliver", deliver),
 ]
 for _name, _fn in _COMMANDS:

@@ -5,9 +5,12 @@ subscription does."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from statewright.engine.runtime import Runtime
-from statewright.errors import SubscriptionNotFound
-from statewright.store.subscriptions import Subscription, SubscriptionRecord
+from statewright.errors import InvalidInput, SubscriptionNotFound
+from statewright.store.subscriptions import Subscription, SubscriptionFilter, SubscriptionRecord
 
 
 async def subscribe(
@@ -16,8 +19,6 @@ async def subscribe(
     """Declare a subscription, or change one (its cursor kept): a new one hands on what
     happens from now, or from after the log seq ``start`` (0: the whole log)."""
     if start is not None and (not isinstance(start, int) or start < 0):
-        from statewright.errors import InvalidInput
-
         raise InvalidInput("start: a log seq (0 or more)")
     return await rt.store.put_subscription(subscription, rt.clock.now(), cursor=start)
 
@@ -57,4 +58,47 @@ async def resume(rt: Runtime, name: str) -> SubscriptionRecord:
     return await get(rt, name)
 
 
-__all__ = ["get", "listing", "pause", "remove", "resume", "subscribe"]
+def in_file(path: str | os.PathLike[str]) -> list[Subscription]:
+    """The subscriptions a type's file declares (its ``subscriptions:`` key, checked by the
+    machine schema with the rest of the file): each filter's ``types`` default to the
+    machine's name, a ``secret_env`` names the environment variable holding the secret.
+    Raises DefinitionError (a bad file), InvalidInput (a bad subscription, an unset secret
+    variable)."""
+    import json
+
+    from statewright.definition.formats.files import load_path
+
+    machine = load_path(path)  # the whole file checked, the subscriptions' shape with it
+    text = Path(path).read_text(encoding="utf-8")
+    if Path(path).suffix.lower() == ".json":
+        data = json.loads(text)
+    else:
+        import yaml
+
+        data = yaml.safe_load(text)
+    out = []
+    for item in data.get("subscriptions", []):
+        spec = dict(item.get("filter", {}))
+        spec.setdefault("types", [machine.name])
+        secret = None
+        if "secret_env" in item:
+            secret = os.environ.get(item["secret_env"])
+            if not secret:
+                raise InvalidInput(
+                    f"subscription {item['name']!r}: ${item['secret_env']} is not set"
+                )
+        out.append(
+            Subscription(
+                item["name"],
+                SubscriptionFilter.from_json(spec),
+                url=item.get("url"),
+                consumer=item.get("consumer", False),
+                headers=item.get("headers", {}),
+                secret=secret,
+                paused=item.get("paused", False),
+            )
+        )
+    return out
+
+
+__all__ = ["get", "in_file", "listing", "pause", "remove", "resume", "subscribe"]

@@ -241,7 +241,7 @@ class Consumer:
 
     The subscription is declared on :meth:`open` (``consumer=True``, the filter given), from
     the end of the log when it is new (``start``: a seq to start after instead, 0: the whole
-    log); an existing one keeps its cursor.
+    log); an existing one keeps its cursor, and its filter when none is given.
     """
 
     def __init__(
@@ -260,6 +260,7 @@ class Consumer:
             raise InvalidInput("consumer: batch at least 1, poll positive")
         self.store = store
         self.subscription = Subscription(name, filter or SubscriptionFilter(), consumer=True)
+        self._keep_filter = filter is None
         self.registry = registry
         self.clock = clock or SystemClock()
         self.size = batch
@@ -273,7 +274,9 @@ class Consumer:
         found = await self.store.get_subscription(self.subscription.name)
         if found is not None and not found.subscription.consumer:
             raise SubscriptionGone(f"subscription {self.subscription.name!r} is a webhook's")
-        if found is None or found.subscription.filter != self.subscription.filter:
+        if found is not None and self._keep_filter:
+            self.subscription = found.subscription  # no filter given: the stored one
+        elif found is None or found.subscription.filter != self.subscription.filter:
             found = await self.store.put_subscription(
                 self.subscription, self.clock.now(), cursor=self.start
             )

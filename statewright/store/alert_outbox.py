@@ -45,7 +45,8 @@ class OutboxRecord:
     id: int
     receiver: str
     fingerprint: str
-    status: AlertStatus
+    status: str
+    """An alert's ``firing`` or ``resolved``; a subscription's ``transition`` or ``message``."""
     idempotency_key: str
     alert: Mapping[str, Any]
     created_at: float
