@@ -49,6 +49,7 @@ from statewright.engine.retry import backoff
 from statewright.errors import InvalidInput
 from statewright.observability import webhooks as hooks
 from statewright.observability.alerts import RULES, Alert, AlertThresholds, evaluate_alerts
+from statewright.observability.outbox_metrics import outbox_metrics
 from statewright.store.alert_outbox import AlertChange, AlertStateRecord, OutboxRecord
 from statewright.store.subscriptions import Subscription
 
@@ -191,6 +192,7 @@ class AlertDelivery:
         alerts: evaluate the alert rules in :meth:`run` (False: deliver only).
         subscriptions: pump the webhook subscriptions into the outbox in :meth:`run`, and
             deliver their notifications with the alerts' (:mod:`.webhooks`).
+        metrics: count the sends in the engine's ``/metrics`` (:mod:`.outbox_metrics`).
     """
 
     def __init__(
@@ -212,6 +214,7 @@ class AlertDelivery:
         batch: int = 10,
         alerts: bool = True,
         subscriptions: bool = True,
+        metrics: bool = True,
     ) -> None:
         for url in webhooks:
             parsed = httpx.URL(url) if isinstance(url, str) else None
@@ -247,6 +250,8 @@ class AlertDelivery:
         self.alerts = alerts
         self.subscriptions = subscriptions
         self._subs: dict[str, Subscription] = {}
+        self.metrics = outbox_metrics(engine) if metrics else None
+        """This process's ``/metrics`` of the outbox (:mod:`.outbox_metrics`)."""
         self.counts = hooks.counts()
         """Sends this deliverer made, per kind and outcome (``/metrics`` shows them)."""
 
@@ -437,9 +442,13 @@ class AlertDelivery:
             **hooks.describe(row),
         }
         if held:
-            hooks.count(self.counts, row, "delivered" if ok else "failed")
-            if not ok and retry_at is None:
-                hooks.count(self.counts, row, "dead")
+            outcomes = (
+                ["delivered"] if ok else ["failed"] if retry_at is not None else ["failed", "dead"]
+            )
+            for outcome in outcomes:
+                hooks.count(self.counts, row, outcome)
+                if self.metrics is not None:
+                    self.metrics.count(row.kind, outcome)
         if not held:
             report.lost_claims += 1
             log.warning(

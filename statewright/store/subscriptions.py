@@ -212,6 +212,9 @@ class Subscriptions(Protocol):
     async def workflow_kinds(self, ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
         """``(type, tenant)`` of each workflow of ``ids`` still stored."""
 
+    async def log_head(self) -> int:
+        """The log's last seq (0: empty)."""
+
     async def outbox_pending(self) -> dict[str, tuple[int, float | None]]:
         """Per outbox kind (``alert``, ``transition``): rows still due or claimed, and the
         creation time of the oldest."""

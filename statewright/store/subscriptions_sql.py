@@ -118,6 +118,10 @@ class SubscriptionsSQL(SQLStore):
         rows = await self._all(self.queries["workflow_kinds"], params)
         return {r["id"]: (r["type"], r["tenant"]) for r in rows}
 
+    async def log_head(self) -> int:
+        row = await self._one(self.queries["log_head"], {})
+        return 0 if row is None else int(row["seq"])
+
     async def outbox_pending(self) -> dict[str, tuple[int, float | None]]:
         rows = await self._all(self.queries["outbox_pending"], {})
         return {r["kind"]: (int(r["n"]), r["oldest"]) for r in rows}

@@ -8,7 +8,7 @@ import pytest
 
 from statewright import Engine, InvalidInput, ManualClock, Worker
 from statewright.engine import subscriptions as subs
-from statewright.observability.delivery import AlertDelivery
+from statewright.observability.delivery import AlertDelivery, Backoff
 from statewright.store.subscriptions import Subscription, SubscriptionFilter
 from tests.alerting.receiver import receiver
 
@@ -159,3 +159,28 @@ async def test_subscription_validation() -> None:
         SubscriptionFilter(states="failed")  # type: ignore[arg-type]
     f = SubscriptionFilter.from_json({"states": ["failed"], "terminal": True})
     assert SubscriptionFilter.from_json(f.to_json()) == f
+
+
+async def test_metrics_show_sends_pending_and_lag(engine: Engine) -> None:
+    import httpx
+
+    from statewright.http import create_app
+
+    with receiver() as rec:
+        rec.statuses = [503]
+        await engine.subscribe(Subscription("hook", url=rec.url))
+        await engine.subscribe(Subscription("feed", consumer=True))
+        await _order(engine, "m1")
+        d = AlertDelivery(engine, alerts=False, backoff=Backoff(initial=0.01, maximum=0.01))
+        await d.pump()
+        await d.deliver()  # 503: failed, due again
+        app = create_app(engine, None, manage_engine=False)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sw") as c:
+            text = (await c.get("/metrics")).text
+    assert 'statewright_outbox_sends_total{kind="transition",outcome="failed"} 1.0' in text
+    assert 'statewright_outbox_pending{kind="transition"} 2.0' in text
+    assert 'statewright_outbox_pending{kind="alert"} 0.0' in text
+    assert 'statewright_subscription_lag{subscription="feed"} 2.0' in text
+    assert 'statewright_subscription_lag{subscription="hook"} 0.0' in text
+    assert 'statewright_subscription_paused{subscription="hook"} 0.0' in text

@@ -728,3 +728,7 @@ SELECT id, type, tenant FROM workflows WHERE id IN (SELECT value FROM json_each(
 -- Notifications still due or claimed, per kind, and the oldest one's creation time.
 SELECT kind, count(*) AS n, min(created_at) AS oldest FROM alert_outbox INDEXED BY alert_outbox_due
  WHERE next_at IS NOT NULL GROUP BY kind;
+
+-- name: log_head
+-- The last seq of the log (the primary key's end): how far behind a subscription is.
+SELECT coalesce(max(seq), 0) AS seq FROM transitions;
