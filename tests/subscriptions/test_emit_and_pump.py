@@ -4,6 +4,8 @@ keys; on both stores."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from statewright import Engine, InvalidInput, ManualClock, Worker
@@ -184,3 +186,21 @@ async def test_metrics_show_sends_pending_and_lag(engine: Engine) -> None:
     assert 'statewright_subscription_lag{subscription="feed"} 2.0' in text
     assert 'statewright_subscription_lag{subscription="hook"} 0.0' in text
     assert 'statewright_subscription_paused{subscription="hook"} 0.0' in text
+
+
+async def test_messages_survive_archive_and_import(
+    engine: Engine, clock: ManualClock, tmp_path: Path
+) -> None:
+    await _order(engine, "arch")
+    await Worker(engine).run_until_idle()
+    before = await engine.history("arch")
+    clock.advance(3 * 86400)
+    archive = tmp_path / "old.jsonl.gz"
+    report = await engine.prune(86400, archive=archive)
+    assert report.workflows == 1
+    done = await engine.import_archive(archive)
+    assert done.imported == ["arch"]
+    after = await engine.history("arch")
+    assert [t.messages for t in after] == [t.messages for t in before]
+    assert after[-1].messages and after[-1].messages[0]["topic"] == "order.packed"
+    await engine.check("arch")
