@@ -77,17 +77,17 @@ async def kinds(
         return {}
     ids = list(dict.fromkeys(r.workflow_id for r in records))
     found = await store.workflow_kinds(ids)
-    rows: dict[str, Any] = {}
     out = {}
     for r in records:
-        type_name, tenant = found.get(r.workflow_id, (None, None))
+        row = found.get(r.workflow_id)
+        if row is None:  # pruned since: neither type nor tenant is known
+            out[r.seq] = Kind(None, None, False)
+            continue
+        type_name, tenant, version, ended = row
         terminal = _terminal(registry, type_name, r.to_state)
-        if terminal is None and type_name is not None:
-            if r.workflow_id not in rows:
-                rows[r.workflow_id] = await store.get_workflow(r.workflow_id)
-            row = rows[r.workflow_id]
-            terminal = bool(row is not None and row.terminal and row.version == r.version)
-        out[r.seq] = Kind(type_name, tenant, bool(terminal))
+        if terminal is None:
+            terminal = ended and version == r.version
+        out[r.seq] = Kind(type_name, tenant, terminal)
     return out
 
 

@@ -209,8 +209,10 @@ class Subscriptions(Protocol):
         """Move the cursor from ``old`` to ``new`` (a consumer's acknowledgement); False when
         it was not at ``old``."""
 
-    async def workflow_kinds(self, ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
-        """``(type, tenant)`` of each workflow of ``ids`` still stored."""
+    async def workflow_kinds(
+        self, ids: Sequence[str]
+    ) -> dict[str, tuple[str, str | None, int, bool]]:
+        """``(type, tenant, version, terminal)`` of each workflow of ``ids`` still stored."""
 
     async def log_head(self) -> int:
         """The log's last seq (0: empty)."""

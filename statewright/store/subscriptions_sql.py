@@ -111,12 +111,16 @@ class SubscriptionsSQL(SQLStore):
         params = {"name": name, "old": int(old), "new": int(new), "at": float(at)}
         return bool(await self._rowcount(self.queries["subscription_advance"], params))
 
-    async def workflow_kinds(self, ids: Sequence[str]) -> dict[str, tuple[str, str | None]]:
+    async def workflow_kinds(
+        self, ids: Sequence[str]
+    ) -> dict[str, tuple[str, str | None, int, bool]]:
         if not ids:
             return {}
         params = {"ids": self.enc.array(list(dict.fromkeys(ids)))}
         rows = await self._all(self.queries["workflow_kinds"], params)
-        return {r["id"]: (r["type"], r["tenant"]) for r in rows}
+        return {
+            r["id"]: (r["type"], r["tenant"], int(r["version"]), bool(r["terminal"])) for r in rows
+        }
 
     async def log_head(self) -> int:
         row = await self._one(self.queries["log_head"], {})

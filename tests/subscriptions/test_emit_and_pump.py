@@ -204,3 +204,21 @@ async def test_messages_survive_archive_and_import(
     assert [t.messages for t in after] == [t.messages for t in before]
     assert after[-1].messages and after[-1].messages[0]["topic"] == "order.packed"
     await engine.check("arch")
+
+
+async def test_terminal_filter_without_the_type_registered(engine: Engine) -> None:
+    """A pump in a process that does not know the type (``serve`` without the app) tells a
+    terminal entry by the row: the row's last entry, on a terminal row."""
+    rec = await engine.subscribe(
+        Subscription("ends", SubscriptionFilter(terminal=True), url="http://r/e")
+    )
+    await _order(engine, "t1")
+    await _order(engine, "t2", fail=True)
+    await Worker(engine).run_until_idle()
+    _, made = await subs.pump(engine.store, rec, registry=None)
+    assert made == 2
+    rows = [r for r in await engine.store.alert_notifications() if r.kind == "transition"]
+    assert sorted((r.order_key, r.alert["to_state"]) for r in rows) == [
+        ("t1", "shipped"),
+        ("t2", "failed"),
+    ]

@@ -969,8 +969,8 @@ VALUES (%(receiver)s, %(workflow_id)s, %(status)s, %(key)s, %(body)s::jsonb, %(a
 ON CONFLICT (receiver, idempotency_key) DO NOTHING;
 
 -- name: workflow_kinds
--- Type and tenant of some workflows (by primary key).
-SELECT id, type, tenant FROM workflows WHERE id = ANY(%(ids)s::text[]);
+-- Type, tenant, version and terminal flag of some workflows (by primary key).
+SELECT id, type, tenant, version, terminal FROM workflows WHERE id = ANY(%(ids)s::text[]);
 
 -- name: outbox_pending
 -- Notifications still due or claimed, per kind, and the oldest one's creation time.

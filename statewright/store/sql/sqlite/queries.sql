@@ -721,8 +721,8 @@ VALUES (:receiver, :workflow_id, :status, :key, :body, :at, :at, 'transition', :
 ON CONFLICT (receiver, idempotency_key) DO NOTHING;
 
 -- name: workflow_kinds
--- Type and tenant of some workflows (by primary key).
-SELECT id, type, tenant FROM workflows WHERE id IN (SELECT value FROM json_each(:ids));
+-- Type, tenant, version and terminal flag of some workflows (by primary key).
+SELECT id, type, tenant, version, terminal FROM workflows WHERE id IN (SELECT value FROM json_each(:ids));
 
 -- name: outbox_pending
 -- Notifications still due or claimed, per kind, and the oldest one's creation time.
