@@ -7,7 +7,7 @@ was enqueued, sent as is to the subscription's URL with its ``Idempotency-Key``,
 subscription's extra headers, and, when it has a secret, ``X-Statewright-Signature:
 sha256=<hex HMAC-SHA256 of the body under the secret>`` so the receiver can tell the request
 is ours. The subscription is read when the notification is sent: one deleted since has its
-notifications dead-lettered; one paused keeps them due (retried later, no attempt counted).
+notifications dead-lettered; one paused only stops enqueueing (those queued still go).
 """
 
 from __future__ import annotations
