@@ -432,6 +432,12 @@ class SubscriptionNotFound(StatewrightError):
         super().__init__(f"no subscription {name!r}", name=name)
 
 
+class SubscriptionGone(StatewrightError):
+    """A consumer's subscription was deleted while it read, or the name is a webhook's."""
+
+    code = "subscription_gone"
+
+
 class InvalidSubscription(InvalidInput):
     """A subscription's name, target (URL or consumer), headers or filter is not valid."""
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from statewright.clock import Clock, SystemClock
 from statewright.engine.registry import Registry
-from statewright.errors import InvalidInput, StatewrightError
+from statewright.errors import InvalidInput, SubscriptionGone
 from statewright.store.protocol import FullStore
 from statewright.store.subscriptions import (
     Notification,
@@ -205,10 +205,6 @@ async def pump_all(
                 break
             record = fresh
     return enqueued
-
-
-class SubscriptionGone(StatewrightError):
-    """A consumer's subscription was deleted, or is a webhook's."""
 
 
 @dataclass(frozen=True)
