@@ -222,3 +222,27 @@ async def test_terminal_filter_without_the_type_registered(engine: Engine) -> No
         ("t1", "shipped"),
         ("t2", "failed"),
     ]
+
+
+async def test_a_sync_handler_emits_too(tmp_path: Path) -> None:
+    from statewright import MachineBuilder, Next, SQLiteStore, WorkflowType
+
+    machine = (
+        MachineBuilder("sync_emit")
+        .state("a", initial=True)
+        .state("b", terminal=True)
+        .event("go")
+        .transition("go", "a", "b")
+        .build()
+    )
+
+    def handler(run):  # type: ignore[no-untyped-def]
+        run.emit("sync.topic", {"n": 1})
+        return Next("go")
+
+    wtype = WorkflowType(machine, handlers={"a": handler})
+    async with Engine(SQLiteStore(tmp_path / "sync.db"), [wtype]) as engine:
+        await engine.start("sync_emit", workflow_id="s1")
+        await Worker(engine).run_until_idle()
+        [_, entry] = await engine.history("s1")
+        assert entry.messages == [{"topic": "sync.topic", "body": {"n": 1}}]
