@@ -246,3 +246,17 @@ async def test_a_sync_handler_emits_too(tmp_path: Path) -> None:
         await Worker(engine).run_until_idle()
         [_, entry] = await engine.history("s1")
         assert entry.messages == [{"topic": "sync.topic", "body": {"n": 1}}]
+
+
+async def test_a_deleted_subscription_dead_letters_what_it_queued(engine: Engine) -> None:
+    with receiver() as rec:
+        await engine.subscribe(Subscription("gone", url=rec.url))
+        await _order(engine, "g1", fail=True)
+        d = AlertDelivery(engine, alerts=False)
+        assert await d.pump() == 2
+        await engine.unsubscribe("gone")
+        d._subs.clear()  # as the next round's pump finds it
+        report = await d.deliver()
+        assert len(report.dead) == 1 and rec.requests == []
+        rows = [r for r in await engine.store.alert_notifications() if r.kind == "transition"]
+        assert [r.last_error for r in rows if r.dead_at is not None] == ["subscription deleted"]
