@@ -1,0 +1,97 @@
+"""A PostgreSQL group-commit batch that holds writes carrying transactional steps
+(:mod:`statewright.store.transactional`).
+
+The ordinary batch (:mod:`.batch`) is pipelined without savepoints: its statements cannot fail
+for an ordinary refusal, and one that raises aborts the batch, which is sent again without it.
+User code can raise for any reason, and its failure must roll back its own workflow's write
+only, so a batch holding such a write is sent differently, statement by statement (only
+batches holding one pay for this):
+
+    BEGIN
+    -- for each write, in the batch's (lock) order:
+    SAVEPOINT w; apply_transition(w); [if it matched: fn1(conn) ... fnk(conn)]; RELEASE w
+    COMMIT
+
+A step that raises has its savepoint rolled back (its transition, the rows it wrote) and its
+writer answered :class:`~statewright.errors.TransactionFailed`; a statement of the store that
+raises has its savepoint rolled back and its write run alone later (where it reports its own
+error, as in the pipelined batch); the others go on and commit together. A broken
+connection, a deadlock or a serialization failure (in a statement or a step) fails the batch
+as a whole (:class:`BatchFailed`), answered as a pipelined batch's failure is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.rows import DictRow
+
+from statewright.errors import TransactionFailed
+from statewright.store.transactional import run_steps_awaited
+from statewright.types import TransitionWrite
+
+_WHOLE = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+
+
+class RunAlone:
+    """The answer of a write whose statement raised: run it alone (its own error)."""
+
+
+ALONE = RunAlone()
+
+Answer = DictRow | None | TransactionFailed | RunAlone
+"""A write's answer: its row (None: its compare-and-swap matched nothing), its steps' failure,
+or :data:`ALONE`."""
+
+
+class BatchFailed(Exception):
+    """The batch's transaction failed as a whole: nothing of it committed, unless the COMMIT
+    was sent (``commit_sent``) and the connection broke (then nobody knows)."""
+
+    def __init__(self, error: psycopg.Error, commit_sent: bool) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.commit_sent = commit_sent
+
+
+def _whole(exc: psycopg.Error) -> bool:
+    """The failure ends the batch's transaction, not one write of it."""
+    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
+        return True  # the connection broke
+    return isinstance(exc, _WHOLE)
+
+
+async def send_stepped(
+    conn: AsyncConnection[DictRow],
+    writes: Sequence[tuple[str, Mapping[str, Any], TransitionWrite | None]],
+) -> list[Answer]:
+    """Run ``writes`` (statement, parameters, the transition or None) in one transaction,
+    each in its savepoint, then COMMIT; the answers in order. Raises :class:`BatchFailed`."""
+    answers: list[Answer] = []
+    commit_sent = False
+    try:
+        await conn.execute("BEGIN")
+        for sql, params, write in writes:
+            await conn.execute("SAVEPOINT sw_write")
+            try:
+                row = await (await conn.execute(sql, params)).fetchone()
+                if row is not None and write is not None and write.effects:
+                    await run_steps_awaited(conn, write.effects)
+                # (A step that swallowed an error of its own statement fails here.)
+                await conn.execute("RELEASE SAVEPOINT sw_write")
+            except (psycopg.Error, TransactionFailed) as exc:
+                cause = exc.error if isinstance(exc, TransactionFailed) else exc
+                if isinstance(cause, psycopg.Error) and _whole(cause):
+                    raise BatchFailed(cause, False) from exc
+                await conn.execute("ROLLBACK TO SAVEPOINT sw_write")
+                answers.append(exc if isinstance(exc, TransactionFailed) else ALONE)
+                continue
+            answers.append(row)
+        commit_sent = True
+        await conn.execute("COMMIT")
+    except psycopg.Error as exc:
+        raise BatchFailed(exc, commit_sent) from exc
+    return answers
