@@ -60,18 +60,6 @@ def run_steps(conn: Any, steps: Sequence[TransactionalStep]) -> None:
             raise TransactionFailed(step.name, exc) from exc
 
 
-async def run_steps_awaited(conn: Any, steps: Sequence[TransactionalStep]) -> None:
-    """Run steps on ``conn``, awaiting what they return (PostgreSQL); one raising becomes
-    TransactionFailed."""
-    for step in steps:
-        try:
-            result = step.fn(conn)
-            if inspect.isawaitable(result):
-                await result
-        except Exception as exc:
-            raise TransactionFailed(step.name, exc) from exc
-
-
 def names(steps: Sequence[TransactionalStep]) -> list[str]:
     """The steps' names, for logs."""
     return [step.name for step in steps]

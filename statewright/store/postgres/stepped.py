@@ -22,6 +22,7 @@ as a whole (:class:`BatchFailed`), answered as a pipelined batch's failure is.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,10 +31,32 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from statewright.errors import TransactionFailed
-from statewright.store.transactional import run_steps_awaited
-from statewright.types import TransitionWrite
+from statewright.types import TransactionalStep, TransitionWrite
 
 _WHOLE = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
+
+
+def _store_failed(exc: BaseException) -> bool:
+    """The store's connection failed under the step (lost, or the server shutting down or
+    starting): a failure of the store, not of the step (nothing committed; retried as a
+    store error)."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    return exc.sqlstate is None or exc.sqlstate.startswith(("08", "57"))
+
+
+async def run_steps_awaited(conn: Any, steps: Sequence[TransactionalStep]) -> None:
+    """Run steps on ``conn``, awaiting what they return; one raising becomes
+    TransactionFailed, unless the connection itself failed (raised as it is)."""
+    for step in steps:
+        try:
+            result = step.fn(conn)
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:
+            if _store_failed(exc):
+                raise
+            raise TransactionFailed(step.name, exc) from exc
 
 
 class RunAlone:
@@ -59,9 +82,7 @@ class BatchFailed(Exception):
 
 def _whole(exc: psycopg.Error) -> bool:
     """The failure ends the batch's transaction, not one write of it."""
-    if isinstance(exc, psycopg.OperationalError) and exc.sqlstate is None:
-        return True  # the connection broke
-    return isinstance(exc, _WHOLE)
+    return _store_failed(exc) or isinstance(exc, _WHOLE)
 
 
 async def send_stepped(

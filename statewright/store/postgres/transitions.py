@@ -29,8 +29,8 @@ from statewright.store.postgres.params import (
     transition_params,
 )
 from statewright.store.postgres.read import ROWS
+from statewright.store.postgres.stepped import run_steps_awaited
 from statewright.store.postgres.timers import set_next_due
-from statewright.store.transactional import run_steps_awaited
 from statewright.types import (
     DeferWrite,
     InboxItem,
