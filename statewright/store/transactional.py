@@ -29,7 +29,7 @@ import inspect
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from statewright.errors import TransactionFailed
+from statewright.errors import FatalError, TransactionFailed
 from statewright.types import TransactionalStep
 
 
@@ -48,7 +48,8 @@ class TransactionalStore(Protocol):
 
 
 def run_steps(conn: Any, steps: Sequence[TransactionalStep]) -> None:
-    """Run synchronous steps on ``conn`` (SQLite); one raising becomes TransactionFailed."""
+    """Run synchronous steps on ``conn`` (SQLite); one raising, or ending the transaction,
+    becomes TransactionFailed."""
     for step in steps:
         try:
             result = step.fn(conn)
@@ -56,6 +57,13 @@ def run_steps(conn: Any, steps: Sequence[TransactionalStep]) -> None:
                 if inspect.iscoroutine(result):
                     result.close()
                 raise TypeError("it returned an awaitable: on SQLite it must be synchronous")
+            if not conn.in_transaction:
+                # SQLite rolled the transaction back under an error it caught, or it ended
+                # the transaction itself: what follows must not run in autocommit.
+                raise FatalError(
+                    "the transaction ended under it (an error it caught made SQLite roll "
+                    "back, or it committed or rolled back the connection itself)"
+                )
         except Exception as exc:
             raise TransactionFailed(step.name, exc) from exc
 

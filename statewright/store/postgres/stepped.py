@@ -28,9 +28,10 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow
 
-from statewright.errors import TransactionFailed
+from statewright.errors import FatalError, TransactionFailed
 from statewright.types import TransactionalStep, TransitionWrite
 
 _WHOLE = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
@@ -53,6 +54,17 @@ async def run_steps_awaited(conn: Any, steps: Sequence[TransactionalStep]) -> No
             result = step.fn(conn)
             if inspect.isawaitable(result):
                 await result
+            status = conn.info.transaction_status
+            if status != TransactionStatus.INTRANS:
+                # An error it caught aborted the transaction (PostgreSQL's COMMIT would then
+                # roll back silently), or it ended the transaction itself.
+                raise FatalError(
+                    "an error of its statements aborted the transaction (catching it does not "
+                    "undo that: let it raise, or use a nested conn.transaction())"
+                    if status == TransactionStatus.INERROR
+                    else "it ended the transaction: a transactional step must not commit or "
+                    "roll back its connection"
+                )
         except Exception as exc:
             if _store_failed(exc):
                 raise

@@ -22,7 +22,7 @@ from statewright.store import SQLiteStore
 from statewright.store.postgres import PostgresStore
 from statewright.store.protocol import FullStore as Store
 from statewright.store.transactional import TransactionalStore
-from statewright.types import Lease, TimerSpec, TransactionalStep
+from statewright.types import Lease, ParentLink, TimerSpec, TransactionalStep
 from tests.store.contract.writes import T0, move, new
 
 
@@ -213,3 +213,32 @@ async def test_a_table_created_later_is_accepted_then(app: Store) -> None:
         await app.check_tables(["later_rows"])
     await _exec(app, "CREATE TABLE later_rows (n INTEGER)")
     await app.check_tables(["later_rows"])
+
+
+async def test_a_child_s_end_with_steps_commits_rows_and_notice_together(app: Store) -> None:
+    """A terminal transition that notifies its parent (PostgreSQL runs it alone, in its own
+    transaction) carries transactional steps too: all of it, or none of it."""
+    await app.create_workflow(new("p"))
+    await app.create_workflow(new("p.k1", parent=ParentLink("p", "k1")))
+    payload = {"child": "p.k1", "key": "k1", "state": "done", "result": None}
+    notice = TimerSpec(T0 + 5, "child_done", payload, key="child:k1", keep=True)
+    failing = move(
+        "p.k1",
+        1,
+        "done",
+        terminal=True,
+        notice=notice,
+        effects=(insert(app, "p.k1", 1, fail=True),),
+    )
+    with pytest.raises(TransactionFailed):
+        await app.apply_transition(failing)
+    assert await app.timers("p") == [] and await _app_rows(app) == []
+    child = await app.get_workflow("p.k1")
+    assert child is not None and not child.terminal
+    write = move(
+        "p.k1", 1, "done", terminal=True, notice=notice, effects=(insert(app, "p.k1", 1),)
+    )
+    after = await app.apply_transition(write)
+    assert after.terminal
+    assert [t.key for t in await app.timers("p")] == ["child:k1"]
+    assert await _app_rows(app) == [("p.k1", 1)]
