@@ -12,6 +12,9 @@ batches holding one pay for this):
     SAVEPOINT w; apply_transition(w); [if it matched: fn1(conn) ... fnk(conn)]; RELEASE w
     COMMIT
 
+(a round trip for each statement but ``RELEASE``, which goes with the next ``SAVEPOINT``;
+each step is checked to leave the transaction open and not aborted).
+
 A step that raises has its savepoint rolled back (its transition, the rows it wrote) and its
 writer answered :class:`~statewright.errors.TransactionFailed`; a statement of the store that
 raises has its savepoint rolled back and its write run alone later (where it reports its own
@@ -106,19 +109,21 @@ async def send_stepped(
     answers: list[Answer] = []
     commit_sent = False
     try:
-        await conn.execute("BEGIN")
+        # One round trip per write for its savepoint: the previous one released and this
+        # one taken in one simple query (the first with the BEGIN).
+        begin = "BEGIN; SAVEPOINT sw_write"
         for sql, params, write in writes:
-            await conn.execute("SAVEPOINT sw_write")
+            await conn.execute(begin)
+            begin = "RELEASE SAVEPOINT sw_write; SAVEPOINT sw_write"
             try:
                 row = await (await conn.execute(sql, params)).fetchone()
                 if row is not None and write is not None and write.effects:
                     await run_steps_awaited(conn, write.effects)
-                # (A step that swallowed an error of its own statement fails here.)
-                await conn.execute("RELEASE SAVEPOINT sw_write")
             except (psycopg.Error, TransactionFailed) as exc:
                 cause = exc.error if isinstance(exc, TransactionFailed) else exc
                 if isinstance(cause, psycopg.Error) and _whole(cause):
                     raise BatchFailed(cause, False) from exc
+                # The savepoint stays (released with the next write's, or by the COMMIT).
                 await conn.execute("ROLLBACK TO SAVEPOINT sw_write")
                 answers.append(exc if isinstance(exc, TransactionFailed) else ALONE)
                 continue
