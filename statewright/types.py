@@ -391,7 +391,8 @@ class TransitionWrite:
     effects: tuple[TransactionalStep, ...] = ()
     """A handler's transactional steps (``run.transaction``): each ``fn(conn)`` runs in this
     write's transaction right after its compare-and-swap matched, in order; one raising rolls
-    the whole write back (see :mod:`statewright.store.transactional`)."""
+    the whole write back (see :mod:`statewright.store.transactional`). The log entry's
+    payload names them (``"$transactions"``)."""
 
 
 @dataclass(frozen=True)

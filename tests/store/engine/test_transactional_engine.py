@@ -130,6 +130,8 @@ async def test_the_row_commits_with_the_transition(app: Store) -> None:
     row = await engine.get("o1")
     assert (row.state, row.context["done"]) == ("reserved", True)
     assert await _orders(app) == [("o1", 3)]
+    entry = (await app.history("o1"))[-1]
+    assert (entry.event, entry.payload) == ("reserved", {"$transactions": ["order"]})
     [price] = await app.steps("o1")
     assert price.status == "done"  # the step record carried by the same transaction
 

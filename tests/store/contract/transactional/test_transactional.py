@@ -95,7 +95,9 @@ async def test_rows_commit_with_the_transition(app: Store) -> None:
     step = insert(app, "w1", 7)
     row = await app.apply_transition(move("w1", 1, effects=(step, insert(app, "w1", 8))))
     assert (row.state, row.version) == ("b", 2)
-    assert [e.version for e in await app.history("w1")] == [1, 2]
+    log = await app.history("w1")
+    assert [e.version for e in log] == [1, 2]
+    assert log[1].payload == {"p": 1, "$transactions": ["insert-w1", "insert-w1"]}
     assert await _app_rows(app) == [("w1", 7), ("w1", 8)]
 
 
