@@ -169,9 +169,9 @@ class Ledger:
         )
 
     def _report(self, begun: Begun, exc: BaseException) -> None:
-        key = begun.key
-        rt = self.rt
-        records.step_failed(rt.observers, self.type, self.workflow, exc, key.step, key.attempt)
+        """Tell the failure observers (``statewright_failures_total``) of this attempt's."""
+        key, observers = begun.key, self.rt.observers
+        records.step_failed(observers, self.type, self.workflow, exc, key.step, key.attempt)
 
     async def keepable(self, begun: Begun, name: str, result: Any) -> None:
         try:
