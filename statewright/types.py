@@ -364,6 +364,9 @@ class TransitionWrite:
     """Keyed timers to delete (none of them is among ``add_timers``)."""
     release_lease: bool = True
     last_error: str | None = None
+    guard: str | None = None
+    """The name of the guard that chose the target, for the transition's record (its log line
+    and span event); not stored."""
     consume_inbox_ids: tuple[int, ...] = ()
     """Inbox items this transition consumes, atomically (refused if one already was)."""
     lease: Lease | None = None

@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from statewright.engine import tracecontext
+from statewright.engine import records, tracecontext
 from statewright.engine.cancel import cancel_reason
 from statewright.engine.failures import PARKED_FATAL, PARKED_REFUSED, PARKED_UNKNOWN, describe
 from statewright.engine.retry import retry_after_of
@@ -522,7 +522,8 @@ def _failure(claim: Claim, exc: BaseException, *, traced: bool = False) -> Outco
     now = rt.clock.now()
     error = describe(exc)
     total = row.total_attempts + 1
-
+    last = None if claim.run is None else claim.run.ledger.last
+    records.handler_failed(rt.observers, wtype, row, exc, last)
     if isinstance(exc, StepOutcomeUnknown):
         event = wtype.step_outcome_unknown
         if event is not None and machine.can(row.state, event):

@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from statewright.engine.cancel import pending
+from statewright.engine.hooks import NO_STEP
 from statewright.engine.outcome import (
     PARKED_CANCEL_REFUSED,
     REFUSALS,
@@ -153,7 +154,9 @@ async def _write(claim: Claim, outcome: Outcome) -> WorkflowRow | None:
         return await rt.transitions.let_go(row, claim.lease)
     change = _change(outcome)
     if isinstance(change, Fire):
-        return await rt.transitions.fire(row, change)
+        # The transition's record names the step the handler ran last (None: no handler).
+        last = NO_STEP if claim.run is None else claim.run.ledger.last
+        return await rt.transitions.fire(row, change, last)
     if isinstance(outcome, Retry):
         log.info(
             "retry scheduled",
