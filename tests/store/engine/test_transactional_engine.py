@@ -22,6 +22,7 @@ from statewright import (
     Worker,
     WorkflowType,
 )
+from statewright.engine.hooks import Failure
 from statewright.engine.transactional import register
 from statewright.errors import (
     FatalError,
@@ -140,10 +141,14 @@ async def test_a_transient_failure_is_retried_and_writes_the_row_once(app: Store
     clock = ManualClock(1_800_000_000.0)
     flaky = Flaky(TransientError("lock timeout"), ConnectionError("the app's check failed"))
     engine = Engine(app, [order_type(app, flaky)], clock=clock)
+    failures: list[Failure] = []
+    engine.observers.failure.append(failures.append)
     await engine.start("order", {"qty": 2}, workflow_id="o1")
     await _run(engine, clock)
     row = await engine.get("o1")
     assert row.state == "reserved" and flaky.calls >= 3
+    # Each failed attempt counts as the state's failure (statewright_failures_total).
+    assert [(f.kind, f.error) for f in failures] == [("handler", "transient")] * 2
     assert await _orders(app) == [("o1", 2)]
     events = [e.event for e in await app.history("o1")]
     assert events == ["$start", "reserved"]  # the failed attempts wrote no transition
