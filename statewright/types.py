@@ -391,6 +391,24 @@ class TransitionWrite:
     has one): in the same transaction, armed on the parent as a one-shot timer due at once,
     replacing its pending timer of ``notice.key``, and the parent made due, unless the
     parent is gone or terminal (then nothing is armed). Exactly once, as the transition."""
+    effects: tuple[TransactionalStep, ...] = ()
+    """A handler's transactional steps (``run.transaction``): each ``fn(conn)`` runs in this
+    write's transaction right after its compare-and-swap matched, in order; one raising rolls
+    the whole write back (see :mod:`statewright.store.transactional`). The log entry's
+    payload names them (``"$transactions"``)."""
+
+
+@dataclass(frozen=True)
+class TransactionalStep:
+    """User code writing the application's own rows in a transition's transaction
+    (``run.transaction``): ``fn`` gets the store's connection; ``tables`` are the tables it
+    writes, checked to be in the store's database when it was registered."""
+
+    name: str
+    fn: Any
+    """``fn(conn)``: SQLite, a ``sqlite3.Connection`` (synchronous); PostgreSQL, a
+    ``psycopg.AsyncConnection`` (it may return an awaitable, which is awaited)."""
+    tables: tuple[str, ...] = ()
 
 
 @quick_init

@@ -25,6 +25,7 @@ from statewright.engine import records, tracecontext
 from statewright.engine.cancel import cancel_reason
 from statewright.engine.failures import PARKED_FATAL, PARKED_REFUSED, PARKED_UNKNOWN, describe
 from statewright.engine.retry import retry_after_of
+from statewright.engine.transactional import idle_with_steps
 from statewright.engine.transitions import Defer, Fire
 from statewright.engine.workflow_type import HandlerResult, Next, WorkflowType
 from statewright.errors import (
@@ -297,6 +298,8 @@ def decide(claim: Claim, happened: Happened) -> Outcome:
     taken = tuple(run.taken)
     result = happened.result
     if result is None:
+        if run.effects:
+            return _failure(claim, idle_with_steps(row.state, run.effects))
         return Idle(
             Defer(
                 attempts=0,
@@ -320,6 +323,7 @@ def decide(claim: Claim, happened: Happened) -> Outcome:
             cancel_timer_keys=run.cancelled_timers,
             step_finish=run.pending_finish,
             keep_lease_if_due=happened.chain,
+            effects=run.effects,
         ),
         happened.chain,
     )

@@ -51,6 +51,7 @@ from statewright.types import (
     Lease,
     StepFinish,
     TimerSpec,
+    TransactionalStep,
     TransitionRecord,
     TransitionWrite,
     WorkflowRow,
@@ -136,6 +137,8 @@ class Fire:
     keep_lease_if_due: bool = False
     """A worker's write that keeps its lease when the target state has a handler to run (the
     worker runs it next under the same claim); released as usual otherwise."""
+    effects: tuple[TransactionalStep, ...] = ()
+    """A handler's transactional steps (``run.transaction``), run in the write's transaction."""
 
 
 @dataclass(frozen=True)
@@ -323,6 +326,7 @@ class Transitions:
             # The span it is made in (a request's, a worker's handler span), if any.
             trace=capture_trace(),
             notice=notice,
+            effects=fire.effects,
         )
 
     def _notice(

@@ -37,6 +37,12 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "shipped {'0': 'book', '1': 'lamp', '2': 'mug'}",
                 "['o-1.0', 'o-1.1', 'o-1.2']",
             ]
+        if "take_stock" in block:
+            assert done.stdout.splitlines() == [
+                "o-1 reserved",
+                "o-2 failed",
+                "[(1,)] [('o-1', 'mug', 2)]",
+            ]
         if "statewright_failures_total" in block:
             assert done.stdout.splitlines()[:2] == [
                 "$start None None None None",
