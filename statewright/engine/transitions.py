@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statewright.definition.machine import State, Transition
-from statewright.engine.hooks import TransitionEvent
+from statewright.engine.hooks import NO_STEP, StepRef, TransitionEvent
 from statewright.engine.nesting import moving
 from statewright.engine.rowcache import RowCache
 from statewright.engine.tracecontext import capture as capture_trace
@@ -51,6 +51,7 @@ from statewright.types import (
     Lease,
     StepFinish,
     TimerSpec,
+    TransactionalStep,
     TransitionRecord,
     TransitionWrite,
     WorkflowRow,
@@ -138,6 +139,8 @@ class Fire:
     keep_lease_if_due: bool = False
     """A worker's write that keeps its lease when the target state has a handler to run (the
     worker runs it next under the same claim); released as usual otherwise."""
+    effects: tuple[TransactionalStep, ...] = ()
+    """A handler's transactional steps (``run.transaction``), run in the write's transaction."""
 
 
 @dataclass(frozen=True)
@@ -315,6 +318,7 @@ class Transitions:
             release_lease=fire.release_lease
             and not (fire.keep_lease_if_due and run_at is not None and fire.retry_delay is None),
             last_error=fire.last_error,
+            guard=None if t.guard is None else t.guard.name,
             consume_inbox_ids=fire.consume_inputs,
             lease=fire.lease,
             require_unleased=fire.require_unleased,
@@ -325,6 +329,7 @@ class Transitions:
             # The span it is made in (a request's, a worker's handler span), if any.
             trace=capture_trace(),
             notice=notice,
+            effects=fire.effects,
         )
 
     def _notice(
@@ -344,9 +349,9 @@ class Transitions:
 
     # -- writes --------------------------------------------------------------------------------
 
-    async def fire(self, row: WorkflowRow, fire: Fire) -> WorkflowRow:
+    async def fire(self, row: WorkflowRow, fire: Fire, step: StepRef = NO_STEP) -> WorkflowRow:
         """Fire on ``row`` as read: applied only if it is still at that version (and the lease
-        holds, for a worker's write).
+        holds, for a worker's write). ``step``: the handler's last step, for the record.
 
         Raises IllegalTransition, InvalidPayload (logged as rejections), VersionConflict,
         LeaseLost, StoreError (OutcomeUnknown when it may have applied).
@@ -366,7 +371,8 @@ class Transitions:
             self.rows.drop(row.id)
             raise
         self.rows.put(after)
-        self.observers.transitioned(TransitionEvent(row, after, fire.event, fire.actor))
+        ev = TransitionEvent(row, after, fire.event, fire.actor, write.guard, *step)
+        self.observers.transitioned(ev)
         if after.has_children and after.terminal and self.on_end is not None:
             self.on_end(after)
         if fire.retry_delay is not None and not after.terminal:
@@ -442,7 +448,8 @@ class Transitions:
                 self.observers.persistence_failed(workflow_id, fire.event, exc)
                 raise
             self.rows.put(after)
-            self.observers.transitioned(TransitionEvent(row, after, fire.event, fire.actor))
+            ev = TransitionEvent(row, after, fire.event, fire.actor, write.guard)
+            self.observers.transitioned(ev)
             if after.has_children and after.terminal and self.on_end is not None:
                 self.on_end(after)
             return Dispatched(after, False, after.version)

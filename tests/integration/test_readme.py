@@ -42,6 +42,18 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "[('failures:inv-2:2', 'failed')]",
                 "mailer:inv-1:2:0 {'body': {'to': 'ada@example.com'}, 'topic': 'invoice.sent'}",
             ]
+        if "take_stock" in block:
+            assert done.stdout.splitlines() == [
+                "o-1 reserved",
+                "o-2 failed",
+                "[(1,)] [('o-1', 'mug', 2)]",
+            ]
+        if "statewright_failures_total" in block:
+            assert done.stdout.splitlines()[:2] == [
+                "$start None None None None",
+                "charged payload.amount > 100 charge 2 5000.0",
+            ]
+            assert len(done.stdout.splitlines()) == 4, done.stdout
         if "hello-ada" in block:
             assert done.stdout.splitlines()[0] == "awaiting_approval"
             assert "approval_granted awaiting_approval -> sent by grace" in done.stdout
