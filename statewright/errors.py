@@ -451,6 +451,29 @@ class ScheduleNotFound(StatewrightError):
         super().__init__(f"no schedule {schedule_id!r}", schedule_id=schedule_id)
 
 
+class SubscriptionNotFound(StatewrightError):
+    """There is no subscription of that name (or it is another kind: a consumer's, asked
+    for as a webhook's)."""
+
+    code = "subscription_not_found"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"no subscription {name!r}", name=name)
+
+
+class SubscriptionGone(StatewrightError):
+    """A consumer's subscription was deleted while it read, or the name is a webhook's."""
+
+    code = "subscription_gone"
+
+
+class InvalidSubscription(InvalidInput):
+    """A subscription's name, target (URL or consumer), headers or filter is not valid."""
+
+    code = "invalid_subscription"
+
+
 class InvalidSchedule(InvalidInput):
     """A schedule's cron expression, time zone, catch-up policy or id is not valid."""
 

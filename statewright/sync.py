@@ -182,6 +182,12 @@ class SyncEngine:
     pause_schedule = blocking(Engine.pause_schedule)
     resume_schedule = blocking(Engine.resume_schedule)
     fire_schedules = blocking(Engine.fire_schedules)
+    subscribe = blocking(Engine.subscribe)
+    subscriptions = blocking(Engine.subscriptions)
+    subscription = blocking(Engine.subscription)
+    unsubscribe = blocking(Engine.unsubscribe)
+    pause_subscription = blocking(Engine.pause_subscription)
+    resume_subscription = blocking(Engine.resume_subscription)
 
     # -- reads ---------------------------------------------------------------------------------
 

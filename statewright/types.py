@@ -171,6 +171,9 @@ class TransitionRecord:
     at: float
     idempotency_key: str | None = None
     """The client's idempotency key, when the event was sent with one."""
+    messages: list[Any] | None = None
+    """What the transition's handler emitted (``run.emit``): a list of ``{"topic", "body"}``,
+    committed with the entry; None when none. Replay ignores it."""
 
 
 @quick_init
@@ -396,6 +399,10 @@ class TransitionWrite:
     write's transaction right after its compare-and-swap matched, in order; one raising rolls
     the whole write back (see :mod:`statewright.store.transactional`). The log entry's
     payload names them (``"$transactions"``)."""
+
+    messages: tuple[Mapping[str, Any], ...] = ()
+    """Messages emitted by the handler (``run.emit``, ``{"topic", "body"}`` each), stored
+    with the log entry (NULL when none): they commit with the transition or not at all."""
 
 
 @dataclass(frozen=True)

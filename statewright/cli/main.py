@@ -23,6 +23,7 @@ from statewright.cli import (
     retention,
     schedules,
     serve,
+    subscriptions,
     timers,
     workflows,
 )
@@ -109,6 +110,7 @@ _CLASSES: dict[str, type[Command]] = {"alerts": alerts.AlertsCommand}
 for _name, _fn, _level in _COMMANDS:
     app.command(_name, cls=_CLASSES.get(_name, Command))(command(_fn, log_level=_level))
 app.add_typer(schedules.app, name="schedules")
+app.add_typer(subscriptions.app, name="subscriptions")
 
 
 def main() -> None:

@@ -138,11 +138,21 @@ def serve(
             help="Change an alert threshold for delivery (as `statewright alerts --threshold`).",
         ),
     ] = None,
+    subscriptions: Annotated[
+        bool,
+        typer.Option(
+            "--subscriptions",
+            envvar="STATEWRIGHT_SUBSCRIPTIONS",
+            show_envvar=True,
+            help="Pump the webhook subscriptions and deliver their notifications (also done "
+            "with --alert-webhook).",
+        ),
+    ] = False,
     log_format: LogFormatOption = LogFormat.text,
 ) -> None:
     """Serve the HTTP API, dashboard (/), probes and /metrics until SIGINT/SIGTERM; with
     --alert-webhook, also evaluate the alert rules every --alert-interval and deliver their
-    notifications."""
+    notifications, and the subscriptions' (with --subscriptions alone: only those)."""
     import uvicorn
 
     from statewright.access import TokenRegistry
@@ -182,6 +192,10 @@ def serve(
             timeout=alert_timeout,
         )
         run_with_app(app, delivery)
+    elif subscriptions:
+        from statewright.observability.delivery import AlertDelivery, run_with_app
+
+        run_with_app(app, AlertDelivery(engine, alerts=False))
     if registry is None:
         _notice(
             log_format,

@@ -29,7 +29,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
 from statewright.clock import Clock
 from statewright.definition.machine import Machine
-from statewright.engine import children, commands, operator, reads, retention
+from statewright.engine import children, commands, operator, reads, retention, subscription_ops
 from statewright.engine import fork as forking
 from statewright.engine import replay as replaying
 from statewright.engine import schedules as schedule_ops
@@ -239,6 +239,15 @@ class Engine:
     pause_schedule = part(schedule_ops.pause)
     resume_schedule = part(schedule_ops.resume)
     fire_schedules = part(schedule_ops.fire_due)
+
+    # -- subscriptions (statewright.engine.subscription_ops) -----------------------------------
+
+    subscribe = part(subscription_ops.subscribe)
+    subscriptions = part(subscription_ops.listing)
+    subscription = part(subscription_ops.get)
+    unsubscribe = part(subscription_ops.remove)
+    pause_subscription = part(subscription_ops.pause)
+    resume_subscription = part(subscription_ops.resume)
 
     # -- reads (statewright.engine.reads, statewright.engine.replay) ---------------------------
 

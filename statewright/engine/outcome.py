@@ -321,6 +321,7 @@ def decide(claim: Claim, happened: Happened) -> Outcome:
             consume_inputs=taken,
             add_timers=run.scheduled,
             cancel_timer_keys=run.cancelled_timers,
+            messages=tuple(run.messages),
             step_finish=run.pending_finish,
             keep_lease_if_due=happened.chain,
             effects=run.effects,

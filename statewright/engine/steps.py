@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
-from statewright.engine import commands, tracecontext, transactional
+from statewright.engine import commands, emit, tracecontext, transactional
 from statewright.engine.cancel import pending
 from statewright.engine.children import child_id
 from statewright.engine.commands import Started
@@ -109,6 +109,8 @@ class Run:
         """Inbox items this run took: consumed by the write that ends the run."""
         self.timer_ops: dict[str, TimerSpec | None] = {}
         """Timers this run scheduled (by key; None: cancelled), written with its outcome."""
+        self.messages: list[dict[str, Any]] = []
+        """Messages this run emitted (:meth:`emit`), written with its transition."""
         self.stopped: BaseException | None = None
         """Set when the worker gave up on this run (deadline, lost lease): its calls raise."""
         self._cancel: CancelRequest | None = None
@@ -286,6 +288,14 @@ class Run:
         self._check_live()
         self.timer_ops.pop(key, None)
         self.timer_ops[key] = None
+
+    def emit(self, topic: str, body: Any = None) -> None:
+        """Emit a message (a JSON ``body`` under ``topic``) **with this run's transition**:
+        stored in its log entry, so it commits with it or not at all (a run that ends
+        otherwise emits nothing; see :mod:`statewright.engine.emit`). Subscriptions deliver
+        it. Checked now (InvalidInput)."""
+        self._check_live()
+        self.messages.append(emit.message(self.rt.limits, topic, body, len(self.messages)))
 
     @property
     def scheduled(self) -> tuple[TimerSpec, ...]:

@@ -110,6 +110,8 @@ class Fire:
     of the state it leaves, so they belong to the state it moves to (none at a terminal)."""
     cancel_timer_keys: tuple[str, ...] = ()
     """A handler's ``run.cancel_timer`` keys: deleted with its outcome."""
+    messages: tuple[Mapping[str, Any], ...] = ()
+    """A handler's ``run.emit`` messages: stored with the transition's log entry."""
     retry_delay: float | None = None
     """A transient failure's backoff: the handler (or the retry event) runs again after it."""
     last_error: str | None = None
@@ -322,6 +324,7 @@ class Transitions:
             require_unleased=fire.require_unleased,
             idempotency_key=fire.idempotency_key,
             machine_version=fire.machine_version if migrating else None,
+            messages=fire.messages,
             step_finish=fire.step_finish,
             # The span it is made in (a request's, a worker's handler span), if any.
             trace=capture_trace(),

@@ -27,6 +27,7 @@ from statewright.http import (
     limits,
     schedules,
     stream,
+    subscriptions,
 )
 from statewright.http import metrics as observability
 from statewright.http.routes import add_routes
@@ -121,6 +122,7 @@ def create_app(
     add_routes(app, api.router)
     add_routes(app, family.router)
     add_routes(app, schedules.router)
+    add_routes(app, subscriptions.router)
     add_routes(app, health.router)
     observability.install(app, engine)  # /metrics, /v1/alerts, transition span events
     dashboard.install(app)  # / and /ui/: the operator dashboard

@@ -49,9 +49,11 @@ STATUS = {
     "step_not_found": 404,
     "timer_not_found": 404,
     "schedule_not_found": 404,
+    "subscription_not_found": 404,
     # A cron line (or zone) the schema's pattern admits but whose values do not hold: the
     # schedule cannot be declared as asked (schema-valid requests are never answered 422).
     "invalid_schedule": 409,
+    "invalid_subscription": 409,
     # Likewise a cursor of the documented characters that no page returned (forged, cut).
     "invalid_cursor": 409,
     "store_error": 503,

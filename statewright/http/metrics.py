@@ -23,6 +23,7 @@ from statewright.http.routes import add_routes
 from statewright.http.schemas import ErrorOut
 from statewright.observability.alerts import Alert, AlertThresholds
 from statewright.observability.metrics import EngineMetrics, attach_metrics
+from statewright.observability.outbox_metrics import outbox_metrics
 from statewright.observability.tracing import TraceContextMiddleware, attach_tracing
 
 router = APIRouter(tags=["observability"])
@@ -91,6 +92,7 @@ async def metrics(request: Request) -> Response:
     if request.app.state.metrics_auth:
         await _check_ops(request)
     collected: EngineMetrics = request.app.state.metrics
+    await request.app.state.outbox_metrics.refresh()
     return Response(await collected.render(), media_type=_TEXT)
 
 
@@ -127,6 +129,7 @@ def install(app: FastAPI, engine: Engine, thresholds: AlertThresholds | None = N
     """Attach the engine's metrics and transition tracing, and add both routes; a request's
     ``traceparent`` header is stored with the workflows it starts or moves."""
     app.state.metrics = attach_metrics(engine)
+    app.state.outbox_metrics = outbox_metrics(engine)
     app.state.alert_thresholds = thresholds or AlertThresholds()
     attach_tracing(engine)
     app.add_middleware(TraceContextMiddleware)

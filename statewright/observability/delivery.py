@@ -43,11 +43,15 @@ from typing import Any
 import httpx
 
 from statewright._version import __version__
+from statewright.engine import subscriptions as subs
 from statewright.engine.core import Engine
 from statewright.engine.retry import backoff
 from statewright.errors import InvalidInput
+from statewright.observability import webhooks as hooks
 from statewright.observability.alerts import RULES, Alert, AlertThresholds, evaluate_alerts
+from statewright.observability.outbox_metrics import outbox_metrics
 from statewright.store.alert_outbox import AlertChange, AlertStateRecord, OutboxRecord
+from statewright.store.subscriptions import Subscription
 
 log = logging.getLogger("statewright.alerts")
 
@@ -185,6 +189,10 @@ class AlertDelivery:
             each alert's ``generatorURL``.
         poll: seconds between two looks at the outbox in :meth:`run` when it had nothing due.
         batch: rows claimed (and sent concurrently) at once.
+        alerts: evaluate the alert rules in :meth:`run` (False: deliver only).
+        subscriptions: pump the webhook subscriptions into the outbox in :meth:`run`, and
+            deliver their notifications with the alerts' (:mod:`.webhooks`).
+        metrics: count the sends in the engine's ``/metrics`` (:mod:`.outbox_metrics`).
     """
 
     def __init__(
@@ -204,6 +212,9 @@ class AlertDelivery:
         external_url: str = "",
         poll: float = 1.0,
         batch: int = 10,
+        alerts: bool = True,
+        subscriptions: bool = True,
+        metrics: bool = True,
     ) -> None:
         for url in webhooks:
             parsed = httpx.URL(url) if isinstance(url, str) else None
@@ -236,6 +247,13 @@ class AlertDelivery:
         self._stop = asyncio.Event()
         self._rng = random.Random()
         self._tls: ssl.SSLContext | None = None
+        self.alerts = alerts
+        self.subscriptions = subscriptions
+        self._subs: dict[str, Subscription] = {}
+        self.metrics = outbox_metrics(engine) if metrics else None
+        """This process's ``/metrics`` of the outbox (:mod:`.outbox_metrics`)."""
+        self.counts = hooks.counts()
+        """Sends this deliverer made, per kind and outcome (``/metrics`` shows them)."""
 
     # -- evaluation ------------------------------------------------------------------------
 
@@ -333,14 +351,22 @@ class AlertDelivery:
         self, client: httpx.AsyncClient, row: OutboxRecord
     ) -> tuple[bool, str | None, bool]:
         """``(delivered, error, worth a retry)``."""
-        body = webhook_payload(row, receiver=self.receiver, external_url=self.external_url)
         headers = {
             IDEMPOTENCY_HEADER: row.idempotency_key,
             "User-Agent": f"statewright/{__version__}",
         }
+        content: bytes | None = None
+        body: dict[str, Any] | None = None
+        if row.kind == "transition":
+            sub = await self._subscription(row.subscription)
+            if sub is None or sub.url is None:
+                return False, "subscription deleted", False
+            content, headers = hooks.transition_request(row, sub, headers)
+        else:
+            body = webhook_payload(row, receiver=self.receiver, external_url=self.external_url)
         try:
             async with asyncio.timeout(self.timeout):
-                resp = await client.post(row.receiver, json=body, headers=headers)
+                resp = await client.post(row.receiver, json=body, content=content, headers=headers)
         except TimeoutError:
             return False, f"no answer within {self.timeout:g}s", True
         except httpx.HTTPError as exc:
@@ -349,6 +375,23 @@ class AlertDelivery:
             return True, None, False
         error = f"HTTP {resp.status_code}: {resp.text[:200]}"
         return False, error, resp.status_code >= 500 or resp.status_code in RETRY_STATUSES
+
+    async def _subscription(self, name: str | None) -> Subscription | None:
+        if name is not None and name not in self._subs:
+            found = await self.engine.store.get_subscription(name)
+            if found is not None:
+                self._subs[name] = found.subscription
+        return None if name is None else self._subs.get(name)
+
+    async def pump(self) -> int:
+        """Hand the webhook subscriptions' new log entries to the outbox
+        (:func:`statewright.engine.subscriptions.pump_all`); returns how many were queued."""
+        store = self.engine.store
+        self._subs = {r.name: r.subscription for r in await store.list_subscriptions()}
+        if not any(s.url is not None for s in self._subs.values()):
+            return 0
+        rt = self.engine.runtime
+        return await subs.pump_all(store, registry=rt.registry, clock=rt.clock)
 
     async def deliver(self, now: float | None = None) -> DeliveryReport:
         """Claim the due notifications (up to ``batch``), send them concurrently, record each
@@ -396,7 +439,16 @@ class AlertDelivery:
             "idempotency_key": row.idempotency_key,
             "attempts": row.attempts + (0 if ok else 1),
             "deliverer": self.owner,
+            **hooks.describe(row),
         }
+        if held:
+            outcomes = (
+                ["delivered"] if ok else ["failed"] if retry_at is not None else ["failed", "dead"]
+            )
+            for outcome in outcomes:
+                hooks.count(self.counts, row, outcome)
+                if self.metrics is not None:
+                    self.metrics.count(row.kind, outcome)
         if not held:
             report.lost_claims += 1
             log.warning(
@@ -452,7 +504,16 @@ class AlertDelivery:
         loop = asyncio.get_running_loop()
         next_eval = loop.time()
         while not self._stop.is_set():
-            if loop.time() >= next_eval:
+            if self.subscriptions:
+                try:
+                    await self.pump()
+                except Exception as exc:
+                    log.error(
+                        "subscription pump failed: %s",
+                        exc,
+                        extra={"action": "subscription_pump_failed", "error": repr(exc)},
+                    )
+            if self.alerts and loop.time() >= next_eval:
                 next_eval = loop.time() + self.interval
                 try:
                     await self.evaluate()
@@ -472,7 +533,8 @@ class AlertDelivery:
                     extra={"action": "alert_delivery_round_failed", "error": repr(exc)},
                 )
             if not busy:
-                await self._pause(max(0.0, min(self.poll, next_eval - loop.time())))
+                left = next_eval - loop.time() if self.alerts else self.poll
+                await self._pause(max(0.0, min(self.poll, left)))
 
 
 def run_with_app(app: Any, delivery: AlertDelivery) -> None:

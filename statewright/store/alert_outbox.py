@@ -45,7 +45,8 @@ class OutboxRecord:
     id: int
     receiver: str
     fingerprint: str
-    status: AlertStatus
+    status: str
+    """An alert's ``firing`` or ``resolved``; a subscription's ``transition`` or ``message``."""
     idempotency_key: str
     alert: Mapping[str, Any]
     created_at: float
@@ -57,6 +58,13 @@ class OutboxRecord:
     delivered_at: float | None
     dead_at: float | None
     last_error: str | None
+    kind: str = "alert"
+    """``alert``, or ``transition`` (a subscription's: ``alert`` holds its body and
+    ``receiver`` its URL)."""
+    subscription: str | None = None
+    order_key: str | None = None
+    """A transition notification's workflow: sent after the earlier ones of its subscription
+    and workflow are delivered or dead."""
 
 
 def enqueue_params(

@@ -284,6 +284,7 @@ def logged(w: TransitionWrite, enc: Encoding) -> Params:
         "actor": w.actor,
         "context_patch": enc.optional_json(w.context_patch),
         "idempotency_key": w.idempotency_key,
+        "messages": enc.json(list(w.messages)) if w.messages else None,
     }
 
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from statewright.store.alert_outbox import AlertChange, AlertStateRecord, OutboxRecord
+from statewright.store.subscriptions import Subscriptions
 from statewright.types import (
     CancelRequest,
     DeferWrite,
@@ -628,7 +629,9 @@ class Family(Protocol):
 
 
 @runtime_checkable
-class FullStore(Store, ReadModel, Schedules, AlertOutbox, Retention, Family, Protocol):
+class FullStore(
+    Store, ReadModel, Schedules, AlertOutbox, Retention, Family, Subscriptions, Protocol
+):
     """A store with every part (:class:`~statewright.store.SQLiteStore` and
     :class:`~statewright.store.postgres.PostgresStore` are)."""
 
@@ -640,6 +643,7 @@ PARTS: dict[str, type] = {
     "alert outbox": AlertOutbox,
     "retention": Retention,
     "family": Family,
+    "subscriptions": Subscriptions,
 }
 """Each part by name, core first (``isinstance(store, PARTS[name])`` tells whether a store
 implements it)."""

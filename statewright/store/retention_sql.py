@@ -32,7 +32,7 @@ GENERATED = {"transitions": "seq", "timers": "id", "inbox": "id", "rejections": 
 """Keys the database generates: not archived, new ones on restore."""
 JSON_COLUMNS = {
     "workflows": frozenset({"context", "progress"}),
-    "transitions": frozenset({"payload", "context_patch"}),
+    "transitions": frozenset({"payload", "context_patch", "messages"}),
     "steps": frozenset({"result"}),
     "timers": frozenset({"payload"}),
     "inbox": frozenset({"payload"}),

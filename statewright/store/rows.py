@@ -97,6 +97,7 @@ class Rows:
             context_patch=self._json(r["context_patch"]),
             at=r["at"],
             idempotency_key=r["idempotency_key"],
+            messages=self._json(r["messages"]),
         )
 
     def step(self, r: Row) -> StepRecord:
@@ -196,4 +197,7 @@ class Rows:
             delivered_at=r["delivered_at"],
             dead_at=r["dead_at"],
             last_error=r["last_error"],
+            kind=r["kind"],
+            subscription=r["subscription"],
+            order_key=r["order_key"],
         )

@@ -278,6 +278,7 @@ BODIES: dict[tuple[str, str], tuple[dict[str, Any], str | None]] = {
         "patch",
     ),
     ("/v1/schedules", "POST"): ({"id": "s", "type": "agent_task", "cron": "* * * * *"}, "input"),
+    ("/v1/subscriptions", "POST"): ({"name": "s", "url": "http://h.example/x"}, None),
 }
 ANY_JSON = [op for op in BODY_OPERATIONS if BODIES[op][1] is not None]
 READS = [

@@ -37,6 +37,11 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "shipped {'0': 'book', '1': 'lamp', '2': 'mug'}",
                 "['o-1.0', 'o-1.1', 'o-1.2']",
             ]
+        if "invoice.sent" in block:
+            assert done.stdout.splitlines()[:2] == [
+                "[('failures:inv-2:2', 'failed')]",
+                "mailer:inv-1:2:0 {'body': {'to': 'ada@example.com'}, 'topic': 'invoice.sent'}",
+            ]
         if "take_stock" in block:
             assert done.stdout.splitlines() == [
                 "o-1 reserved",

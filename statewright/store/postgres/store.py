@@ -11,6 +11,7 @@ from statewright.store.postgres.transactional import PostgresTransactional
 from statewright.store.postgres.transitions import PostgresTransitions
 from statewright.store.postgres.workers import PostgresWorkers
 from statewright.store.schedules import SchedulesSQL
+from statewright.store.subscriptions_sql import SubscriptionsSQL
 
 
 class PostgresStore(
@@ -22,6 +23,7 @@ class PostgresStore(
     SchedulesSQL,
     AlertOutboxSQL,
     PostgresTransactional,
+    SubscriptionsSQL,
 ):
     """Every part of the store (:class:`~statewright.store.protocol.FullStore`) on
     PostgreSQL.

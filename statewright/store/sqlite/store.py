@@ -10,6 +10,7 @@ from statewright.store.sqlite.timers import SQLiteTimers
 from statewright.store.sqlite.transactional import SQLiteTransactional
 from statewright.store.sqlite.transitions import SQLiteTransitions
 from statewright.store.sqlite.workers import SQLiteWorkers
+from statewright.store.subscriptions_sql import SubscriptionsSQL
 
 
 class SQLiteStore(
@@ -21,6 +22,7 @@ class SQLiteStore(
     SchedulesSQL,
     AlertOutboxSQL,
     SQLiteTransactional,
+    SubscriptionsSQL,
 ):
     """Every part of the store (:class:`~statewright.store.protocol.FullStore`) on one
     SQLite file (or ``:memory:``).

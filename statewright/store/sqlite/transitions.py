@@ -81,7 +81,13 @@ def _create(conn: sqlite3.Connection, new: NewWorkflow, values: params.Params) -
             conn.execute(Q["mark_parent"], check)
     if conn.execute(Q["insert_workflow"], values).rowcount != 1:
         return False
-    first = {"workflow_id": new.id, "version": 1, "from_state": None, "to_state": new.state}
+    first = {
+        "workflow_id": new.id,
+        "version": 1,
+        "from_state": None,
+        "to_state": new.state,
+        "messages": None,
+    }
     if values["payload"] is None:
         first["payload"] = values["context"]
     conn.execute(Q["append_transition"], values | first | {"context_patch": values["context"]})

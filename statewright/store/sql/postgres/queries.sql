@@ -196,9 +196,10 @@ WITH items AS (
     SELECT pg_advisory_xact_lock_shared(hashtext('statewright.log')) FROM moved
 ), logged AS (
     INSERT INTO transitions (workflow_id, version, from_state, to_state, event, payload, actor,
-                             context_patch, at, idempotency_key)
+                             context_patch, at, idempotency_key, messages)
     SELECT id, version, %(from_state)s::text, state, %(event)s::text, %(payload)s::jsonb,
-           %(actor)s::text, %(context_patch)s::jsonb, updated_at, %(idempotency_key)s::text
+           %(actor)s::text, %(context_patch)s::jsonb, updated_at, %(idempotency_key)s::text,
+           %(messages)s::jsonb
       FROM moved, appending
 ), disarmed AS (
     DELETE FROM timers
@@ -657,9 +658,18 @@ ON CONFLICT (receiver, idempotency_key) DO NOTHING;
 
 -- name: alert_claim
 -- Claim due notifications until :until; rows another deliverer is claiming are skipped.
+-- A transition's notification (order_key set) waits while an earlier one of its
+-- (subscription, workflow) is still due or claimed: in order per workflow.
 UPDATE alert_outbox SET claim = %(claim)s, next_at = %(until)s
- WHERE id IN (SELECT id FROM alert_outbox WHERE next_at IS NOT NULL AND next_at <= %(now)s
-               ORDER BY next_at, id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+ WHERE id IN (SELECT o.id FROM alert_outbox o
+               WHERE o.next_at IS NOT NULL AND o.next_at <= %(now)s
+                 AND (o.order_key IS NULL
+                      OR NOT EXISTS (SELECT 1 FROM alert_outbox e
+                                      WHERE e.subscription = o.subscription
+                                        AND e.order_key = o.order_key AND e.id < o.id
+                                        AND e.next_at IS NOT NULL
+                                        AND e.order_key IS NOT NULL))
+               ORDER BY o.next_at, o.id LIMIT %(limit)s FOR UPDATE OF o SKIP LOCKED)
 RETURNING *;
 
 -- name: alert_delivered
@@ -918,3 +928,55 @@ SELECT count(*)::bigint AS n FROM rejections WHERE at < %(until)s;
 -- name: count_old_rejections_tenant
 -- The same for one tenant.
 SELECT count(*)::bigint AS n FROM rejections WHERE tenant = %(tenant)s AND at < %(until)s;
+
+-- name: subscription_put
+-- Declare a subscription, or change one (its cursor kept); a new one starts at :cursor, or
+-- (NULL) at the end of the log.
+INSERT INTO subscriptions (name, filter, url, consumer, headers, secret, cursor, paused,
+                           created_at, updated_at)
+VALUES (%(name)s, %(filter)s::jsonb, %(url)s, %(consumer)s, %(headers)s::jsonb, %(secret)s,
+        coalesce(%(cursor)s::bigint, (SELECT coalesce(max(seq), 0) FROM transitions)),
+        %(paused)s, %(at)s, %(at)s)
+ON CONFLICT (name) DO UPDATE
+   SET filter = excluded.filter, url = excluded.url, consumer = excluded.consumer,
+       headers = excluded.headers, secret = excluded.secret, paused = excluded.paused,
+       updated_at = excluded.updated_at;
+
+-- name: subscription_get
+SELECT * FROM subscriptions WHERE name = %(name)s;
+
+-- name: subscription_list
+SELECT * FROM subscriptions ORDER BY name;
+
+-- name: subscription_delete
+DELETE FROM subscriptions WHERE name = %(name)s;
+
+-- name: subscription_pause
+UPDATE subscriptions SET paused = %(paused)s, updated_at = %(at)s WHERE name = %(name)s;
+
+-- name: subscription_advance
+-- Move a subscription's cursor if and only if it is still at :old (two pumps: one moves it;
+-- the second waits for the first's row lock, then finds the cursor moved).
+UPDATE subscriptions SET cursor = %(new)s, updated_at = %(at)s
+ WHERE name = %(name)s AND cursor = %(old)s;
+
+-- name: subscription_enqueue
+-- A subscription's notification of one transition (or message), due now.
+INSERT INTO alert_outbox (receiver, fingerprint, status, idempotency_key, alert, created_at,
+                          next_at, kind, subscription, order_key)
+VALUES (%(receiver)s, %(workflow_id)s, %(status)s, %(key)s, %(body)s::jsonb, %(at)s, %(at)s,
+        'transition', %(subscription)s, %(workflow_id)s)
+ON CONFLICT (receiver, idempotency_key) DO NOTHING;
+
+-- name: workflow_kinds
+-- Type, tenant, version and terminal flag of some workflows (by primary key).
+SELECT id, type, tenant, version, terminal FROM workflows WHERE id = ANY(%(ids)s::text[]);
+
+-- name: outbox_pending
+-- Notifications still due or claimed, per kind, and the oldest one's creation time.
+SELECT kind, count(*) AS n, min(created_at) AS oldest FROM alert_outbox
+ WHERE next_at IS NOT NULL GROUP BY kind;
+
+-- name: log_head
+-- The last seq of the log (the primary key's end): how far behind a subscription is.
+SELECT coalesce(max(seq), 0) AS seq FROM transitions;

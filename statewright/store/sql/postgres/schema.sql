@@ -62,6 +62,7 @@ CREATE TABLE transitions (
     context_patch JSONB,
     at            DOUBLE PRECISION NOT NULL,
     idempotency_key TEXT,
+    messages      JSONB,
     -- "history of one workflow"; also makes a doubled transition impossible
     CONSTRAINT transitions_workflow_version UNIQUE (workflow_id, version)
 );
@@ -247,9 +248,29 @@ CREATE TABLE alert_outbox (
     delivered_at    DOUBLE PRECISION,
     dead_at         DOUBLE PRECISION,
     last_error      TEXT,
+    kind            TEXT             NOT NULL DEFAULT 'alert',
+    subscription    TEXT,
+    order_key       TEXT,
     UNIQUE (receiver, idempotency_key)
 );
 CREATE INDEX alert_outbox_due ON alert_outbox (next_at) WHERE next_at IS NOT NULL;
+-- a transition notification waits for the earlier ones of its (subscription, workflow)
+CREATE INDEX alert_outbox_order ON alert_outbox (subscription, order_key, id)
+    WHERE next_at IS NOT NULL AND order_key IS NOT NULL;
+
+-- subscriptions: a filter of the log, a target (webhook or consumer), a durable cursor
+CREATE TABLE subscriptions (
+    name        TEXT    PRIMARY KEY,
+    filter      JSONB   NOT NULL,
+    url         TEXT,
+    consumer    BOOLEAN NOT NULL DEFAULT false,
+    headers     JSONB,
+    secret      TEXT,
+    cursor      BIGINT  NOT NULL DEFAULT 0,
+    paused      BOOLEAN NOT NULL DEFAULT false,
+    created_at  DOUBLE PRECISION NOT NULL,
+    updated_at  DOUBLE PRECISION NOT NULL
+);
 
 
 CREATE TABLE schedules (

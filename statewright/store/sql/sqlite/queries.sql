@@ -52,9 +52,9 @@ SELECT c.* FROM workflows c INDEXED BY workflows_live_children
 -- name: append_transition
 -- Append one entry to the transition log.
 INSERT INTO transitions (workflow_id, version, from_state, to_state, event, payload, actor,
-                         context_patch, at, idempotency_key)
+                         context_patch, at, idempotency_key, messages)
 VALUES (:workflow_id, :version, :from_state, :to_state, :event, :payload, :actor,
-        :context_patch, :at, :idempotency_key);
+        :context_patch, :at, :idempotency_key, :messages);
 
 -- name: cas_update_workflow
 -- Move the row to its new state if and only if it is still at the expected version and, for
@@ -441,9 +441,18 @@ ON CONFLICT (receiver, idempotency_key) DO NOTHING;
 
 -- name: alert_claim
 -- Claim due notifications until :until (one claimer at a time: SQLite has one writer).
+-- A transition's notification (order_key set) waits while an earlier one of its
+-- (subscription, workflow) is still due or claimed: in order per workflow.
 UPDATE alert_outbox SET claim = :claim, next_at = :until
- WHERE id IN (SELECT id FROM alert_outbox WHERE next_at IS NOT NULL AND next_at <= :now
-               ORDER BY next_at, id LIMIT :limit)
+ WHERE id IN (SELECT o.id FROM alert_outbox o INDEXED BY alert_outbox_due
+               WHERE o.next_at IS NOT NULL AND o.next_at <= :now
+                 AND (o.order_key IS NULL
+                      OR NOT EXISTS (SELECT 1 FROM alert_outbox e INDEXED BY alert_outbox_order
+                                      WHERE e.subscription = o.subscription
+                                        AND e.order_key = o.order_key AND e.id < o.id
+                                        AND e.next_at IS NOT NULL
+                                        AND e.order_key IS NOT NULL))
+               ORDER BY o.next_at, o.id LIMIT :limit)
 RETURNING *;
 
 -- name: alert_delivered
@@ -674,3 +683,52 @@ SELECT count(*) AS n FROM rejections WHERE at < :until;
 -- name: count_old_rejections_tenant
 -- The same for one tenant.
 SELECT count(*) AS n FROM rejections WHERE tenant = :tenant AND at < :until;
+
+-- name: subscription_put
+-- Declare a subscription, or change one (its cursor kept); a new one starts at :cursor, or
+-- (NULL) at the end of the log.
+INSERT INTO subscriptions (name, filter, url, consumer, headers, secret, cursor, paused,
+                           created_at, updated_at)
+VALUES (:name, :filter, :url, :consumer, :headers, :secret,
+        coalesce(:cursor, (SELECT coalesce(max(seq), 0) FROM transitions)), :paused, :at, :at)
+ON CONFLICT (name) DO UPDATE
+   SET filter = excluded.filter, url = excluded.url, consumer = excluded.consumer,
+       headers = excluded.headers, secret = excluded.secret, paused = excluded.paused,
+       updated_at = excluded.updated_at;
+
+-- name: subscription_get
+SELECT * FROM subscriptions WHERE name = :name;
+
+-- name: subscription_list
+SELECT * FROM subscriptions ORDER BY name;
+
+-- name: subscription_delete
+DELETE FROM subscriptions WHERE name = :name;
+
+-- name: subscription_pause
+UPDATE subscriptions SET paused = :paused, updated_at = :at WHERE name = :name;
+
+-- name: subscription_advance
+-- Move a subscription's cursor if and only if it is still at :old (two pumps: one moves it).
+UPDATE subscriptions SET cursor = :new, updated_at = :at WHERE name = :name AND cursor = :old;
+
+-- name: subscription_enqueue
+-- A subscription's notification of one transition (or message), due now.
+INSERT INTO alert_outbox (receiver, fingerprint, status, idempotency_key, alert, created_at,
+                          next_at, kind, subscription, order_key)
+VALUES (:receiver, :workflow_id, :status, :key, :body, :at, :at, 'transition', :subscription,
+        :workflow_id)
+ON CONFLICT (receiver, idempotency_key) DO NOTHING;
+
+-- name: workflow_kinds
+-- Type, tenant, version and terminal flag of some workflows (by primary key).
+SELECT id, type, tenant, version, terminal FROM workflows WHERE id IN (SELECT value FROM json_each(:ids));
+
+-- name: outbox_pending
+-- Notifications still due or claimed, per kind, and the oldest one's creation time.
+SELECT kind, count(*) AS n, min(created_at) AS oldest FROM alert_outbox INDEXED BY alert_outbox_due
+ WHERE next_at IS NOT NULL GROUP BY kind;
+
+-- name: log_head
+-- The last seq of the log (the primary key's end): how far behind a subscription is.
+SELECT coalesce(max(seq), 0) AS seq FROM transitions;

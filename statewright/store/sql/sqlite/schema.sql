@@ -60,7 +60,8 @@ CREATE TABLE transitions (
     actor         TEXT    NOT NULL,
     context_patch TEXT,
     at            REAL    NOT NULL,
-    idempotency_key TEXT
+    idempotency_key TEXT,
+    messages      TEXT
 );
 -- "history of one workflow"; also makes a doubled transition impossible
 CREATE UNIQUE INDEX transitions_workflow_version ON transitions (workflow_id, version);
@@ -213,9 +214,29 @@ CREATE TABLE alert_outbox (
     delivered_at    REAL,
     dead_at         REAL,
     last_error      TEXT,
+    kind            TEXT    NOT NULL DEFAULT 'alert',
+    subscription    TEXT,
+    order_key       TEXT,
     UNIQUE (receiver, idempotency_key)
 );
 CREATE INDEX alert_outbox_due ON alert_outbox (next_at) WHERE next_at IS NOT NULL;
+-- a transition notification waits for the earlier ones of its (subscription, workflow)
+CREATE INDEX alert_outbox_order ON alert_outbox (subscription, order_key, id)
+    WHERE next_at IS NOT NULL AND order_key IS NOT NULL;
+
+-- subscriptions: a filter of the log, a target (webhook or consumer), a durable cursor
+CREATE TABLE subscriptions (
+    name        TEXT    PRIMARY KEY,
+    filter      TEXT    NOT NULL,
+    url         TEXT,
+    consumer    INTEGER NOT NULL DEFAULT 0,
+    headers     TEXT,
+    secret      TEXT,
+    cursor      INTEGER NOT NULL DEFAULT 0,
+    paused      INTEGER NOT NULL DEFAULT 0,
+    created_at  REAL    NOT NULL,
+    updated_at  REAL    NOT NULL
+);
 
 CREATE TABLE schedules (
     id TEXT PRIMARY KEY,
