@@ -173,10 +173,9 @@ async def compensate(claim: Claim) -> tuple[str, ...]:
     """Run the compensations the claimed workflow owes, newest completed step first, under
     the claim's lease; the steps undone (all of them, also those undone before a crash), in
     the order they were undone."""
-    rt, wtype, row = claim.rt, claim.wtype, claim.row
-    handler_run = claim.run
-    if handler_run is not None:
-        await handler_run.ledger.flush()  # the handler's last step, done before any undo
+    rt, wtype, row, handler_run = claim.rt, claim.wtype, claim.row, claim.run
+    # The handler's last step is recorded done by now (settle writes it first).
+    assert handler_run is None or handler_run.pending_finish is None
     run = Run(rt, wtype, row, executor=None if handler_run is None else handler_run.executor)
     ledger = await rt.store.steps(row.id)
     todo: list[StepRecord] = []

@@ -73,7 +73,10 @@ async def settle(claim: Claim, happened: Happened | Outcome) -> WorkflowRow | No
         while True:
             if isinstance(outcome, Refuse):
                 raise outcome.error
-            if claim.wtype.compensates:  # run the compensations a transition needs first
+            if claim.wtype.compensates and compensation.compensating(claim, outcome) is not None:
+                # The compensations this transition needs run first, after the handler's
+                # last step is recorded done (so it is undone too).
+                await _write_pending(claim)
                 outcome = await compensation.before(claim, outcome)
             if not isinstance(outcome, Advance | Drop):
                 # Any write but the transition that carries it needs the step's done record
