@@ -34,6 +34,7 @@ from statewright.store import SQLiteStore
 from statewright.store.postgres import PostgresStore
 from statewright.store.protocol import FullStore as Store
 from statewright.types import StepFinish
+from statewright.views import step_view
 
 LOG: list[str] = []
 """What the module-level effects did (the external system, as this test sees it)."""
@@ -413,3 +414,15 @@ def test_a_compensating_edge_is_saved_in_files() -> None:
     assert abort["compensate"] is True
     assert from_dict(doc).transitions_from("waiting", "abort")[0].compensate
     assert all("compensate" not in t for t in doc["transitions"] if t["event"] != "abort")
+
+
+async def test_the_views_show_compensations(
+    opened: Callable[[list[WorkflowType]], Engine],
+) -> None:
+    async with opened([saga()]) as engine:
+        await engine.start("saga", {}, workflow_id="s1")
+        await run_all(engine)
+        views = {v["step"]: v for v in map(step_view, await engine.steps("s1"))}
+        assert views["a"]["compensation"].endswith(":refund") and views["a"]["compensates"] is None
+        assert views["undo.a"]["compensates"] == "a" and views["undo.a"]["compensation"] is None
+        assert views["b"]["compensation"] is None
