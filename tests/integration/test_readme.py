@@ -37,6 +37,13 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "shipped {'0': 'book', '1': 'lamp', '2': 'mug'}",
                 "['o-1.0', 'o-1.1', 'o-1.2']",
             ]
+        if "flight_unavailable" in block:
+            assert done.stdout.splitlines() == [
+                "undone",
+                "{'compensated': ['charge', 'reserve']}",
+                "['reserve trip-1:reserve', 'charge trip-1:charge', "
+                "'refund ch_1 as trip-1:undo.charge', 'release room 12']",
+            ]
         if "hello-ada" in block:
             assert done.stdout.splitlines()[0] == "awaiting_approval"
             assert "approval_granted awaiting_approval -> sent by grace" in done.stdout
