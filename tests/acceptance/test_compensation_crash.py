@@ -80,18 +80,33 @@ async def _start(engine: Engine, first: int, n: int) -> dict[str, str]:
     return kinds
 
 
-async def _cancel_some(engine: Engine, kinds: dict[str, str], rng: random.Random) -> None:
+async def _cancel_some(
+    engine: Engine, kinds: dict[str, str], rng: random.Random, stranded: set[str]
+) -> None:
     """Cancel what waits in ``held``, and now and then a ``midcancel`` saga (the test's own
-    process: not a worker, never killed)."""
+    process: not a worker, never killed), each with its idempotency key.
+
+    A request recorded while a worker held the saga, whose worker then died right after its
+    transition into ``held`` (before it delivered the request: ``settle.deliver_pending``),
+    waits on a row nothing makes due: as the cancel's own docstring says of such a request,
+    the client's retry with the same key delivers it. Those retries go into ``stranded``."""
     for wid, kind in kinds.items():
         row = await engine.get(wid)
-        if row.terminal or row.cancel is not None:
+        if row.terminal:
             continue
-        if row.state == "held" or (kind == "midcancel" and rng.random() < 0.2):
-            try:
-                await engine.cancel(wid, reason="called off", actor="test", if_allowed=True)
-            except (VersionConflict, WorkflowBusy):
-                pass  # moving right now: next time
+        key = f"cancel-{wid}"
+        if row.cancel is not None:
+            if row.lease_owner is not None or row.next_due_at is not None or row.parked:
+                continue
+            stranded.add(wid)
+        elif not (row.state == "held" or (kind == "midcancel" and rng.random() < 0.2)):
+            continue
+        try:
+            await engine.cancel(
+                wid, reason="called off", actor="test", idempotency_key=key, if_allowed=True
+            )
+        except (VersionConflict, WorkflowBusy):
+            pass  # moving right now: next time
 
 
 @pytest.mark.acceptance
@@ -115,6 +130,7 @@ async def test_sigkill_during_compensation_undoes_every_completed_step_once(
     inflight = InFlight(files.inflight(0), create=True)
     plans, tally = Plans(rng), Tally()
     children: list[Child] = []
+    stranded: set[str] = set()
 
     def fail(message: str, child: Child | None = None) -> None:
         tail = child.stderr_tail() if child is not None else ""
@@ -127,7 +143,7 @@ async def test_sigkill_during_compensation_undoes_every_completed_step_once(
             code = zygote.status([child.pid])[child.pid]
             if code is not None:
                 return code
-            await _cancel_some(engine, kinds, rng)
+            await _cancel_some(engine, kinds, rng, stranded)
             await asyncio.sleep(0.02)
         return None
 
@@ -190,7 +206,8 @@ async def test_sigkill_during_compensation_undoes_every_completed_step_once(
         f"(self-kills by point {dict(tally.self_kills)}, {len(in_undo)} inside an undo; "
         f"external {tally.external}, {tally.external_in_flight} aimed at a call in flight); "
         f"{len(kinds)} sagas by final state {dict(Counter(FINAL[k] for k in kinds.values()))}; "
-        f"{undone} steps undone, each once"
+        f"{undone} steps undone, each once; stranded cancel requests retried by the client: "
+        f"{len(stranded)}"
     )
 
 
