@@ -426,3 +426,13 @@ async def test_the_views_show_compensations(
         assert views["a"]["compensation"].endswith(":refund") and views["a"]["compensates"] is None
         assert views["undo.a"]["compensates"] == "a" and views["undo.a"]["compensation"] is None
         assert views["b"]["compensation"] is None
+
+
+def test_a_compensating_edge_is_labelled_in_diagrams() -> None:
+    from statewright.definition.render.mermaid import to_mermaid
+
+    lines = [ln for ln in to_mermaid(machine()).splitlines() if ": abort" in ln]
+    assert lines and all("abort (compensates)" in ln for ln in lines)
+    assert not any(
+        "compensates" in ln for ln in to_mermaid(machine()).splitlines() if "finish" in ln
+    )
