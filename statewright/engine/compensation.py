@@ -95,11 +95,8 @@ def compensating(claim: Claim, outcome: Outcome) -> Fire | None:
     if fire is None or fire.compensated is not None or claim.lease is None:
         return None
     wtype, row = claim.wtype, claim.row
-    if fire.event == wtype.cancel_event and "cancel" in wtype.compensate_on:
-        return fire
-    if isinstance(outcome, Fail) and fire.event == wtype.on_fatal:
-        if "fatal" in wtype.compensate_on:
-            return fire
+    if fire.event in wtype.compensating_events:
+        return fire  # the cancel event or on_fatal, by the type's policy
     try:
         edge = wtype.machine.resolve(row.state, fire.event, row.context, fire.payload)
     except StatewrightError:

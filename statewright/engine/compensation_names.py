@@ -45,15 +45,16 @@ def compensated(
 ) -> Mapping[str, Any]:
     """The payload a compensating transition logs: the event's, with the steps it undid under
     :data:`COMPENSATED`. Without them (None: nobody ran the compensations, as for an event
-    sent from outside) a compensating edge is refused: only the workflow's worker takes it
-    (its handler, a timer, a cancel), after it ran them."""
+    sent from outside) a compensating transition is refused: only the workflow's worker
+    takes it (its handler, a timer, a cancel through ``Engine.cancel``), after it ran them."""
     if undone is None:
         raise IllegalTransition(
             state,
             event,
             (),
             "a compensating transition is taken by the workflow's worker (its handler, a "
-            "timer, a cancel), which runs the compensations first; it cannot be sent",
+            "timer, a cancel through Engine.cancel), which runs the compensations first; it "
+            "cannot be sent",
             workflow_id,
         )
     return {**payload, COMPENSATED: list(undone)}

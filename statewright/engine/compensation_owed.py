@@ -45,7 +45,7 @@ def cancel_compensates(wtype: WorkflowType, row: WorkflowRow) -> bool:
     event = wtype.cancel_event
     if not wtype.compensates or event is None:
         return False
-    if "cancel" in wtype.compensate_on:
+    if event in wtype.compensating_events:
         return True
     return any(t.compensate for t in wtype.machine.transitions_from(row.state, event))
 

@@ -250,7 +250,11 @@ class Transitions:
                 raise IllegalTransition(
                     exc.state, exc.event, exc.allowed, exc.reason, row.id
                 ) from None
-            if t.compensate or fire.compensated is not None:
+            if (
+                t.compensate
+                or fire.compensated is not None
+                or (wtype.compensate_on and fire.event in wtype.compensating_events)
+            ):
                 payload = compensated(row.id, row.state, fire.event, fire.compensated, payload)
         now = self.clock.now()
         target = machine.states[t.target]

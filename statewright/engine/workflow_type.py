@@ -188,6 +188,8 @@ class WorkflowType:
     """``compensations`` by name."""
     compensates: bool = field(init=False, repr=False, compare=False)
     """Whether anything of the type may compensate (the worker's one check when not)."""
+    compensating_events: frozenset[str] = field(init=False, repr=False, compare=False)
+    """The events that compensate by ``compensate_on`` (the cancel event, ``on_fatal``)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.redact, list):
@@ -210,6 +212,9 @@ class WorkflowType:
         object.__setattr__(self, "compensators", compensators)
         edges = any(t.compensate for t in self.machine.transitions)
         object.__setattr__(self, "compensates", edges or bool(self.compensate_on))
+        by_policy = {"cancel": self.cancel_event, "fatal": self.on_fatal}
+        events = {by_policy.get(o) for o in self.compensate_on} - {None}
+        object.__setattr__(self, "compensating_events", frozenset(e for e in events if e))
         # A state that declares its children (Spawn) gets the handler that starts them, unless
         # one is bound; after ``decides``: a type registered without handlers still is one
         # whose other handlers live elsewhere.

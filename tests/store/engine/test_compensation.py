@@ -436,3 +436,15 @@ def test_a_compensating_edge_is_labelled_in_diagrams() -> None:
     assert not any(
         "compensates" in ln for ln in to_mermaid(machine()).splitlines() if "finish" in ln
     )
+
+
+async def test_an_event_that_compensates_by_policy_is_not_sent_from_outside(
+    opened: Callable[[list[WorkflowType]], Engine],
+) -> None:
+    async with opened([saga(then="booked", compensate_on=("cancel", "fatal"))]) as engine:
+        await engine.start("saga", {}, workflow_id="s1")
+        await run_all(engine)
+        for event, payload in (("cancel", {"reason": "x"}), ("fatal_error", {})):
+            with pytest.raises(IllegalTransition, match=r"Engine\.cancel"):
+                await engine.send("s1", event, payload)
+        assert (await engine.get("s1")).state == "waiting" and "undo" not in " ".join(LOG)
