@@ -10,9 +10,13 @@ A step declared with ``run.step("charge", charge, compensate=refund)`` records t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statewright.errors import IllegalTransition, InvalidInput
+
+if TYPE_CHECKING:
+    from statewright.definition.model import Transition
+    from statewright.types import WorkflowRow
 
 UNDO_PREFIX = "undo."
 """A compensation's step name is ``undo.<step>``: reserved, refused as a user step's name."""
@@ -37,25 +41,29 @@ def callable_name(fn: Callable[..., Any]) -> str | None:
 
 
 def compensated(
-    workflow_id: str,
-    state: str,
-    event: str,
+    row: WorkflowRow,
+    by_policy: frozenset[str],
+    edge: Transition,
     undone: tuple[str, ...] | None,
     payload: Mapping[str, Any],
 ) -> Mapping[str, Any]:
-    """The payload a compensating transition logs: the event's, with the steps it undid under
-    :data:`COMPENSATED`. Without them (None: nobody ran the compensations, as for an event
-    sent from outside) a compensating transition is refused: only the workflow's worker
-    takes it (its handler, a timer, a cancel through ``Engine.cancel``), after it ran them."""
+    """The payload the transition ``edge`` logs when it compensates (marked, or its event
+    one of ``by_policy``, the type's ``compensating_events``): the event's, with the steps it
+    undid under :data:`COMPENSATED`; else ``payload`` itself. Without them (``undone`` None:
+    nobody ran the compensations, as for an event sent from outside) a compensating
+    transition is refused: only the workflow's worker takes it (its handler, a timer, a
+    cancel through ``Engine.cancel``), after it ran them."""
+    if not edge.compensate and undone is None and edge.event not in by_policy:
+        return payload
     if undone is None:
         raise IllegalTransition(
-            state,
-            event,
+            row.state,
+            edge.event,
             (),
             "a compensating transition is taken by the workflow's worker (its handler, a "
             "timer, a cancel through Engine.cancel), which runs the compensations first; it "
             "cannot be sent",
-            workflow_id,
+            row.id,
         )
     return {**payload, COMPENSATED: list(undone)}
 

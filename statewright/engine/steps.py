@@ -356,10 +356,7 @@ class Run:
         :mod:`statewright.engine.compensation`).
         """
         if not isinstance(name, str) or not name or ":" in name or name.startswith(UNDO_PREFIX):
-            raise InvalidInput(
-                f"step name must be non-empty, contain no ':' and not start with "
-                f"{UNDO_PREFIX!r} (a compensation's): {name!r}"
-            )
+            raise InvalidInput(f"step name must be non-empty, without ':', not undo.*: {name!r}")
         if timeout is not None and not timeout > 0:
             raise InvalidInput(f"a step's timeout must be positive, not {timeout!r}")
         undo = None if compensate is None else name_for(self.type.compensators, compensate)
@@ -383,8 +380,8 @@ class Run:
         # done record is written first.
         await self._ready()
         key = self.key(name)
-        # (``compensation``: the undo recorded with the step; ``undoing``: this is an undo,
-        # run for the very cancel it must not stop.)
+        # ``compensation``: the undo recorded with the step; ``undoing``: this is an undo
+        # (:mod:`~statewright.engine.compensation`), run for the cancel it must not stop.
         store, wid = self.rt.store, self.workflow.id
         opened = await store.step_open(key, wid, name, self.now(), self.lease, compensation)
         if not undoing:

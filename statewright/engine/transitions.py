@@ -250,12 +250,8 @@ class Transitions:
                 raise IllegalTransition(
                     exc.state, exc.event, exc.allowed, exc.reason, row.id
                 ) from None
-            if (
-                t.compensate
-                or fire.compensated is not None
-                or (wtype.compensate_on and fire.event in wtype.compensating_events)
-            ):
-                payload = compensated(row.id, row.state, fire.event, fire.compensated, payload)
+            if t.compensate or fire.compensated is not None or wtype.compensate_on:
+                payload = compensated(row, wtype.compensating_events, t, fire.compensated, payload)
         now = self.clock.now()
         target = machine.states[t.target]
         # A migration enters its state anew (the old version's timers go, the new one's are
