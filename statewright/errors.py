@@ -299,6 +299,36 @@ class FatalError(StatewrightError):
     code = "fatal_error"
 
 
+class TransactionUnavailable(FatalError):
+    """Transactional steps are not available here: the store cannot run user code in its
+    transaction, or the tables named are not in its database. Use ``run.step`` with an
+    idempotency key (the step's key) for writes to another database instead."""
+
+    code = "transaction_unavailable"
+
+
+class TransactionFailed(StatewrightError):
+    """A transactional step raised: the transition it rode with was rolled back whole (its
+    log entry, timers, step record and the application's rows), nothing of it committed.
+
+    Attributes:
+        step: the transactional step's name.
+        error: what its function raised (the handler run fails with it: the type's retry
+            policy applies).
+    """
+
+    code = "transaction_failed"
+
+    def __init__(self, step: str, error: BaseException) -> None:
+        self.step = step
+        self.error = error
+        super().__init__(
+            f"transactional step {step!r} raised {type(error).__name__}: {error}; its "
+            "transition was rolled back",
+            step=step,
+        )
+
+
 class RequestNotSent(TransientError):
     """The request never reached the other side: nothing was applied, so the step may simply run again."""  # noqa: E501 (one line: the docstring is the default message)
 

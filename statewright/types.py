@@ -367,6 +367,9 @@ class TransitionWrite:
     """Keyed timers to delete (none of them is among ``add_timers``)."""
     release_lease: bool = True
     last_error: str | None = None
+    guard: str | None = None
+    """The name of the guard that chose the target, for the transition's record (its log line
+    and span event); not stored."""
     consume_inbox_ids: tuple[int, ...] = ()
     """Inbox items this transition consumes, atomically (refused if one already was)."""
     lease: Lease | None = None
@@ -391,6 +394,24 @@ class TransitionWrite:
     has one): in the same transaction, armed on the parent as a one-shot timer due at once,
     replacing its pending timer of ``notice.key``, and the parent made due, unless the
     parent is gone or terminal (then nothing is armed). Exactly once, as the transition."""
+    effects: tuple[TransactionalStep, ...] = ()
+    """A handler's transactional steps (``run.transaction``): each ``fn(conn)`` runs in this
+    write's transaction right after its compare-and-swap matched, in order; one raising rolls
+    the whole write back (see :mod:`statewright.store.transactional`). The log entry's
+    payload names them (``"$transactions"``)."""
+
+
+@dataclass(frozen=True)
+class TransactionalStep:
+    """User code writing the application's own rows in a transition's transaction
+    (``run.transaction``): ``fn`` gets the store's connection; ``tables`` are the tables it
+    writes, checked to be in the store's database when it was registered."""
+
+    name: str
+    fn: Any
+    """``fn(conn)``: SQLite, a ``sqlite3.Connection`` (synchronous); PostgreSQL, a
+    ``psycopg.AsyncConnection`` (it may return an awaitable, which is awaited)."""
+    tables: tuple[str, ...] = ()
 
 
 @quick_init

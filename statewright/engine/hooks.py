@@ -13,19 +13,71 @@ from dataclasses import dataclass
 
 from statewright.engine.looplag import LagReport
 from statewright.errors import StatewrightError
-from statewright.types import WorkflowRow
+from statewright.types import WorkflowRow, quick_init
 
 log = logging.getLogger("statewright.transitions")
 
 
+StepRef = tuple[str, int] | tuple[None, None]
+"""A step's name and attempt (the handler's last one), or ``(None, None)``: none."""
+NO_STEP: StepRef = (None, None)
+
+
+@quick_init
 @dataclass(frozen=True)
 class TransitionEvent:
-    """What observers receive after a transition committed."""
+    """What observers receive after a transition committed: the transition's record.
+
+    Besides the rows, what answers "what happened, and how long did it take" (all from data
+    at hand when the write returns; none costs a store read): :attr:`duration_ms`, the guard
+    that chose the target, and the step (and its attempt) that the handler whose outcome this
+    is ran last.
+    """
 
     before: WorkflowRow | None
     after: WorkflowRow
     event: str
     actor: str
+    guard: str | None = None
+    """The name of the guard that chose the target (the edge taken was guarded); None for an
+    unguarded edge, an operator's action, a start."""
+    step: str | None = None
+    """The last step the handler ran (an attempt it began, not a result it found recorded)
+    in the run whose outcome this transition is; None when no handler ran a step (an external
+    event, a timer, a handler without steps)."""
+    attempt: int | None = None
+    """That step's attempt (1 for its first run; the step ledger's count)."""
+
+    @property
+    def duration_ms(self) -> float | None:
+        """Milliseconds in the state the workflow left: from when it entered it to this
+        transition (for a self-transition, which keeps the state, the time in it so far);
+        None for a start or a fork (no state before)."""
+        before = self.before
+        if before is None:
+            return None
+        return round(max(0.0, self.after.updated_at - before.state_entered_at) * 1000.0, 3)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failure of a workflow's handler or of one of its steps, as it happened (before the
+    retry policy's write). Counted by ``statewright_failures_total``.
+
+    ``kind``: ``"step"`` when a step's action raised (every attempt), ``"handler"`` when the
+    state failed (the handler raised, returned an event the machine refused, ran past its
+    deadline, or its worker was lost; a timer's event refused): whatever the retry policy
+    applies to. ``error``: ``"transient"`` or ``"fatal"`` as the type's retry policy classifies
+    it, or ``"unknown"`` for a step whose outcome is unknown. ``step``/``attempt``: the failed
+    step, or for a handler the step it ran last (its failure is usually the handler's), None
+    when it ran none.
+    """
+
+    workflow: WorkflowRow
+    kind: str
+    error: str
+    step: str | None = None
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -65,6 +117,7 @@ RejectionObserver = Callable[[str, str, str, StatewrightError], None]
 RejectionDetailObserver = Callable[[Rejection], None]
 RetryObserver = Callable[[RetryEvent], None]
 StepObserver = Callable[[WorkflowRow, str, float], None]
+FailureObserver = Callable[[Failure], None]
 LagObserver = Callable[[LagReport], None]
 """Called from a worker's watchdog thread when user code blocked its event loop."""
 
@@ -81,8 +134,19 @@ class Observers:
         self.retry: list[RetryObserver] = []
         self.step: list[StepObserver] = []
         self.lag: list[LagObserver] = []
+        self.failure: list[FailureObserver] = []
+        """Told of every handler and step failure (:class:`Failure`)."""
 
     def transitioned(self, ev: TransitionEvent) -> None:
+        if log.isEnabledFor(logging.INFO):  # the record's fields cost nothing when unlogged
+            self._log_transition(ev)
+        for fn in self.transition:
+            try:
+                fn(ev)
+            except Exception:
+                log.exception("transition observer failed", extra={"action": "observer_error"})
+
+    def _log_transition(self, ev: TransitionEvent) -> None:
         log.info(
             "transition",
             extra={
@@ -94,13 +158,12 @@ class Observers:
                 "event": ev.event,
                 "actor": ev.actor,
                 "version": ev.after.version,
+                "duration_ms": ev.duration_ms,
+                "guard": ev.guard,
+                "step": ev.step,
+                "attempt": ev.attempt,
             },
         )
-        for fn in self.transition:
-            try:
-                fn(ev)
-            except Exception:
-                log.exception("transition observer failed", extra={"action": "observer_error"})
 
     def rejected_transition(
         self,
@@ -194,6 +257,25 @@ class Observers:
                 fn(workflow, step, seconds)
             except Exception:
                 log.exception("step observer failed", extra={"action": "observer_error"})
+
+    def failed(
+        self,
+        workflow: WorkflowRow,
+        kind: str,
+        error: str,
+        step: str | None = None,
+        attempt: int | None = None,
+    ) -> None:
+        """A handler or step failure (see :class:`Failure`); nothing is built without
+        observers."""
+        if not self.failure:
+            return
+        failure = Failure(workflow, kind, error, step, attempt)
+        for fn in self.failure:
+            try:
+                fn(failure)
+            except Exception:
+                log.exception("failure observer failed", extra={"action": "observer_error"})
 
     def loop_lagged(self, report: LagReport) -> None:
         """User code blocked a worker's event loop (called from the watchdog thread)."""

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from statewright.engine import records
+from statewright.engine.hooks import NO_STEP, StepRef
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import FatalError, InvalidInput, LeaseLost
 from statewright.types import Lease, StepFinish, StepRecord, WorkflowRow
@@ -90,6 +92,9 @@ class Ledger:
         with the transition the handler returns (one commit fewer). Whatever else the handler
         does next through its run writes it first (:meth:`flush`)."""
         self._pending: _Pending | None = None
+        self.last: StepRef = NO_STEP
+        """The step this run began last, and its attempt: the transition the run's outcome
+        makes names it (its record), as does a failure of the handler."""
 
     @property
     def pending_finish(self) -> StepFinish | None:
@@ -114,6 +119,7 @@ class Ledger:
 
     def begun(self, name: str, record: StepRecord) -> Begun:
         """The attempt ``record`` (just recorded executing) as it runs now."""
+        self.last = (name, record.attempts)
         return Begun(
             StepKey(self.workflow.id, name, self.workflow.fence, record.attempts),
             record,
@@ -145,6 +151,7 @@ class Ledger:
         )
 
     async def failed(self, begun: Begun, exc: BaseException) -> None:
+        self._report(begun, exc)
         outcome = self.type.retry.outcome(exc)
         try:
             await self.finish(begun, "failed", None, describe(exc), outcome)
@@ -161,6 +168,11 @@ class Ledger:
             },
         )
 
+    def _report(self, begun: Begun, exc: BaseException) -> None:
+        """Tell the failure observers (``statewright_failures_total``) of this attempt's."""
+        key, observers = begun.key, self.rt.observers
+        records.step_failed(observers, self.type, self.workflow, exc, key.step, key.attempt)
+
     async def keepable(self, begun: Begun, name: str, result: Any) -> None:
         try:
             self.rt.limits.check(result, f"result of step {name!r}")
@@ -169,6 +181,7 @@ class Ledger:
             # too large): the outcome stays unknown to the ledger (reconcile can tell, or an
             # operator resolves it), and the workflow fails this state.
             error = FatalError(f"{exc.message}: it cannot be kept")
+            self._report(begun, error)
             await self.finish(begun, "failed", None, describe(error), "unknown")
             raise error from exc
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from statewright.engine import compensation
 from statewright.engine.cancel import pending
 from statewright.engine.compensation_owed import HandOver, hand_over
+from statewright.engine.hooks import NO_STEP
 from statewright.engine.outcome import (
     PARKED_CANCEL_REFUSED,
     REFUSALS,
@@ -43,7 +44,7 @@ from statewright.engine.outcome import (
 )
 from statewright.engine.transitions import Defer, Fire
 from statewright.engine.workflow_type import WorkflowType
-from statewright.errors import StatewrightError
+from statewright.errors import StatewrightError, TransactionFailed
 from statewright.types import WorkflowRow
 
 if TYPE_CHECKING:
@@ -87,6 +88,21 @@ async def settle(claim: Claim, happened: Happened | Outcome) -> WorkflowRow | No
             except REFUSALS as exc:
                 outcome = decide(claim, Refused(outcome, exc))
                 continue
+            except TransactionFailed as exc:
+                # A transactional step raised: nothing of the transition committed, and the
+                # handler run fails with what the step raised (its type's retry policy).
+                log.warning(
+                    "transactional step failed",
+                    extra={
+                        "action": "transaction_failed",
+                        "workflow_id": row.id,
+                        "state": row.state,
+                        "step": exc.step,
+                        "error": repr(exc.error),
+                    },
+                )
+                outcome = decide(claim, Failed(exc.error))
+                continue
             break
     except Exception:
         # The transition failed (a store error; or its outcome is unknown): record the step's
@@ -103,6 +119,16 @@ async def settle(claim: Claim, happened: Happened | Outcome) -> WorkflowRow | No
             )
         raise
     if isinstance(outcome, Advance):
+        if outcome.fire.effects:
+            log.info(
+                "transactional steps committed",
+                extra={
+                    "action": "transaction_committed",
+                    "workflow_id": row.id,
+                    "event": outcome.fire.event,
+                    "steps": [step.name for step in outcome.fire.effects],
+                },
+            )
         if claim.run is not None:
             claim.run.ledger.carried()
         if outcome.chain and after is not None and after.lease == claim.lease:
@@ -136,7 +162,9 @@ async def _write(claim: Claim, outcome: Outcome) -> WorkflowRow | None:
         return await rt.transitions.let_go(row, claim.lease)
     change = _change(outcome)
     if isinstance(change, Fire):
-        return await rt.transitions.fire(row, change)
+        # The transition's record names the step the handler ran last (None: no handler).
+        last = NO_STEP if claim.run is None else claim.run.ledger.last
+        return await rt.transitions.fire(row, change, last)
     if isinstance(outcome, Retry):
         log.info(
             "retry scheduled",

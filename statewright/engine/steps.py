@@ -21,11 +21,11 @@ import contextvars
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
-from statewright.engine import commands, tracecontext
+from statewright.engine import commands, tracecontext, transactional
 from statewright.engine.cancel import pending
 from statewright.engine.children import child_id
 from statewright.engine.commands import Started
@@ -58,6 +58,7 @@ from statewright.types import (
     StepFinish,
     StepRecord,
     TimerSpec,
+    TransactionalStep,
     WorkflowRow,
 )
 
@@ -296,6 +297,21 @@ class Run:
     def cancelled_timers(self) -> tuple[str, ...]:
         """The timer keys this run's outcome deletes."""
         return tuple(key for key, spec in self.timer_ops.items() if spec is None)
+
+    # -- transactional steps ---------------------------------------------------------------
+
+    effects: tuple[TransactionalStep, ...] = ()
+    """The transactional steps this run registered (a class default: no cost unused)."""
+
+    async def transaction(
+        self, name: str, fn: Callable[[Any], Any], *, tables: Iterable[str] = ()
+    ) -> None:
+        """Have ``fn(conn)`` write the application's rows (``tables``) in the transaction of
+        the transition this handler returns: both commit or neither does. Not run now;
+        checked now (see :mod:`statewright.engine.transactional`)."""
+        self._check_live()
+        step = await transactional.register(self.rt.store, self.effects, name, fn, tables)
+        self.effects = (*self.effects, step)
 
     # -- progress ------------------------------------------------------------------------------
 
@@ -571,6 +587,12 @@ class SyncRun:
                 compensate=compensate,
             )
         )
+
+    def transaction(
+        self, name: str, fn: Callable[[Any], Any], *, tables: Iterable[str] = ()
+    ) -> None:
+        """:meth:`Run.transaction`, blocking."""
+        self._trampoline.run(self._run.transaction(name, fn, tables=tables))
 
     def check_cancel(self) -> None:
         """:meth:`Run.check_cancel`, blocking."""

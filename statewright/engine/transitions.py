@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from statewright.definition.machine import State, Transition
 from statewright.engine.compensation_names import compensated, intended
-from statewright.engine.hooks import TransitionEvent
+from statewright.engine.hooks import NO_STEP, StepRef, TransitionEvent
 from statewright.engine.nesting import moving
 from statewright.engine.rowcache import RowCache
 from statewright.engine.tracecontext import capture as capture_trace
@@ -52,6 +52,7 @@ from statewright.types import (
     Lease,
     StepFinish,
     TimerSpec,
+    TransactionalStep,
     TransitionRecord,
     TransitionWrite,
     WorkflowRow,
@@ -140,6 +141,8 @@ class Fire:
     compensated: tuple[str, ...] | None = None
     """Set once the compensations ran (:mod:`~statewright.engine.compensation`): the steps
     undone, logged in the payload; a compensating edge is refused without it."""
+    effects: tuple[TransactionalStep, ...] = ()
+    """A handler's transactional steps (``run.transaction``), run in the write's transaction."""
 
 
 @dataclass(frozen=True)
@@ -319,6 +322,7 @@ class Transitions:
             release_lease=fire.release_lease
             and not (fire.keep_lease_if_due and run_at is not None and fire.retry_delay is None),
             last_error=fire.last_error,
+            guard=None if t.guard is None else t.guard.name,
             consume_inbox_ids=fire.consume_inputs,
             lease=fire.lease,
             require_unleased=fire.require_unleased,
@@ -328,6 +332,7 @@ class Transitions:
             # The span it is made in (a request's, a worker's handler span), if any.
             trace=capture_trace(),
             notice=notice,
+            effects=fire.effects,
         )
 
     def _notice(
@@ -347,9 +352,9 @@ class Transitions:
 
     # -- writes --------------------------------------------------------------------------------
 
-    async def fire(self, row: WorkflowRow, fire: Fire) -> WorkflowRow:
+    async def fire(self, row: WorkflowRow, fire: Fire, step: StepRef = NO_STEP) -> WorkflowRow:
         """Fire on ``row`` as read: applied only if it is still at that version (and the lease
-        holds, for a worker's write).
+        holds, for a worker's write). ``step``: the handler's last step, for the record.
 
         Raises IllegalTransition, InvalidPayload (logged as rejections), VersionConflict,
         LeaseLost, StoreError (OutcomeUnknown when it may have applied).
@@ -369,7 +374,8 @@ class Transitions:
             self.rows.drop(row.id)
             raise
         self.rows.put(after)
-        self.observers.transitioned(TransitionEvent(row, after, fire.event, fire.actor))
+        ev = TransitionEvent(row, after, fire.event, fire.actor, write.guard, *step)
+        self.observers.transitioned(ev)
         if after.has_children and after.terminal and self.on_end is not None:
             self.on_end(after)
         if fire.retry_delay is not None and not after.terminal:
@@ -445,7 +451,8 @@ class Transitions:
                 self.observers.persistence_failed(workflow_id, fire.event, exc)
                 raise
             self.rows.put(after)
-            self.observers.transitioned(TransitionEvent(row, after, fire.event, fire.actor))
+            ev = TransitionEvent(row, after, fire.event, fire.actor, write.guard)
+            self.observers.transitioned(ev)
             if after.has_children and after.terminal and self.on_end is not None:
                 self.on_end(after)
             return Dispatched(after, False, after.version)

@@ -11,9 +11,11 @@ declares (or the engine's own ``$start``), and anything else (a refused event na
 declared, a type this process does not know) counts under the one value :data:`UNKNOWN`. So
 hostile input cannot grow the exposition (each new label set is a series a scraper keeps).
 Step names come from handler code, not from the machine: the first :data:`MAX_STEP_NAMES` of
-each machine are kept, later ones count as :data:`UNKNOWN`. The workflow gauge's labels come
-from stored rows, which only an engine that has the type registered writes; the parked gauge's
-reason label is one of the reasons the runtime parks for (anything else: :data:`UNKNOWN`).
+each machine are kept, later ones count as :data:`UNKNOWN` (the step histogram and the
+failures counter share that list; a handler failure that ran no step has an empty step label).
+The workflow gauge's labels come from stored rows, which only an engine that has the type
+registered writes; the parked gauge's reason label is one of the reasons the runtime parks for
+(anything else: :data:`UNKNOWN`).
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ from prometheus_client.registry import Collector
 from statewright import offload
 from statewright.definition.machine import Machine
 from statewright.engine.core import Engine, ParkedTotal, StuckTotal
-from statewright.engine.hooks import Rejection, RetryEvent, TransitionEvent
+from statewright.engine.hooks import Failure, Rejection, RetryEvent, TransitionEvent
 from statewright.engine.looplag import LagReport
 from statewright.engine.parked import REASONS as PARKED_REASONS
+from statewright.engine.records import ERRORS, KINDS
 from statewright.errors import UnknownWorkflowType
 from statewright.observability.oldest import OldestAges
 from statewright.store.protocol import ReadModel
@@ -257,6 +260,16 @@ class EngineMetrics:
             buckets=STEP_BUCKETS,
             registry=r,
         )
+        self.failures = Counter(
+            "statewright_failures",
+            "Handler and step failures by machine, state and step: kind 'step' for each failed "
+            "attempt of a step's action, 'handler' for a state's failure (the handler raised, "
+            "returned a refused event, ran past its deadline, its worker was lost; the step is "
+            "the one it ran last, empty if none); error 'transient', 'fatal' (the retry "
+            "policy's verdict) or 'unknown' (a step's outcome is unknown).",
+            ["machine", "state", "step", "kind", "error"],
+            registry=r,
+        )
         self.loop_stalls = Histogram(
             "statewright_event_loop_stall_seconds",
             "How long user code (an async def handler or step that blocked) stalled a worker's "
@@ -276,6 +289,7 @@ class EngineMetrics:
         observers.retry.append(self.on_retry)
         observers.step.append(self.on_step)
         observers.lag.append(self.on_lag)
+        observers.failure.append(self.on_failure)
 
     # -- observers -----------------------------------------------------------------------------
 
@@ -309,6 +323,13 @@ class EngineMetrics:
     def on_step(self, workflow: WorkflowRow, step: str, seconds: float) -> None:
         n = self.names
         self.steps.labels(n.machine(workflow), n.step(workflow, step)).observe(seconds)
+
+    def on_failure(self, f: Failure) -> None:
+        n, row = self.names, f.workflow
+        step = "" if f.step is None else n.step(row, f.step)
+        kind = f.kind if f.kind in KINDS else UNKNOWN
+        error = f.error if f.error in ERRORS else UNKNOWN
+        self.failures.labels(n.machine(row), n.state(row), step, kind, error).inc()
 
     def on_lag(self, report: LagReport) -> None:
         self.loop_stalls.observe(report.seconds)

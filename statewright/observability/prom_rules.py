@@ -26,6 +26,10 @@ machines this engine does not register. How each rule maps:
   whenever the Python rule does, and also when several workflows of a machine each retried
   fewer times.
 
+A second group, ``statewright_records``, has recording rules (no alerts) over the failures
+counter (``statewright_failures_total``), so "which step fails most" is one query over a cheap
+series: ``topk(5, statewright:step_failures:rate5m)``.
+
 Counters are summed over every process that exports them (``serve``, workers); the
 store-read gauges, the same in every process, are taken once (``max``).
 """
@@ -47,6 +51,20 @@ TRANSITIONS = "statewright_transitions_total"
 RETRIES = "statewright_retries_total"
 REJECTED = "statewright_rejected_transitions_total"
 PARKED = "statewright_workflows_parked"
+FAILURES = "statewright_failures_total"
+RECORDS = "statewright_records"
+RECORDING = (
+    (
+        "statewright:failures:rate5m",
+        f"sum by (machine, state, step, kind, error) (rate({FAILURES}[5m]))",
+    ),
+    (
+        "statewright:step_failures:rate5m",
+        f'sum by (machine, step) (rate({FAILURES}{{kind="step"}}[5m]))',
+    ),
+)
+"""The recording rules: failures per second by every label of the counter (summed over the
+processes), and failed step attempts per second by machine and step."""
 
 
 def _regex(names: Iterable[str]) -> str:
@@ -201,7 +219,8 @@ def prometheus_rules(engine: Engine, thresholds: AlertThresholds | None = None) 
         "Nothing runs them until someone acts: `statewright stuck` lists them with what to do "
         "(resolve a step whose outcome is unknown, or fix the cause and resume).",
     )
-    return {"groups": [{"name": GROUP, "rules": rules}]}
+    recording = [{"record": name, "expr": expr} for name, expr in RECORDING]
+    return {"groups": [{"name": GROUP, "rules": rules}, {"name": RECORDS, "rules": recording}]}
 
 
 HEADER = """\
@@ -211,6 +230,8 @@ HEADER = """\
 # retry_flapping is an approximation: metrics have no workflow label, so retries are counted
 # per machine (it fires whenever `statewright alerts` does, and also when several workflows
 # each retried less). The others test what `statewright alerts` tests.
+# The group statewright_records records failure rates (which step fails most:
+# topk(5, statewright:step_failures:rate5m)).
 """
 
 

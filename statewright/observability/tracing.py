@@ -36,7 +36,9 @@ SCOPE = "statewright"
 
 
 def transition_attributes(ev: TransitionEvent) -> dict[str, AttributeValue]:
-    """The span event's attributes (no from_state on a start: it has none)."""
+    """The span event's attributes: no from_state or duration_ms on a start (it has no state
+    before), and the guard and the step (``step.name``, ``step.attempt``) only when known (see
+    :class:`~statewright.engine.hooks.TransitionEvent`)."""
     row = ev.after
     attrs: dict[str, AttributeValue] = {
         "statewright.workflow.id": row.id,
@@ -49,6 +51,15 @@ def transition_attributes(ev: TransitionEvent) -> dict[str, AttributeValue]:
     }
     if ev.before is not None:
         attrs["statewright.from_state"] = ev.before.state
+        duration = ev.duration_ms
+        if duration is not None:
+            attrs["statewright.duration_ms"] = duration
+    if ev.guard is not None:
+        attrs["statewright.guard"] = ev.guard
+    if ev.step is not None:
+        attrs["statewright.step.name"] = ev.step
+    if ev.attempt is not None:
+        attrs["statewright.step.attempt"] = ev.attempt
     return attrs
 
 

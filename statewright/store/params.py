@@ -281,12 +281,20 @@ def transition(w: TransitionWrite, enc: Encoding) -> Params:
     }
 
 
+TRANSACTIONS_KEY = "$transactions"
+"""The log entry's payload key naming the transactional steps that committed with it."""
+
+
 def logged(w: TransitionWrite, enc: Encoding) -> Params:
-    """A transition's log entry, as the compare-and-swap's parameters do not say it."""
+    """A transition's log entry, as the compare-and-swap's parameters do not say it (with
+    the names of its transactional steps, if any, under :data:`TRANSACTIONS_KEY`)."""
+    payload = w.payload
+    if w.effects:
+        payload = {**payload, TRANSACTIONS_KEY: [step.name for step in w.effects]}
     return {
         "from_state": w.from_state,
         "event": w.event,
-        "payload": enc.json(w.payload),
+        "payload": enc.json(payload),
         "actor": w.actor,
         "context_patch": enc.optional_json(w.context_patch),
         "idempotency_key": w.idempotency_key,

@@ -310,6 +310,14 @@ def test_prometheus_scrapes_serve_and_workers_and_runs_every_dashboard_query(
             'sum(statewright_transitions_total{job="worker", event="finish"})': RUN,
             'sum(statewright_retries_total{job="worker", mode="in_place"})': RUN,
             'sum(statewright_step_duration_seconds_count{job="worker", step="measure"})': RUN,
+            # The first attempt of "flaky" fails (a step failure, and so the handler's);
+            # "broken" fails fatally in its handler before any step.
+            'sum(statewright_failures_total{job="worker", kind="step", step="flaky", '
+            'error="transient"})': RUN,
+            'sum(statewright_failures_total{job="worker", kind="handler", step="flaky", '
+            'error="transient"})': RUN,
+            'sum(statewright_failures_total{job="worker", kind="handler", step="", '
+            'error="fatal"})': 1,
             'sum(statewright_rejected_transitions_total{job="serve", '
             'code="illegal_transition"})': 1,
             'sum(statewright_events_not_applied_total{job="serve"})': 1,

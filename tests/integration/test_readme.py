@@ -44,6 +44,18 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "['reserve trip-1:reserve', 'charge trip-1:charge', "
                 "'refund ch_1 as trip-1:undo.charge', 'release room 12']",
             ]
+        if "take_stock" in block:
+            assert done.stdout.splitlines() == [
+                "o-1 reserved",
+                "o-2 failed",
+                "[(1,)] [('o-1', 'mug', 2)]",
+            ]
+        if "statewright_failures_total" in block:
+            assert done.stdout.splitlines()[:2] == [
+                "$start None None None None",
+                "charged payload.amount > 100 charge 2 5000.0",
+            ]
+            assert len(done.stdout.splitlines()) == 4, done.stdout
         if "hello-ada" in block:
             assert done.stdout.splitlines()[0] == "awaiting_approval"
             assert "approval_granted awaiting_approval -> sent by grace" in done.stdout

@@ -87,7 +87,7 @@ def test_promtool_checks_the_generated_rules(tmp_path: Path) -> None:
     path, doc = _rules(tmp_path)
     done = _promtool("check", "rules", str(path))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 7 rules found" in done.stdout
+    assert "SUCCESS: 9 rules found" in done.stdout  # 7 alerts, 2 recording rules
     assert [r["alert"] for r in doc["groups"][0]["rules"]] == [
         "running_too_long",
         "paused_abandoned",
@@ -98,6 +98,10 @@ def test_promtool_checks_the_generated_rules(tmp_path: Path) -> None:
         "workflow_parked",
     ]
     assert sorted(r["alert"] for r in doc["groups"][0]["rules"]) == sorted(RULES)
+    assert [r["record"] for r in doc["groups"][1]["rules"]] == [
+        "statewright:failures:rate5m",
+        "statewright:step_failures:rate5m",
+    ]
 
 
 def _expanded(rule: dict[str, Any], labels: dict[str, str]) -> dict[str, str]:
@@ -203,6 +207,67 @@ def test_promtool_unit_tests_make_each_rule_fire_and_not_fire(tmp_path: Path) ->
     done = _promtool("test", "rules", str(unit))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout + done.stderr
+
+
+def test_the_recording_rules_rank_the_steps_that_fail_most(tmp_path: Path) -> None:
+    """``statewright:step_failures:rate5m`` sums the failed attempts of each step over the
+    processes (and states, errors); ``topk`` over it answers "which step fails most"; handler
+    failures are in ``statewright:failures:rate5m`` only."""
+    path, _ = _rules(tmp_path)
+    failures = "statewright_failures_total"
+    series = [
+        # "charge": 6 failed attempts a minute over two workers and two errors
+        {"series": f'{failures}{{machine="job",state="working",step="charge",kind="step",'
+                   'error="transient",instance="a"}', "values": "0+3x20"},
+        {"series": f'{failures}{{machine="job",state="working",step="charge",kind="step",'
+                   'error="fatal",instance="b"}', "values": "0+3x20"},
+        # "notify": 1 a minute; its handler failures (kind handler) are not step failures
+        {"series": f'{failures}{{machine="job",state="working",step="notify",kind="step",'
+                   'error="transient",instance="a"}', "values": "0+1x20"},
+        {"series": f'{failures}{{machine="job",state="working",step="notify",kind="handler",'
+                   'error="transient",instance="a"}', "values": "0+12x20"},
+    ]  # fmt: skip
+    tests = {
+        "rule_files": [str(path)],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": "topk(1, statewright:step_failures:rate5m)",
+                        "eval_time": "10m",
+                        "exp_samples": [
+                            {"labels": 'statewright:step_failures:rate5m{machine="job",'
+                                       'step="charge"}', "value": 0.1},
+                        ],
+                    },
+                    {
+                        "expr": 'statewright:step_failures:rate5m{step="notify"}',
+                        "eval_time": "10m",
+                        "exp_samples": [
+                            {"labels": 'statewright:step_failures:rate5m{machine="job",'
+                                       'step="notify"}', "value": 1 / 60},
+                        ],
+                    },
+                    {
+                        "expr": 'statewright:failures:rate5m{kind="handler"}',
+                        "eval_time": "10m",
+                        "exp_samples": [
+                            {"labels": 'statewright:failures:rate5m{machine="job",'
+                                       'state="working",step="notify",kind="handler",'
+                                       'error="transient"}', "value": 0.2},
+                        ],
+                    },
+                ],
+            }
+        ],
+    }  # fmt: skip
+    unit = tmp_path / "records.test.yml"
+    unit.write_text(yaml.safe_dump(tests, sort_keys=False))
+    done = _promtool("test", "rules", str(unit))
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_failure_ratio_below_the_threshold_does_not_fire(tmp_path: Path) -> None:

@@ -73,11 +73,12 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool
 
-from statewright.errors import OutcomeUnknown, StatewrightError, StoreError
+from statewright.errors import OutcomeUnknown, StatewrightError, StoreError, TransactionFailed
 from statewright.store.core import wakes_workers
 from statewright.store.postgres.listen import Listener
 from statewright.store.postgres.params import transition_params
 from statewright.store.postgres.read import ROWS
+from statewright.store.postgres.stepped import BatchFailed, RunAlone, send_stepped
 from statewright.store.queries import load_queries
 from statewright.types import DeferWrite, TransitionWrite, WorkflowRow
 
@@ -344,6 +345,9 @@ class GroupCommit:
                 _fail(p, err)
 
     async def _send(self, conn: AsyncConnection[DictRow], batch: list[_Pending]) -> None:
+        if any(p.write is not None and p.write.effects for p in batch):
+            await self._send_stepped(conn, batch)
+            return
         cursors: list[psycopg.AsyncCursor[DictRow]] = []
         commit_sent = False
         self.batches_sent += 1
@@ -359,15 +363,51 @@ class GroupCommit:
             await self._failed(conn, batch, cursors, exc, commit_sent)
             return
         except BaseException:
-            # Cancelled mid-flight (the store is closing): the COMMIT may have been sent.
-            err = OutcomeUnknown(
-                f"a write to PostgreSQL ({self.store.where}) was interrupted; it may or may "
-                "not have been applied"
-            )
-            for p in batch:
-                _fail(p, err)
-            await _rollback(conn)
+            await self._interrupted(conn, batch)
             raise
+        await self._answer(conn, batch, rows)
+
+    async def _send_stepped(self, conn: AsyncConnection[DictRow], batch: list[_Pending]) -> None:
+        """A batch holding writes with transactional steps: each write in its savepoint
+        (:mod:`.stepped`); a step that raised fails its own write only."""
+        self.batches_sent += 1
+        try:
+            answers = await send_stepped(conn, [(Q[p.query], p.params, p.write) for p in batch])
+        except BatchFailed as failed:
+            await self._failed(conn, batch, None, failed.error, failed.commit_sent)
+            return
+        except BaseException:
+            await self._interrupted(conn, batch)
+            raise
+        done: list[_Pending] = []
+        rows: list[DictRow | None] = []
+        alone: list[_Pending] = []
+        for p, answer in zip(batch, answers, strict=True):
+            if isinstance(answer, TransactionFailed):
+                _fail(p, answer)  # its savepoint was rolled back: nothing of it committed
+            elif isinstance(answer, RunAlone):
+                p.alone = True
+                alone.append(p)
+            else:
+                done.append(p)
+                rows.append(answer)
+        self._requeue(alone)
+        await self._answer(conn, done, rows)
+
+    async def _interrupted(self, conn: AsyncConnection[DictRow], batch: list[_Pending]) -> None:
+        """Cancelled mid-flight (the store is closing): the COMMIT may have been sent."""
+        err = OutcomeUnknown(
+            f"a write to PostgreSQL ({self.store.where}) was interrupted; it may or may "
+            "not have been applied"
+        )
+        for p in batch:
+            _fail(p, err)
+        await _rollback(conn)
+
+    async def _answer(
+        self, conn: AsyncConnection[DictRow], batch: list[_Pending], rows: list[DictRow | None]
+    ) -> None:
+        """Answer a committed batch's writers from their statements' rows."""
         self._count(len(batch))
         self.batches += 1
         refused: list[_Pending] = []
@@ -413,7 +453,7 @@ class GroupCommit:
         self,
         conn: AsyncConnection[DictRow],
         batch: list[_Pending],
-        cursors: list[psycopg.AsyncCursor[DictRow]],
+        cursors: list[psycopg.AsyncCursor[DictRow]] | None,
         exc: psycopg.Error,
         commit_sent: bool,
     ) -> None:
@@ -437,7 +477,13 @@ class GroupCommit:
             return
         # The first statement without a result is the one that failed (the server skipped
         # those after it); all have one: the COMMIT failed.
-        failed = next((i for i, cur in enumerate(cursors) if cur.pgresult is None), len(cursors))
+        # (None: a stepped batch, whose writes' own failures were answered already.)
+        if cursors is None:
+            failed = len(batch)
+        else:
+            failed = next(
+                (i for i, cur in enumerate(cursors) if cur.pgresult is None), len(cursors)
+            )
         if failed >= len(batch):
             err = self.store._translate(exc)
             for p in batch:

@@ -7,6 +7,7 @@ from statewright.store.outbox import AlertOutboxSQL
 from statewright.store.postgres.read_model import PostgresReadModel
 from statewright.store.postgres.retention import PostgresRetention
 from statewright.store.postgres.timers import PostgresTimers
+from statewright.store.postgres.transactional import PostgresTransactional
 from statewright.store.postgres.transitions import PostgresTransitions
 from statewright.store.postgres.workers import PostgresWorkers
 from statewright.store.schedules import SchedulesSQL
@@ -20,6 +21,7 @@ class PostgresStore(
     PostgresRetention,
     SchedulesSQL,
     AlertOutboxSQL,
+    PostgresTransactional,
 ):
     """Every part of the store (:class:`~statewright.store.protocol.FullStore`) on
     PostgreSQL.

@@ -29,6 +29,7 @@ from statewright.store.postgres.params import (
     transition_params,
 )
 from statewright.store.postgres.read import ROWS
+from statewright.store.postgres.stepped import run_steps_awaited
 from statewright.store.postgres.timers import set_next_due
 from statewright.types import (
     DeferWrite,
@@ -125,8 +126,24 @@ class PostgresTransitions(PostgresBase, core.CoreSQL):
         return await self.batcher.apply(write)
 
     async def _apply_alone(self, write: TransitionWrite, values: dict[str, Any]) -> WorkflowRow:
+        if write.effects:
+            return await self._apply_stepped(write, values)
         async with self._connection(write=True) as conn:
             row = await self._cas(conn, write, values)
+            return await self._written(conn, row, write)
+
+    async def _apply_stepped(self, write: TransitionWrite, values: dict[str, Any]) -> WorkflowRow:
+        """A transition with transactional steps, alone: the statement and the steps in one
+        transaction (a step raising rolls it back: TransactionFailed)."""
+        async with self._connection(write=True) as conn:
+            try:
+                async with conn.transaction():
+                    row = await self._cas(conn, write, values)
+                    if row is not None:
+                        await run_steps_awaited(conn, write.effects)
+            except BaseException:
+                await rollback(conn)
+                raise
             return await self._written(conn, row, write)
 
     async def _cas(
@@ -164,6 +181,8 @@ class PostgresTransitions(PostgresBase, core.CoreSQL):
                             row = await self._cas(conn, write, values)
                             if row is not None and row["parent_id"] is not None:
                                 await _notify_parent(conn, row["parent_id"], notice)
+                            if row is not None and write.effects:
+                                await run_steps_awaited(conn, write.effects)
                     except BaseException:
                         await rollback(conn)
                         raise

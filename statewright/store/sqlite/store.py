@@ -7,6 +7,7 @@ from statewright.store.schedules import SchedulesSQL
 from statewright.store.sqlite.read_model import SQLiteReadModel
 from statewright.store.sqlite.retention import SQLiteRetention
 from statewright.store.sqlite.timers import SQLiteTimers
+from statewright.store.sqlite.transactional import SQLiteTransactional
 from statewright.store.sqlite.transitions import SQLiteTransitions
 from statewright.store.sqlite.workers import SQLiteWorkers
 
@@ -19,6 +20,7 @@ class SQLiteStore(
     SQLiteRetention,
     SchedulesSQL,
     AlertOutboxSQL,
+    SQLiteTransactional,
 ):
     """Every part of the store (:class:`~statewright.store.protocol.FullStore`) on one
     SQLite file (or ``:memory:``).

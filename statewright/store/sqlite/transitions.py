@@ -22,6 +22,7 @@ from statewright.errors import (
 from statewright.store import core, params
 from statewright.store.sqlite.base import ROWS, Q, SQLiteBase
 from statewright.store.sqlite.timers import add_timers, change_timers, set_next_due
+from statewright.store.transactional import run_steps
 from statewright.types import (
     CancelRequest,
     DeferWrite,
@@ -226,6 +227,8 @@ def _apply(conn: sqlite3.Connection, w: TransitionWrite, bound: _Bound) -> tuple
         _finish_with(conn, w.workflow_id, w.step_finish, bound.finish)
     if bound.notice is not None:
         _notify_parent(conn, bound.notice)
+    if w.effects:  # transactional steps, in this write's savepoint (raising rolls it back)
+        run_steps(conn, w.effects)
     cur = conn.cursor()
     cur.row_factory = None
     read: tuple[Any, ...] = cur.execute(Q["after_transition"], {"id": w.workflow_id}).fetchone()

@@ -1,9 +1,10 @@
 """A workflow type that feeds every metric family, for the Prometheus acceptance test and the
 dashboard test (``--app`` this file).
 
-``metered``: ``running`` (handler) -> ``done``. The handler runs one step (``measure``), and
-fails transiently on its first attempt (retried in place after a short backoff), so a run
-yields a start, a retry, a step duration and a finishing transition. ``hold`` from ``running``
+``metered``: ``running`` (handler) -> ``done``. The handler runs two steps: ``flaky``, whose
+first attempt fails transiently (a step failure, and the handler's, retried in place after a
+short backoff), then ``measure``; so a run yields a start, a retry, two failures, step
+durations and a finishing transition. ``hold`` from ``running``
 parks the workflow in ``paused`` (stuck after 10 ms) until ``resume`` sends it back: leaving
 ``paused`` for ``running`` is a recovery (``statewright_recovery_seconds``). A workflow started
 with ``{"fatal": true}`` fails fatally in ``running`` (no error edge): the worker parks it for
@@ -21,6 +22,7 @@ from statewright import (
     TransientError,
     WorkflowType,
 )
+from statewright.engine.steps import StepKey
 
 MACHINE = (
     MachineBuilder("metered")
@@ -37,6 +39,11 @@ MACHINE = (
 )
 
 
+def _flaky(key: StepKey) -> None:
+    if key.attempt == 1:
+        raise TransientError("the first attempt fails, to count a retry and failures")
+
+
 def _measure(key: str) -> int:
     return len(key)
 
@@ -44,8 +51,7 @@ def _measure(key: str) -> int:
 async def work(run: Run) -> Next:
     if run.context.get("fatal"):
         raise FatalError("asked to fail: parked for an operator")
-    if run.workflow.attempts == 0:
-        raise TransientError("the first attempt fails, to count a retry")
+    await run.step("flaky", _flaky, safe_to_repeat=True)
     measured = await run.step("measure", _measure)
     return Next("finish", context={"measured": measured})
 
