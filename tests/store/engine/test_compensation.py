@@ -448,3 +448,45 @@ async def test_an_event_that_compensates_by_policy_is_not_sent_from_outside(
             with pytest.raises(IllegalTransition, match=r"Engine\.cancel"):
                 await engine.send("s1", event, payload)
         assert (await engine.get("s1")).state == "waiting" and "undo" not in " ".join(LOG)
+
+
+async def test_a_synchronous_handler_declares_undos_too(
+    opened: Callable[[list[WorkflowType]], Engine],
+) -> None:
+    def booking(run: Any) -> Next:  # gets a SyncRun
+        run.step("a", charge, compensate=refund)
+        return Next("abort")
+
+    async with opened([WorkflowType(machine(), {"booking": booking})]) as engine:
+        await engine.start("saga", {}, workflow_id="s1")
+        await run_all(engine)
+        assert (await engine.get("s1")).state == "aborted"
+        assert LOG == ["do a", "undo undo.a ch-a"]
+
+
+def test_an_undo_is_found_by_import_in_another_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from statewright.engine import compensation_names
+    from statewright.engine.compensation import resolve
+    from statewright.errors import CompensationNotFound
+
+    monkeypatch.setattr(compensation_names, "SEEN", {})
+    monkeypatch.setattr("statewright.engine.compensation.SEEN", compensation_names.SEEN)
+    wtype = WorkflowType(machine())
+    assert resolve(wtype, "a", "tests.store.engine.test_compensation:refund") is refund
+    with pytest.raises(CompensationNotFound, match="nowhere"):
+        resolve(wtype, "a", "tests.store.engine.nowhere:refund")
+    with pytest.raises(CompensationNotFound):
+        resolve(wtype, "a", "tests.store.engine.test_compensation:LOG.nothing")
+
+
+def test_the_policy_and_the_names_are_checked() -> None:
+    from statewright.errors import DefinitionError
+
+    with pytest.raises(DefinitionError, match="compensate_on"):
+        WorkflowType(machine(), compensate_on=("abort",))  # type: ignore[arg-type]
+    with pytest.raises(DefinitionError, match="needs a name"):
+        WorkflowType(machine(), compensations=[lambda key, result: None])
+    named = WorkflowType(machine(), compensations={"undo": refund}, compensate_on=("fatal",))
+    assert named.compensators == {"undo": refund}
+    assert named.compensating_events == {"fatal_error"} and named.compensates
+    assert not WorkflowType(machine("plain_" + "x")).compensating_events
