@@ -9,6 +9,7 @@ A step declared with ``run.step("charge", charge, compensate=refund)`` records t
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,10 @@ def undo_name(step: str) -> str:
 
 def callable_name(fn: Callable[..., Any]) -> str | None:
     """``module:qualname`` of a function importable by that name in another process; None for
-    a lambda, a local function or anything without both names."""
+    a lambda, a local function, a bound method (the name is its class's function) or anything
+    without both names."""
+    if inspect.ismethod(fn):
+        return None
     module = getattr(fn, "__module__", None)
     qualname = getattr(fn, "__qualname__", None)
     if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
@@ -83,7 +87,7 @@ def name_for(compensators: Mapping[str, Callable[..., Any]], fn: Callable[..., A
     else its ``module:qualname``. A lambda or a local function the type does not name is
     refused (InvalidInput): no other process could find it after a crash."""
     for name, known in compensators.items():
-        if known is fn:
+        if known is fn or known == fn:  # a bound method is a new object each time
             return name
     if not callable(fn):
         raise InvalidInput(f"compensate must be a function, not {fn!r}")

@@ -490,3 +490,17 @@ def test_the_policy_and_the_names_are_checked() -> None:
     assert named.compensators == {"undo": refund}
     assert named.compensating_events == {"fatal_error"} and named.compensates
     assert not WorkflowType(machine("plain_" + "x")).compensating_events
+
+
+def test_a_bound_method_needs_a_name() -> None:
+    from statewright.engine.compensation_names import name_for
+
+    class Payments:
+        def refund(self, key: StepKey, result: Any) -> None: ...
+
+    payments = Payments()
+    with pytest.raises(InvalidInput, match="compensations"):
+        name_for({}, payments.refund)
+    named = {"payments.refund": payments.refund}
+    assert name_for(named, payments.refund) == "payments.refund"  # another bound object
+    assert name_for({}, refund) == "tests.store.engine.test_compensation:refund"
