@@ -349,6 +349,22 @@ class StepOutcomeUnknown(FatalError):
         self.details["key"] = key
 
 
+class CompensationNotFound(FatalError):
+    """A completed step's compensation cannot be found in this process by the name recorded
+    with it (registered on no type, not importable): the workflow is parked for an operator,
+    never left uncompensated silently."""
+
+    code = "compensation_not_found"
+
+    def __init__(self, step: str, name: str) -> None:
+        self.step, self.compensation = step, name
+        super().__init__(
+            f"the compensation {name!r} of step {step!r} cannot be found: name it in the "
+            "type's compensations, or make it importable by that module:qualname",
+        )
+        self.details.update(step=step, name=name)
+
+
 class Cancelled(BaseException):
     """The workflow was cancelled. A ``BaseException`` so ``except Exception`` cannot eat it."""
 

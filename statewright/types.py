@@ -194,6 +194,9 @@ class StepRecord:
     """Of a failed step: whether its call may have taken effect (see :data:`StepOutcome`)."""
     fence: int | None = None
     """The fencing token of the claim that ran the latest attempt."""
+    compensation: str | None = None
+    """The name of the step's undo (``run.step(..., compensate=fn)``), run by a compensating
+    transition once the step is done (see :mod:`statewright.engine.compensation`)."""
 
 
 @quick_init

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statewright.definition.joins import FAILED_STATES
+from statewright.engine.compensation_names import UNDO_PREFIX
 from statewright.redaction import NO_REDACTION, Redactor, copy_json
 from statewright.types import StepRecord, TransitionRecord, WorkflowRow
 
@@ -219,6 +220,8 @@ def step_view(rec: StepRecord, redactor: Redactor = NO_REDACTION) -> dict[str, A
         "attempts": rec.attempts,
         "started_at": rec.started_at,
         "finished_at": rec.finished_at,
+        "compensation": rec.compensation,
+        "compensates": rec.step[len(UNDO_PREFIX) :] if rec.step.startswith(UNDO_PREFIX) else None,
     }
 
 

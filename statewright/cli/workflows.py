@@ -329,7 +329,8 @@ def show(s: Settings, workflow_id: IdArg) -> None:
                 ["step", "status", "outcome", "attempts", "result / error"],
                 [
                     (
-                        st.step,
+                        # A step with an undo names it; an undo is the step ``undo.<step>``.
+                        st.step + (f" (undo: {st.compensation})" if st.compensation else ""),
                         st.status,
                         st.outcome or "",
                         st.attempts,

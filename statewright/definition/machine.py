@@ -454,10 +454,12 @@ class MachineBuilder:
         guard: str | GuardFn | Guard | None = None,
         description: str = "",
         assign: str | Mapping[str, str] | AssignFn | Assign | None = None,
+        compensate: bool = False,
     ) -> MachineBuilder:
         """Add an edge. ``assign`` updates the context as it is taken: a map of safe
         expressions (``{"attempts": "(context.attempts or 0) + 1"}``), a function
         ``(context, payload) -> patch``, or the name of one registered with :meth:`action`.
+        ``compensate``: a compensating edge (see :attr:`Transition.compensate`).
         """
         sources = (source,) if isinstance(source, str) else tuple(source)
         self._transitions.append(
@@ -468,6 +470,7 @@ class MachineBuilder:
                 make_guard(guard, self._guards),
                 description,
                 make_assign(assign, self._actions),
+                compensate=compensate,
             )
         )
         return self

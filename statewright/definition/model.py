@@ -262,6 +262,10 @@ class Transition:
     assign: Assign | None = None
     spawned: bool = False
     """Made from a state's :class:`Spawn` (its join), not declared: not saved in files."""
+    compensate: bool = False
+    """A compensating transition: before it is written, the worker runs the compensations of
+    the workflow's completed steps, in reverse order (see
+    :mod:`statewright.engine.compensation`)."""
 
     @property
     def is_self(self) -> bool:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from statewright.engine.compensation_names import intended
+from statewright.engine.compensation_owed import hand_over
 from statewright.engine.reads import get
 from statewright.engine.transitions import Dispatched, Fire, same_json
 from statewright.engine.workflow_type import WorkflowType
@@ -159,6 +161,12 @@ async def cancel(
             # it first and delivers it: then that delivery is this cancel's).
             recorded = request
             continue
+        request = CancelRequest(reason, actor, rt.clock.now(), row.version, key)
+        handing = "fire"
+        if wtype.compensates:  # compensations run under a worker's claim: see hand_over
+            handing = await hand_over(rt, wtype, row, request, now=True)
+            if handing == "handed":
+                return Dispatched(row, False, row.version)
         fire = Fire(
             event,
             payload,
@@ -168,6 +176,7 @@ async def cancel(
             # the request instead, so its handler can save partial results.
             require_unleased=True,
             idempotency_key=key,
+            compensated=() if handing == "fire_compensated" else None,
         )
         try:
             after = await transitions.fire(row, fire)
@@ -184,7 +193,7 @@ async def _replayed(
     new; IdempotencyKeyReused if it was used for something else."""
     prior = await rt.store.transition_by_key(row.id, key)
     if prior is not None:
-        if prior.event != event or not same_json(prior.payload, payload):
+        if prior.event != event or not same_json(intended(prior.payload), payload):
             raise IdempotencyKeyReused(row.id, key, f"event {prior.event!r}")
         return Dispatched(row, True, prior.version)
     if row.cancel is not None and row.cancel.idempotency_key == key:

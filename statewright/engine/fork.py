@@ -113,7 +113,11 @@ async def fork(
     # (for the latest version: all done so far). Those done later would run again.
     cutoff = records[at].at if len(records) > at else now
     copied = tuple(
-        dataclasses.replace(step, key=f"{fork_id}:{step.step}", workflow_id=fork_id)
+        # Without their compensations: the original's effects are the original's to undo
+        # (both undoing one charge would refund it twice).
+        dataclasses.replace(
+            step, key=f"{fork_id}:{step.step}", workflow_id=fork_id, compensation=None
+        )
         for step in steps
         if step.status == "done" and step.finished_at is not None and step.finished_at <= cutoff
     )

@@ -11,9 +11,12 @@ worker's failure through it too.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from statewright.engine import compensation
 from statewright.engine.cancel import pending
+from statewright.engine.compensation_owed import HandOver, hand_over
 from statewright.engine.hooks import NO_STEP
 from statewright.engine.outcome import (
     PARKED_CANCEL_REFUSED,
@@ -71,6 +74,11 @@ async def settle(claim: Claim, happened: Happened | Outcome) -> WorkflowRow | No
         while True:
             if isinstance(outcome, Refuse):
                 raise outcome.error
+            if claim.wtype.compensates and compensation.compensating(claim, outcome) is not None:
+                # The compensations this transition needs run first, after the handler's
+                # last step is recorded done (so it is undone too).
+                await _write_pending(claim)
+                outcome = await compensation.before(claim, outcome)
             if not isinstance(outcome, Advance | Drop):
                 # Any write but the transition that carries it needs the step's done record
                 # durable first (a lost lease raises LeaseLost, as does every write here).
@@ -205,9 +213,15 @@ async def deliver_pending(
         return
     try:
         request = await pending(rt, wtype, row.id, row.state, row.cancel)
-        if request is not None:
+        handing: HandOver = "fire"
+        if request is not None and wtype.compensates:
+            handing = await hand_over(rt, wtype, row, request, now=False)
+        if request is not None and handing != "handed":
             claim = Claim(rt, wtype, row, None, request.actor or actor)
-            await settle(claim, cancel_outcome(claim, request, claim.actor, park=False))
+            outcome = cancel_outcome(claim, request, claim.actor, park=False)
+            if handing == "fire_compensated" and isinstance(outcome, CancelRun):
+                outcome = CancelRun(replace(outcome.fire, compensated=()), outcome.park)
+            await settle(claim, outcome)
     except StatewrightError as exc:
         log.warning(
             "cancel request not delivered",

@@ -29,6 +29,7 @@ from statewright.engine import commands, emit, tracecontext, transactional
 from statewright.engine.cancel import pending
 from statewright.engine.children import child_id
 from statewright.engine.commands import Started
+from statewright.engine.compensation_names import UNDO_PREFIX, name_for
 from statewright.engine.ledger import Begun, Ledger, StepKey, describe
 from statewright.engine.looplag import user_code
 from statewright.engine.timers import timer_spec
@@ -353,6 +354,7 @@ class Run:
         safe_to_repeat: bool = False,
         reconcile: Reconciler | None = None,
         timeout: float | None = None,
+        compensate: Callable[[StepKey, Any], Awaitable[Any] | Any] | None = None,
     ) -> Any:
         """Run ``action(key)`` at most once per workflow and step name; return its result.
 
@@ -374,14 +376,19 @@ class Run:
         :class:`DeadlineExceeded`, a transient error whose outcome is unknown (reconciled
         before any retry). A pending cancel request raises
         :class:`~statewright.errors.Cancelled` before the step starts.
+
+        ``compensate``: the step's undo, ``compensate(key, result)``, recorded with it by name
+        and run once the step is done and a compensating transition comes (see
+        :mod:`statewright.engine.compensation`).
         """
-        if not isinstance(name, str) or not name or ":" in name:
-            raise InvalidInput(f"step name must be non-empty and contain no ':': {name!r}")
+        if not isinstance(name, str) or not name or ":" in name or name.startswith(UNDO_PREFIX):
+            raise InvalidInput(f"step name must be non-empty, without ':', not undo.*: {name!r}")
         if timeout is not None and not timeout > 0:
             raise InvalidInput(f"a step's timeout must be positive, not {timeout!r}")
+        undo = None if compensate is None else name_for(self.type.compensators, compensate)
         # In its span (a child of the handler's) when a tracer provider is set.
         with tracecontext.step_span(self.workflow, name, self.key(name)):
-            return await self._step(name, action, safe_to_repeat, reconcile, timeout)
+            return await self._step(name, action, safe_to_repeat, reconcile, timeout, undo)
 
     async def _step(
         self,
@@ -390,6 +397,8 @@ class Run:
         safe_to_repeat: bool,
         reconcile: Reconciler | None,
         timeout: float | None,
+        compensation: str | None = None,
+        undoing: bool = False,
     ) -> Any:
         # The usual start in one trip (step_open): with no pending cancel request and no
         # ledger entry the step is recorded executing at once; otherwise what was found is
@@ -397,16 +406,22 @@ class Run:
         # done record is written first.
         await self._ready()
         key = self.key(name)
-        opened = await self.rt.store.step_open(key, self.workflow.id, name, self.now(), self.lease)
-        await self.note_cancel(opened.cancel)
-        if self._cancel is not None:
-            raise Cancelled(self._cancel.reason)
+        # ``compensation``: the undo recorded with the step; ``undoing``: this is an undo
+        # (:mod:`~statewright.engine.compensation`), run for the cancel it must not stop.
+        store, wid = self.rt.store, self.workflow.id
+        opened = await store.step_open(key, wid, name, self.now(), self.lease, compensation)
+        if not undoing:
+            await self.note_cancel(opened.cancel)
+            if self._cancel is not None:
+                raise Cancelled(self._cancel.reason)
         begun: Begun | StepRecord
         if opened.begun:
             assert opened.record is not None
             begun = self.ledger.begun(name, opened.record)
         else:
-            begun = await self._prepare(name, reconcile, safe_to_repeat, opened.record)
+            begun = await self._prepare(
+                name, reconcile, safe_to_repeat, opened.record, compensation
+            )
         if not isinstance(begun, Begun):
             tracecontext.note(outcome="recorded", attempt=begun.attempts)
             return begun.result
@@ -426,6 +441,7 @@ class Run:
         reconcile: Reconciler | None,
         safe_to_repeat: bool,
         record: StepRecord | None,
+        compensation: str | None = None,
     ) -> Begun | StepRecord:
         """The done record to return, or the ledger entry of the attempt that may run now
         (``record``: the step's ledger entry as just read)."""
@@ -457,7 +473,9 @@ class Run:
             if not isinstance(verdict, Applied | NotApplied) and not safe_to_repeat:
                 raise StepOutcomeUnknown(key)
         self._check_live()
-        rec = await store.step_begin(key, self.workflow.id, name, self.now(), self.lease)
+        rec = await store.step_begin(
+            key, self.workflow.id, name, self.now(), self.lease, compensation
+        )
         if rec.status == "done":
             return rec  # finished meanwhile (its result stands)
         begun = self.ledger.begun(name, rec)
@@ -566,11 +584,17 @@ class SyncRun:
         safe_to_repeat: bool = False,
         reconcile: Reconciler | None = None,
         timeout: float | None = None,
+        compensate: Callable[[StepKey, Any], Any] | None = None,
     ) -> Any:
         """:meth:`Run.step`, blocking."""
         return self._trampoline.run(
             self._run.step(
-                name, action, safe_to_repeat=safe_to_repeat, reconcile=reconcile, timeout=timeout
+                name,
+                action,
+                safe_to_repeat=safe_to_repeat,
+                reconcile=reconcile,
+                timeout=timeout,
+                compensate=compensate,
             )
         )
 

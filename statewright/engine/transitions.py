@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statewright.definition.machine import State, Transition
+from statewright.engine.compensation_names import compensated, intended
 from statewright.engine.hooks import NO_STEP, StepRef, TransitionEvent
 from statewright.engine.nesting import moving
 from statewright.engine.rowcache import RowCache
@@ -139,6 +140,9 @@ class Fire:
     keep_lease_if_due: bool = False
     """A worker's write that keeps its lease when the target state has a handler to run (the
     worker runs it next under the same claim); released as usual otherwise."""
+    compensated: tuple[str, ...] | None = None
+    """Set once the compensations ran (:mod:`~statewright.engine.compensation`): the steps
+    undone, logged in the payload; a compensating edge is refused without it."""
     effects: tuple[TransactionalStep, ...] = ()
     """A handler's transactional steps (``run.transaction``), run in the write's transaction."""
 
@@ -251,6 +255,8 @@ class Transitions:
                 raise IllegalTransition(
                     exc.state, exc.event, exc.allowed, exc.reason, row.id
                 ) from None
+            if t.compensate or fire.compensated is not None or wtype.compensate_on:
+                payload = compensated(row, wtype.compensating_events, t, fire.compensated, payload)
         now = self.clock.now()
         target = machine.states[t.target]
         # A migration enters its state anew (the old version's timers go, the new one's are
@@ -462,7 +468,7 @@ class Transitions:
         )
         if (
             prior.event != fire.event
-            or not same_json(prior.payload, dict(fire.payload))
+            or not same_json(intended(prior.payload), intended(fire.payload))
             or other_patch
         ):
             raise IdempotencyKeyReused(

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from statewright.definition.joins import CHILD_DONE, CHILD_FAILED, FAILED_STATES
 from statewright.definition.machine import Machine
 from statewright.definition.model import Spawn
+from statewright.engine.compensation_names import callable_name
 from statewright.engine.fanout import fan_out
 from statewright.engine.limits import limit_problems
 from statewright.engine.retry import RetryPolicy
@@ -147,6 +148,13 @@ class WorkflowType:
         children_on_end: what a workflow of this type that ends does to its live children:
             ``"cancel"`` them (the default), or ``"abandon"`` them (they run on, and their
             ends reach nobody).
+        compensations: the functions steps name in ``run.step(..., compensate=fn)``, found by
+            any process that runs them after a crash: a list (each known by its
+            ``module:qualname``) or a map name -> function (needed for a lambda or a local
+            function). Others are found by import of their ``module:qualname``.
+        compensate_on: besides a transition marked ``compensate``, what else runs the
+            compensations of the completed steps first: ``"cancel"`` (the cancel event) and
+            ``"fatal"`` (the ``on_fatal`` event). Default: neither.
     """
 
     machine: Machine
@@ -172,14 +180,41 @@ class WorkflowType:
     result: Callable[[Mapping[str, Any]], Any] | None = None
     parent_events: Mapping[str, str] = field(default_factory=dict)
     children_on_end: Literal["cancel", "abandon"] = "cancel"
+    compensations: Sequence[Callable[..., Any]] | Mapping[str, Callable[..., Any]] = ()
+    compensate_on: tuple[Literal["cancel", "fatal"], ...] = ()
     _decides: bool = field(init=False, repr=False, compare=False)
     """``runs_here`` resolved (read by every write that enters a state)."""
+    compensators: Mapping[str, Callable[..., Any]] = field(init=False, repr=False, compare=False)
+    """``compensations`` by name."""
+    compensates: bool = field(init=False, repr=False, compare=False)
+    """Whether anything of the type may compensate (the worker's one check when not)."""
+    compensating_events: frozenset[str] = field(init=False, repr=False, compare=False)
+    """The events that compensate by ``compensate_on`` (the cancel event, ``on_fatal``)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.redact, list):
             object.__setattr__(self, "redact", tuple(self.redact))
         decides = bool(self.handlers) if self.runs_here is None else self.runs_here
         object.__setattr__(self, "_decides", decides)
+        compensators, problems = _compensators(self.compensations)
+        if isinstance(self.compensate_on, list | str):
+            on = (
+                (self.compensate_on,)
+                if isinstance(self.compensate_on, str)
+                else self.compensate_on
+            )
+            object.__setattr__(self, "compensate_on", tuple(on))
+        problems += [
+            Problem("invalid_compensate_on", f"compensate_on: {o!r} is not 'cancel' or 'fatal'")
+            for o in self.compensate_on
+            if o not in ("cancel", "fatal")
+        ]
+        object.__setattr__(self, "compensators", compensators)
+        edges = any(t.compensate for t in self.machine.transitions)
+        object.__setattr__(self, "compensates", edges or bool(self.compensate_on))
+        by_policy = {"cancel": self.cancel_event, "fatal": self.on_fatal}
+        events = {by_policy.get(o) for o in self.compensate_on} - {None}
+        object.__setattr__(self, "compensating_events", frozenset(e for e in events if e))
         # A state that declares its children (Spawn) gets the handler that starts them, unless
         # one is bound; after ``decides``: a type registered without handlers still is one
         # whose other handlers live elsewhere.
@@ -190,7 +225,7 @@ class WorkflowType:
         }
         if spawned:
             object.__setattr__(self, "handlers", {**self.handlers, **spawned})
-        problems = [
+        problems += [
             Problem("unknown_handler_state", f"handler bound to {_unknown(self.machine, s)}", s)
             for s in self.handlers
             if s not in self.machine.states
@@ -308,6 +343,28 @@ def _unknown(machine: Machine, state: str) -> str:
             "(bind the handler to those, by path)"
         )
     return f"unknown state {state!r}"
+
+
+def _compensators(
+    given: Sequence[Callable[..., Any]] | Mapping[str, Callable[..., Any]],
+) -> tuple[dict[str, Callable[..., Any]], list[Problem]]:
+    """A type's ``compensations`` by name, and what is wrong with them."""
+    items = list(given.items()) if isinstance(given, Mapping) else [(None, f) for f in given]
+    out: dict[str, Callable[..., Any]] = {}
+    problems: list[Problem] = []
+    for name, fn in items:
+        name = name if name is not None else (callable_name(fn) if callable(fn) else None)
+        if not callable(fn) or not isinstance(name, str) or not name:
+            problems.append(
+                Problem(
+                    "invalid_compensation",
+                    f"compensation {fn!r} needs a name: pass compensations as a map "
+                    "name -> function for a lambda or a local function",
+                )
+            )
+        else:
+            out[name] = fn
+    return out, problems
 
 
 def _spawner(spawn: Spawn) -> Handler:

@@ -411,6 +411,15 @@ class StepOut(BaseModel):
     attempts: int
     started_at: float
     finished_at: float | None
+    compensation: str | None = Field(
+        None,
+        description="The name of the step's undo (`run.step(..., compensate=fn)`), run by a "
+        "compensating transition once the step is done.",
+    )
+    compensates: str | None = Field(
+        None,
+        description="Of a compensation (the step `undo.<step>`): the step it undoes.",
+    )
 
 
 class StuckOut(BaseModel):

@@ -119,9 +119,23 @@ def lease(held: Lease | None) -> Params:
     }
 
 
-def step_start(key: str, workflow_id: str, step: str, at: float, held: Lease | None) -> Params:
-    """The parameters of a step's start (``step_begin``, ``step_open``)."""
-    return {"key": key, "workflow_id": workflow_id, "step": step, "at": float(at)} | lease(held)
+def step_start(
+    key: str,
+    workflow_id: str,
+    step: str,
+    at: float,
+    held: Lease | None,
+    compensation: str | None = None,
+) -> Params:
+    """The parameters of a step's start (``step_begin``, ``step_open``); ``compensation``:
+    the name of the step's undo, recorded with it (None: none)."""
+    return {
+        "key": key,
+        "workflow_id": workflow_id,
+        "step": step,
+        "at": float(at),
+        "compensation": compensation,
+    } | lease(held)
 
 
 def step_finish(finish: StepFinish, enc: Encoding) -> Params:

@@ -292,18 +292,31 @@ class Store(Protocol):
     # -- step ledger --------------------------------------------------------------------------
 
     async def step_begin(
-        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+        self,
+        key: str,
+        workflow_id: str,
+        step: str,
+        at: float,
+        lease: Lease | None = None,
+        compensation: str | None = None,
     ) -> StepRecord:
         """Durably record that a step is executing before its action runs.
 
         A new key starts at attempt 1; an existing key whose status is ``executing`` or
         ``failed`` becomes ``executing`` again with ``attempts`` incremented (a re-run); a
         ``done`` record is returned unchanged (the caller must use its result). With
-        ``lease``, refused with LeaseLost once the lease no longer holds.
+        ``lease``, refused with LeaseLost once the lease no longer holds. ``compensation``
+        (the name of the step's undo, or None) is recorded with the attempt.
         """
 
     async def step_open(
-        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+        self,
+        key: str,
+        workflow_id: str,
+        step: str,
+        at: float,
+        lease: Lease | None = None,
+        compensation: str | None = None,
     ) -> StepOpening:
         """A step's usual start in one trip: when the workflow has no pending cancel request
         and the step no ledger entry, record it *executing* at attempt 1 as

@@ -159,6 +159,7 @@ COLUMN_TYPES: dict[str, dict[str, tuple[tuple[type, ...], bool]]] = {
         "finished_at": (_NUM, True),
         "outcome": (_TEXT, True),
         "fence": (_INT, True),
+        "compensation": (_TEXT, True),
     },
     "timers": {
         "workflow_id": (_TEXT, False),

@@ -113,6 +113,7 @@ class Rows:
             finished_at=r["finished_at"],
             outcome=r["outcome"],
             fence=r["fence"],
+            compensation=r["compensation"],
         )
 
     def inbox(self, r: Row) -> InboxItem:

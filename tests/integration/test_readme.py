@@ -42,6 +42,13 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "[('failures:inv-2:2', 'failed')]",
                 "mailer:inv-1:2:0 {'body': {'to': 'ada@example.com'}, 'topic': 'invoice.sent'}",
             ]
+        if "flight_unavailable" in block:
+            assert done.stdout.splitlines() == [
+                "undone",
+                "{'compensated': ['charge', 'reserve']}",
+                "['reserve trip-1:reserve', 'charge trip-1:charge', "
+                "'refund ch_1 as trip-1:undo.charge', 'release room 12']",
+            ]
         if "take_stock" in block:
             assert done.stdout.splitlines() == [
                 "o-1 reserved",

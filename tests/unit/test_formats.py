@@ -48,7 +48,9 @@ def guarded_machine() -> Machine:
         .event("close", payload_schema={"type": "object"}, approval=True)
         .transition("close", "open", "closed", guard="over_budget", description="python")
         .transition("close", "open", "closed", guard="payload.force == True")
-        .transition("close", ["open"], "closed", assign={"closed_by": "payload.by"})
+        .transition(
+            "close", ["open"], "closed", assign={"closed_by": "payload.by"}, compensate=True
+        )
         .transition("tick", "open", "open")
         .build()
     )

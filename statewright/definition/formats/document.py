@@ -171,6 +171,8 @@ def _transition_to_dict(t: Transition) -> dict[str, Any]:
         out["assign"] = assign_to_data(t.assign)
     if t.description:
         out["description"] = t.description
+    if t.compensate:
+        out["compensate"] = True
     return out
 
 
@@ -278,7 +280,15 @@ def _transition_from_dict(
     guard = None if spec is None else guard_from_spec(where, t["event"], spec, named, problems)
     act = t.get("assign")
     action = None if act is None else assign_from_spec(where, t["event"], act, actions, problems)
-    return Transition(sources, t["event"], t["target"], guard, t.get("description", ""), action)
+    return Transition(
+        sources,
+        t["event"],
+        t["target"],
+        guard,
+        t.get("description", ""),
+        action,
+        compensate=t.get("compensate", False),
+    )
 
 
 def assign_from_spec(

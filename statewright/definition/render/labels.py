@@ -15,8 +15,9 @@ def format_seconds(seconds: float) -> str:
 
 def edge_label(source: State, t: Transition) -> str:
     """``event [guard] (after Ns) / keys``: the guard text, the timer that fires it, and the
-    context keys the transition's ``assign`` sets, if any."""
-    label = t.event
+    context keys the transition's ``assign`` sets, if any; ``(compensates)`` after the event
+    of a compensating transition."""
+    label = t.event + (" (compensates)" if t.compensate else "")
     if t.guard is not None:
         label += f" [{t.guard.expr if t.guard.expr is not None else t.guard.name}]"
     delays = [format_seconds(s) for s, e in sorted(source.after.items()) if e == t.event]

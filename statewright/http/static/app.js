@@ -1244,6 +1244,14 @@
             details.push(h("q", { class: "comment" }, payload.comment));
             delete payload.comment;
           }
+          if (Array.isArray(payload.compensated)) {
+            // A compensating transition: the steps it undid first, newest first.
+            const undone = payload.compensated.join(", ") || "nothing to undo";
+            details.push(
+              h("span", { class: "compensated" }, "compensated: ", h("strong", {}, undone)),
+            );
+            delete payload.compensated;
+          }
           if (Object.keys(payload).length)
             details.push(h("code", { class: "payload" }, compactJson(payload)));
           if (rec.context_patch && Object.keys(rec.context_patch).length) {

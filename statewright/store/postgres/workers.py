@@ -43,9 +43,15 @@ class PostgresWorkers(PostgresBase, CoreSQL):
     # -- step ledger --------------------------------------------------------------------------
 
     async def step_begin(
-        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+        self,
+        key: str,
+        workflow_id: str,
+        step: str,
+        at: float,
+        lease: Lease | None = None,
+        compensation: str | None = None,
     ) -> StepRecord:
-        start = params.step_start(key, workflow_id, step, at, lease)
+        start = params.step_start(key, workflow_id, step, at, lease, compensation)
         async with self._connection(write=True) as conn:
             row = await (await conn.execute(Q["step_begin"], start)).fetchone()
             if row is not None:
@@ -59,9 +65,15 @@ class PostgresWorkers(PostgresBase, CoreSQL):
         raise LeaseLost(workflow_id)
 
     async def step_open(
-        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+        self,
+        key: str,
+        workflow_id: str,
+        step: str,
+        at: float,
+        lease: Lease | None = None,
+        compensation: str | None = None,
     ) -> StepOpening:
-        start = params.step_start(key, workflow_id, step, at, lease)
+        start = params.step_start(key, workflow_id, step, at, lease, compensation)
         # With the transitions' group commit: answered once committed, as alone.
         row = await self.batcher.statement("step_open", start, workflow_id)
         if row is None:

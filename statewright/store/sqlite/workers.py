@@ -39,6 +39,7 @@ def _executing(start: params.Params) -> StepRecord:
         started_at=start["at"],
         finished_at=None,
         fence=start["fence"],
+        compensation=start["compensation"],
     )
 
 
@@ -64,9 +65,15 @@ class SQLiteWorkers(SQLiteBase, CoreSQL):
     # -- step ledger --------------------------------------------------------------------------
 
     async def step_begin(
-        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+        self,
+        key: str,
+        workflow_id: str,
+        step: str,
+        at: float,
+        lease: Lease | None = None,
+        compensation: str | None = None,
     ) -> StepRecord:
-        start = params.step_start(key, workflow_id, step, at, lease)
+        start = params.step_start(key, workflow_id, step, at, lease, compensation)
 
         def fn(conn: sqlite3.Connection) -> StepRecord:
             row = conn.execute(Q["get_step"], start).fetchone()
@@ -84,9 +91,15 @@ class SQLiteWorkers(SQLiteBase, CoreSQL):
         return await self.conn.write(fn)
 
     async def step_open(
-        self, key: str, workflow_id: str, step: str, at: float, lease: Lease | None = None
+        self,
+        key: str,
+        workflow_id: str,
+        step: str,
+        at: float,
+        lease: Lease | None = None,
+        compensation: str | None = None,
     ) -> StepOpening:
-        start = params.step_start(key, workflow_id, step, at, lease)
+        start = params.step_start(key, workflow_id, step, at, lease, compensation)
 
         def fn(conn: sqlite3.Connection) -> StepOpening | None:
             if conn.execute(Q["step_open_insert"], start).rowcount == 1:

@@ -491,11 +491,13 @@ WITH fenced AS (
             OR (lease_owner = %(owner)s::text AND fence = %(fence)s::bigint))
        FOR SHARE
 )
-INSERT INTO steps (key, workflow_id, step, status, attempts, started_at, fence)
-SELECT %(key)s, id, %(step)s, 'executing', 1, %(at)s, %(fence)s::bigint FROM fenced
+INSERT INTO steps (key, workflow_id, step, status, attempts, started_at, fence, compensation)
+SELECT %(key)s, id, %(step)s, 'executing', 1, %(at)s, %(fence)s::bigint, %(compensation)s::text
+  FROM fenced
 ON CONFLICT (key) DO UPDATE
    SET status = 'executing', attempts = steps.attempts + 1, started_at = EXCLUDED.started_at,
-       finished_at = NULL, error = NULL, outcome = NULL, fence = EXCLUDED.fence
+       finished_at = NULL, error = NULL, outcome = NULL, fence = EXCLUDED.fence,
+       compensation = EXCLUDED.compensation
  WHERE steps.status <> 'done'
 RETURNING *;
 
@@ -516,8 +518,10 @@ WITH w AS (
 ), found AS (
     SELECT * FROM steps WHERE key = %(key)s
 ), begun AS (
-    INSERT INTO steps (key, workflow_id, step, status, attempts, started_at, fence)
-    SELECT %(key)s, f.id, %(step)s, 'executing', 1, %(at)s, %(fence)s::bigint
+    INSERT INTO steps (key, workflow_id, step, status, attempts, started_at, fence,
+                       compensation)
+    SELECT %(key)s, f.id, %(step)s, 'executing', 1, %(at)s, %(fence)s::bigint,
+           %(compensation)s::text
       FROM fenced f JOIN w ON w.cancel_requested IS NULL
      WHERE NOT EXISTS (SELECT 1 FROM found)
     ON CONFLICT (key) DO NOTHING

@@ -103,7 +103,8 @@ CREATE TABLE steps (
     started_at  DOUBLE PRECISION NOT NULL,
     finished_at DOUBLE PRECISION,
     outcome     TEXT,
-    fence       BIGINT
+    fence       BIGINT,
+    compensation TEXT
 );
 -- a workflow's steps, in (started_at, key) pages
 CREATE INDEX steps_workflow ON steps (workflow_id, started_at, key);

@@ -294,8 +294,8 @@ SELECT 1 FROM workflows
 -- step_open's usual case in one statement: the step recorded executing when the workflow has
 -- no pending cancel request, the lease holds (fenced as in step_begin) and the key has no
 -- ledger entry yet (DO NOTHING). Nothing inserted: the caller reads why (step_open_workflow).
-INSERT INTO steps (key, workflow_id, step, status, attempts, started_at, fence)
-SELECT :key, id, :step, 'executing', 1, :at, :fence
+INSERT INTO steps (key, workflow_id, step, status, attempts, started_at, fence, compensation)
+SELECT :key, id, :step, 'executing', 1, :at, :fence, :compensation
   FROM workflows
  WHERE id = :workflow_id AND cancel_requested IS NULL
    AND (:fence IS NULL OR (lease_owner = :owner AND fence = :fence))
@@ -314,13 +314,14 @@ VALUES (:key, :workflow_id, :step, 'done', :result, :attempts, :started_at, :fin
 
 -- name: insert_step
 -- Record a step as executing before its action runs.
-INSERT INTO steps (key, workflow_id, step, status, attempts, started_at, fence)
-VALUES (:key, :workflow_id, :step, 'executing', 1, :at, :fence);
+INSERT INTO steps (key, workflow_id, step, status, attempts, started_at, fence, compensation)
+VALUES (:key, :workflow_id, :step, 'executing', 1, :at, :fence, :compensation);
 
 -- name: restart_step
 -- A step found executing or failed is being run again.
 UPDATE steps SET status = 'executing', attempts = attempts + 1, started_at = :at,
-                 finished_at = NULL, error = NULL, outcome = NULL, fence = :fence
+                 finished_at = NULL, error = NULL, outcome = NULL, fence = :fence,
+                 compensation = :compensation
  WHERE key = :key;
 
 -- name: finish_step

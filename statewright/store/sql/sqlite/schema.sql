@@ -94,7 +94,8 @@ CREATE TABLE steps (
     started_at  REAL    NOT NULL,
     finished_at REAL,
     outcome     TEXT,
-    fence       INTEGER
+    fence       INTEGER,
+    compensation TEXT
 );
 -- a workflow's steps, in (started_at, key) pages
 CREATE INDEX steps_workflow ON steps (workflow_id, started_at, key);
