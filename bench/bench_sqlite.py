@@ -264,6 +264,7 @@ def raw_transition(conn: sqlite3.Connection, wid: str, version: int, state: str,
             "context_patch": None,
             "at": now,
             "idempotency_key": None,
+            "messages": None,
         },
     )
     return to

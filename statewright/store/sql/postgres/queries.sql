@@ -156,6 +156,9 @@ WITH items AS (
            state_entered_at = CASE WHEN state = %(to_state)s THEN state_entered_at
                                    ELSE %(at)s END,
            next_due_at = LEAST(%(run_at)s::float8,
+                               -- a pending cancel request: due now, for a claim to deliver
+                               CASE WHEN cancel_requested IS NOT NULL AND NOT %(terminal)s
+                                    THEN %(at)s::float8 END,
                                (SELECT min(due_at) FROM new_timers),
                                (SELECT min(due_at) FROM timers
                                  WHERE workflow_id = %(id)s

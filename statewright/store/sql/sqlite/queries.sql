@@ -63,6 +63,9 @@ VALUES (:workflow_id, :version, :from_state, :to_state, :event, :payload, :actor
 -- the pending timers it leaves in place, read before its timer changes run (after this
 -- statement, in the same savepoint): not cleared on leaving the state (those kept, unless it
 -- ends), not the one fired, not those whose key is cancelled or armed again (:drop_keys).
+-- A cancel request pending on a live workflow makes it due now: a claim delivers it (the
+-- writer delivers it itself too, but a writer killed first must not strand it in a state
+-- without a handler).
 UPDATE workflows
    SET state = :to_state, context = :context, version = version + 1, attempts = :attempts,
        total_attempts = coalesce(:total_attempts, total_attempts),
@@ -72,6 +75,8 @@ UPDATE workflows
        next_due_at = (SELECT min(t) FROM (
            SELECT :run_at AS t
            UNION ALL SELECT :new_due
+           UNION ALL SELECT CASE WHEN workflows.cancel_requested IS NOT NULL AND NOT :terminal
+                                 THEN :at END
            UNION ALL SELECT min(due_at) FROM timers
             WHERE workflow_id = :id
               AND NOT (:clear_timers AND (keep = 0 OR :terminal))

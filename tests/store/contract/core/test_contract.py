@@ -312,6 +312,20 @@ async def test_cancel_requests_stay_until_the_workflow_ends(store: Store) -> Non
         await store.request_cancel("nope", CancelRequest("x"))
 
 
+async def test_a_transition_makes_a_pending_cancel_request_due(store: Store) -> None:
+    # A worker's write into a state without a handler, the worker killed before it delivers
+    # the request that came while it held the workflow: a claim must find the request.
+    await store.create_workflow(new("w1", run_at=T0))
+    [claimed] = await store.claim_due("w-1", T0, 30, 10)
+    await store.request_cancel("w1", CancelRequest("stop", "ops", T0, 1, None))
+    row = await store.apply_transition(move("w1", 1, lease=claimed.lease))
+    assert row.lease_owner is None and row.next_due_at == T0 + 1
+    assert [r.id for r in await store.claim_due("w-2", T0 + 1, 30, 10)] == ["w1"]
+    # Without a request (or at a terminal state) nothing becomes due.
+    await store.create_workflow(new("w2"))
+    assert (await store.apply_transition(move("w2", 1))).next_due_at is None
+
+
 async def test_progress_is_kept_within_a_state_and_cleared_on_leaving(store: Store) -> None:
     await store.create_workflow(new())
     await store.record_progress("w1", {"done": 3, "of": 10}, T0)
