@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         Worker,
         WorkflowType,
     )
-    from statewright.engine.steps import SyncRun
+    from statewright.engine.syncrun import SyncRun
     from statewright.errors import (
         FatalError,
         IllegalTransition,
@@ -69,7 +69,7 @@ _LAZY: dict[str, str] = {
     "StatewrightError": "statewright.errors",
     "Store": "statewright.store",
     "SyncEngine": "statewright.sync",
-    "SyncRun": "statewright.engine.steps",
+    "SyncRun": "statewright.engine.syncrun",
     "TransientError": "statewright.errors",
     "Transition": "statewright.definition.machine",
     "Worker": "statewright.engine",

@@ -29,7 +29,8 @@ from statewright.engine.outcome import (
     cancel_outcome,
 )
 from statewright.engine.settle import settle
-from statewright.engine.steps import Run, SyncRun, is_async
+from statewright.engine.steps import Run, is_async
+from statewright.engine.syncrun import SyncRun
 from statewright.engine.timers import rearmed as rearmed_timer
 from statewright.engine.timers import timer_actor
 from statewright.engine.transitions import Fire

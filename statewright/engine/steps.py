@@ -10,8 +10,9 @@ only if declared ``safe_to_repeat``, otherwise :class:`~statewright.errors.StepO
 
 User code (actions, reconcile hooks) defined with ``async def`` runs on the event loop inside
 :func:`~statewright.engine.looplag.user_code`; anything else runs in the worker's thread pool,
-so a blocking call never stops the heartbeat. A synchronous handler gets a :class:`SyncRun`,
-whose methods block, and whose actions and hooks run in the handler's own thread.
+so a blocking call never stops the heartbeat. A synchronous handler gets a
+:class:`~statewright.engine.syncrun.SyncRun`, whose methods block, and whose actions and hooks
+run in the handler's own thread.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from statewright.engine.compensation_names import UNDO_PREFIX, name_for
 from statewright.engine.ledger import Begun, Ledger, StepKey, describe
 from statewright.engine.looplag import user_code
 from statewright.engine.timers import timer_spec
-from statewright.engine.usercalls import Trampoline, UserCall, bounded, is_async
+from statewright.engine.usercalls import UserCall, bounded, is_async
 from statewright.engine.wakeup import listen
 from statewright.engine.workflow_type import (
     Applied,
@@ -554,90 +555,11 @@ class Run:
                 waiter.cancel()
 
 
-class SyncRun:
-    """The :class:`Run` of a synchronous handler, with blocking methods.
-
-    Synchronous handlers run in the worker's thread pool, so a blocking call never stops the
-    heartbeat or the other workflows. Their step actions and reconcile hooks run in the
-    handler's own thread. Calling these methods from the event loop's thread is an error.
-    """
-
-    def __init__(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
-        self._run = run
-        self._trampoline = Trampoline(loop)
-        run._call_user = self._trampoline.call
-
-    @property
-    def run(self) -> Run:
-        return self._run
-
-    def __getattr__(self, name: str) -> Any:
-        # Plain attributes and properties (workflow, id, state, context, partial,
-        # fencing_token, cancel_request, key, now, save_partial, taken) come from the Run.
-        return getattr(self._run, name)
-
-    def step(
-        self,
-        name: str,
-        action: Callable[[StepKey], Any],
-        *,
-        safe_to_repeat: bool = False,
-        reconcile: Reconciler | None = None,
-        timeout: float | None = None,
-        compensate: Callable[[StepKey, Any], Any] | None = None,
-    ) -> Any:
-        """:meth:`Run.step`, blocking."""
-        return self._trampoline.run(
-            self._run.step(
-                name,
-                action,
-                safe_to_repeat=safe_to_repeat,
-                reconcile=reconcile,
-                timeout=timeout,
-                compensate=compensate,
-            )
-        )
-
-    def transaction(
-        self, name: str, fn: Callable[[Any], Any], *, tables: Iterable[str] = ()
-    ) -> None:
-        """:meth:`Run.transaction`, blocking."""
-        self._trampoline.run(self._run.transaction(name, fn, tables=tables))
-
-    def check_cancel(self) -> None:
-        """:meth:`Run.check_cancel`, blocking."""
-        self._trampoline.run(self._run.check_cancel())
-
-    def start_child(
-        self, workflow_type: str, key: str, input: Mapping[str, Any] | None = None
-    ) -> Started:
-        """:meth:`Run.start_child`, blocking."""
-        started: Started = self._trampoline.run(self._run.start_child(workflow_type, key, input))
-        return started
-
-    def progress(self, **fields: Any) -> None:
-        """:meth:`Run.progress`, blocking."""
-        self._trampoline.run(self._run.progress(**fields))
-
-    def next_input(self, name: str | None = None) -> Input | None:
-        """:meth:`Run.next_input`, blocking."""
-        return self._trampoline.run(self._run.next_input(name))
-
-    def wait_input(
-        self, name: str | None = None, *, timeout: float, poll_interval: float = 0.5
-    ) -> Input | None:
-        """:meth:`Run.wait_input`, blocking."""
-        return self._trampoline.run(
-            self._run.wait_input(name, timeout=timeout, poll_interval=poll_interval)
-        )
-
-
 __all__ = [
     "Input",
     "Run",
     "StatewrightError",
     "StepKey",
-    "SyncRun",
     "describe",
     "is_async",
 ]

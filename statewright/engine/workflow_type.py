@@ -34,7 +34,7 @@ Handler = Callable[[Any], Awaitable[HandlerResult] | HandlerResult]
 None to stay idle).
 
 An ``async def`` handler runs on the worker's event loop; any other callable runs in the
-worker's thread pool and gets a :class:`~statewright.engine.steps.SyncRun` (same methods,
+worker's thread pool and gets a :class:`~statewright.engine.syncrun.SyncRun` (same methods,
 blocking). Its argument is typed ``Any`` here because it is one of those two: and so that this
 record of a type does not depend on the runtime that runs it (``steps`` reads the type)."""
 

@@ -49,6 +49,15 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "['reserve trip-1:reserve', 'charge trip-1:charge', "
                 "'refund ch_1 as trip-1:undo.charge', 'release room 12']",
             ]
+        if "undeliverable" in block:  # the order: a transactional step, compensation, a webhook
+            assert done.stdout.splitlines() == [
+                "o-1 shipped",
+                "o-2 failed",
+                "{'$transactions': ['put_back'], 'compensated': ['capture']}",
+                "4",
+                "['capture o-1:capture', 'capture o-2:capture', 'refund ch-o-2']",
+                "[('o-2', 'shipping', 'failed')]",
+            ]
         if "take_stock" in block:
             assert done.stdout.splitlines() == [
                 "o-1 reserved",

@@ -29,7 +29,8 @@ from statewright import (
     WorkflowType,
 )
 from statewright.engine.looplag import LagReport
-from statewright.engine.steps import StepKey, SyncRun
+from statewright.engine.steps import StepKey
+from statewright.engine.syncrun import SyncRun
 from statewright.engine.workflow_type import Reconciled
 from statewright.errors import (
     IdempotencyKeyReused,

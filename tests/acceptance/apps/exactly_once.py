@@ -39,7 +39,8 @@ from statewright import (
     Run,
     WorkflowType,
 )
-from statewright.engine.steps import StepKey, SyncRun
+from statewright.engine.steps import StepKey
+from statewright.engine.syncrun import SyncRun
 from statewright.engine.workflow_type import Reconciled
 
 BLOCK = float(os.environ.get("EO_BLOCK", "5"))
