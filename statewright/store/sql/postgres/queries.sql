@@ -121,7 +121,9 @@ SELECT c.* FROM workflows c LEFT JOIN workflows p ON p.id = c.parent_id
 -- items, notify workers when work is due. All parts see the snapshot from before the
 -- statement, so next_due_at is computed from the timers that remain (the old ones minus the
 -- cleared or fired ones, plus the new ones): the earlier of that and the handler's run time,
--- NULL exactly when there is no timer and no run. The inbox items are locked first so two
+-- NULL exactly when there is no timer and no run; now, while a cancel request is pending on a
+-- live workflow (a claim delivers it: a writer killed before it did must not strand it). The
+-- inbox items are locked first so two
 -- consumers cannot both succeed; an already consumed one makes the compare-and-swap match
 -- nothing, like a stale version. The log entry is appended under the shared log lock (see
 -- log_horizon), taken after the row lock so a writer holding it never waits for anything else.
@@ -156,7 +158,6 @@ WITH items AS (
            state_entered_at = CASE WHEN state = %(to_state)s THEN state_entered_at
                                    ELSE %(at)s END,
            next_due_at = LEAST(%(run_at)s::float8,
-                               -- a pending cancel request: due now, for a claim to deliver
                                CASE WHEN cancel_requested IS NOT NULL AND NOT %(terminal)s
                                     THEN %(at)s::float8 END,
                                (SELECT min(due_at) FROM new_timers),
@@ -166,14 +167,14 @@ WITH items AS (
                                    AND id IS DISTINCT FROM %(fired_timer_id)s::bigint
                                    AND (key IS NULL OR key <> ALL(%(drop_keys)s::text[])))),
            last_error = %(last_error)s,
-           cancel_requested = CASE WHEN %(terminal)s THEN NULL ELSE cancel_requested END,
-           cancel_actor = CASE WHEN %(terminal)s THEN NULL ELSE cancel_actor END,
-           cancel_at = CASE WHEN %(terminal)s THEN NULL ELSE cancel_at END,
-           cancel_version = CASE WHEN %(terminal)s THEN NULL ELSE cancel_version END,
-           cancel_key = CASE WHEN %(terminal)s THEN NULL ELSE cancel_key END,
-           progress = CASE WHEN state = %(to_state)s THEN progress ELSE NULL END,
-           lease_owner = CASE WHEN %(release_lease)s THEN NULL ELSE lease_owner END,
-           lease_expires_at = CASE WHEN %(release_lease)s THEN NULL ELSE lease_expires_at END
+           cancel_requested = CASE WHEN NOT %(terminal)s THEN cancel_requested END,
+           cancel_actor = CASE WHEN NOT %(terminal)s THEN cancel_actor END,
+           cancel_at = CASE WHEN NOT %(terminal)s THEN cancel_at END,
+           cancel_version = CASE WHEN NOT %(terminal)s THEN cancel_version END,
+           cancel_key = CASE WHEN NOT %(terminal)s THEN cancel_key END,
+           progress = CASE WHEN state = %(to_state)s THEN progress END,
+           lease_owner = CASE WHEN NOT %(release_lease)s THEN lease_owner END,
+           lease_expires_at = CASE WHEN NOT %(release_lease)s THEN lease_expires_at END
      WHERE id = %(id)s AND version = %(expected_version)s
        AND (%(fence)s::bigint IS NULL
             OR (lease_owner = %(owner)s::text AND fence = %(fence)s::bigint))
