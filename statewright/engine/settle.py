@@ -14,7 +14,7 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from statewright.engine import compensation
+from statewright.engine import compensation, transactional
 from statewright.engine.cancel import pending
 from statewright.engine.compensation_owed import HandOver, hand_over
 from statewright.engine.hooks import NO_STEP
@@ -44,7 +44,7 @@ from statewright.engine.outcome import (
 )
 from statewright.engine.transitions import Defer, Fire
 from statewright.engine.workflow_type import WorkflowType
-from statewright.errors import StatewrightError, TransactionFailed
+from statewright.errors import StatewrightError, TransactionFailed, TransactionUnavailable
 from statewright.types import WorkflowRow
 
 if TYPE_CHECKING:
@@ -74,6 +74,12 @@ async def settle(claim: Claim, happened: Happened | Outcome) -> WorkflowRow | No
         while True:
             if isinstance(outcome, Refuse):
                 raise outcome.error
+            if isinstance(outcome, Advance) and outcome.fire.effects:
+                try:  # before any undo runs for it: the tables its steps write are the store's
+                    await transactional.check(rt.store, outcome.fire.effects)
+                except TransactionUnavailable as exc:
+                    outcome = decide(claim, Failed(exc))
+                    continue
             if claim.wtype.compensates and compensation.compensating(claim, outcome) is not None:
                 # The compensations this transition needs run first, after the handler's
                 # last step is recorded done (so it is undone too).

@@ -314,14 +314,15 @@ class Run:
     effects: tuple[TransactionalStep, ...] = ()
     """The transactional steps this run registered (a class default: no cost unused)."""
 
-    async def transaction(
+    def transaction(
         self, name: str, fn: Callable[[Any], Any], *, tables: Iterable[str] = ()
     ) -> None:
         """Have ``fn(conn)`` write the application's rows (``tables``) in the transaction of
         the transition this handler returns: both commit or neither does. Not run now;
-        checked now (see :mod:`statewright.engine.transactional`)."""
+        checked now, and its tables before that transition is written (see
+        :mod:`statewright.engine.transactional`)."""
         self._check_live()
-        step = await transactional.register(self.rt.store, self.effects, name, fn, tables)
+        step = transactional.register(self.rt.store, self.effects, name, fn, tables)
         self.effects = (*self.effects, step)
 
     # -- progress ------------------------------------------------------------------------------

@@ -2,9 +2,11 @@
 
 A transactional step writes the application's own rows in the transaction that applies the
 handler's transition (see :mod:`statewright.store.transactional` for what the store does).
-Registering checks everything that can be checked before anything is written: the name, the
-function, the store's capability and that the tables named are in the store's database. The
-step then rides with the transition the handler returns, and only with it: a run that ends
+Registering checks at once what needs no I/O (the name, the function, the store's capability);
+that the tables named are in the store's database is checked (:func:`check`, once per table
+and store) before the transition that carries the step is written, so ``run.transaction`` is
+a plain call like ``run.schedule`` and ``run.emit``. The step rides with the transition the
+handler returns, and only with it: a run that ends
 without a transition (it raised, was cancelled, lost its lease) applies none of its steps,
 and one that returns None (idle) with steps registered fails with a
 :class:`~statewright.errors.FatalError` (idle writes no transition to commit them with).
@@ -25,7 +27,7 @@ _TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*(\.[A-Za-z_][A-Za-z0-9_$]*)?")
 """A table, optionally schema-qualified (unquoted identifiers only)."""
 
 
-async def register(
+def register(
     store: object,
     registered: tuple[TransactionalStep, ...],
     name: str,
@@ -34,7 +36,8 @@ async def register(
 ) -> TransactionalStep:
     """The step to add to a run's ``registered`` ones, once it is checked: InvalidInput for a
     bad name, function or table name; TransactionUnavailable when ``store`` cannot run it
-    (no such capability, an ``async def`` on a store that cannot await it, tables elsewhere).
+    (no such capability, an ``async def`` on a store that cannot await it). Its tables are
+    checked by :func:`check`, before the transition is written.
     """
     if not isinstance(name, str) or not name:
         raise InvalidInput(f"a transactional step needs a non-empty name, not {name!r}")
@@ -65,8 +68,16 @@ async def register(
             "transaction: give a synchronous function",
             step=name,
         )
-    await store.check_tables(named)
     return TransactionalStep(name, fn, named)
+
+
+async def check(store: object, steps: tuple[TransactionalStep, ...]) -> None:
+    """Before the transition carrying ``steps`` is written: TransactionUnavailable unless every
+    table they name is in ``store``'s own database (the store caches what it found)."""
+    assert isinstance(store, TransactionalStore)  # (registration refused any other store)
+    tables = tuple(dict.fromkeys(table for step in steps for table in step.tables))
+    if tables:
+        await store.check_tables(tables)
 
 
 def idle_with_steps(state: str, registered: tuple[TransactionalStep, ...]) -> FatalError:

@@ -10,8 +10,9 @@ own, never the rest of a group commit (a savepoint per write carrying steps), an
 writer gets :class:`~statewright.errors.TransactionFailed`.
 
 A store offers this by implementing :class:`TransactionalStore` (SQLite and PostgreSQL do);
-any other store, or tables that are not in the store's own database, is refused at
-registration with :class:`~statewright.errors.TransactionUnavailable`.
+any other store is refused at registration, and tables that are not in the store's own
+database before the transition is written, with
+:class:`~statewright.errors.TransactionUnavailable`.
 
 What a step may rely on, and must not do:
 

@@ -73,7 +73,7 @@ def make_type(postgres: bool, die: Callable[[str, str], None]) -> WorkflowType:
     async def handler(run: Run) -> Next:
         await run.step(run.state, lambda key: {"at": run.state}, safe_to_repeat=True)
         fn = book(run.id, run.state, run.workflow.version)
-        await run.transaction("book", fn, tables=["app_rows"])
+        run.transaction("book", fn, tables=["app_rows"])
         return Next("next")
 
     return WorkflowType(

@@ -1,7 +1,8 @@
 """Transactional steps through the engine (``run.transaction``), on every store: the
 application's row commits with the handler's transition; a step that raises fails the
 handler run (retried when transient, ``on_fatal`` when fatal) and leaves nothing behind;
-what cannot be done is refused when registered."""
+what cannot be done is refused before anything is written (when registered, or for the
+tables, before the transition)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from statewright import (
     WorkflowType,
 )
 from statewright.engine.hooks import Failure
-from statewright.engine.transactional import register
+from statewright.engine.transactional import check, register
 from statewright.errors import (
     FatalError,
     InvalidInput,
@@ -98,7 +99,7 @@ def order_type(store: Store, then: Callable[[], None] = lambda: None) -> Workflo
     async def reserve(run: Run) -> Next | None:
         charge = await run.step("price", lambda key: {"qty": run.context["qty"]})
         fn = order_row(store, run.id, charge["qty"], then)
-        await run.transaction("order", fn, tables=["orders"])
+        run.transaction("order", fn, tables=["orders"])
         if run.context.get("idle"):
             return None
         return Next("reserved", context={"done": True})
@@ -177,9 +178,9 @@ async def test_an_idle_run_with_steps_fails_clearly(app: Store) -> None:
     assert await _orders(app) == []
 
 
-async def test_missing_tables_are_refused_when_registered(app: Store) -> None:
+async def test_missing_tables_are_refused_before_the_transition(app: Store) -> None:
     async def reserve(run: Run) -> Next:
-        await run.transaction("order", order_row(app, run.id, 1), tables=["stock"])
+        run.transaction("order", order_row(app, run.id, 1), tables=["stock"])
         return Next("reserved")
 
     wtype = WorkflowType(MACHINE, handlers={"reserving": reserve}, on_transient=None)
@@ -216,18 +217,21 @@ async def test_registration_checks_before_anything_is_written(app: Store) -> Non
     async def afn(conn: Any) -> None:
         pass
 
-    step = await register(app, (), "a", fn, ["orders"])
+    step = register(app, (), "a", fn, ["orders"])
     assert (step.name, step.tables) == ("a", ("orders",))
     for name, f, tables in (("", fn, ()), ("b", 3, ()), ("c", fn, ["orders; drop"])):
         with pytest.raises(InvalidInput):
-            await register(app, (), name, f, tables)  # type: ignore[arg-type]
+            register(app, (), name, f, tables)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput, match="already registered"):
-        await register(app, (step,), "a", fn, ())
+        register(app, (step,), "a", fn, ())
     with pytest.raises(TransactionUnavailable, match="cannot run user code"):
-        await register(object(), (), "a", fn, ())
+        register(object(), (), "a", fn, ())
     if isinstance(app, SQLiteStore):
         with pytest.raises(TransactionUnavailable, match="synchronous"):
-            await register(app, (), "a", afn, ())
+            register(app, (), "a", afn, ())
     else:
-        await register(app, (), "a", afn, ())
+        register(app, (), "a", afn, ())
+    await check(app, (step,))  # its tables are the store's
+    with pytest.raises(TransactionUnavailable, match="stock"):
+        await check(app, (register(app, (), "s", fn, ["stock"]),))
     await asyncio.sleep(0)
