@@ -654,7 +654,9 @@ async def test_cancel_mid_fan_out_leaves_no_live_child(
         files.until.touch()
         for child in live.values():
             code = zygote.wait(child.pid, 60.0)
-            if code != 0:
+            # With "canceller_dies", the worker that made the last child's cancel transition
+            # (the one that let the loop above end) may die of its plan just after it.
+            if code != 0 and not (die and code == KILLED):
                 fail(f"worker {child.pid} ended with {code} after the test")
             child.code = code
 

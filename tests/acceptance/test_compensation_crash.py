@@ -88,8 +88,10 @@ async def _cancel_some(
 
     A request recorded while a worker held the saga, whose worker then died right after its
     transition into ``held`` (before it delivered the request: ``settle.deliver_pending``),
-    waits on a row nothing makes due: as the cancel's own docstring says of such a request,
-    the client's retry with the same key delivers it. Those retries go into ``stranded``."""
+    must not wait on a row nothing makes due: that transition made the row due, for a claim
+    to deliver the request. A request found stranded anyway (unleased, not due, not parked)
+    goes into ``stranded`` (the test then fails) and is sent again with its key, as a
+    client would."""
     for wid, kind in kinds.items():
         row = await engine.get(wid)
         if row.terminal:
@@ -209,6 +211,7 @@ async def test_sigkill_during_compensation_undoes_every_completed_step_once(
         f"{undone} steps undone, each once; stranded cancel requests retried by the client: "
         f"{len(stranded)}"
     )
+    assert not stranded, f"[seed {seed}] cancel requests stranded on rows not due: {stranded}"
 
 
 async def _verify(engine: Engine, service: Service, kinds: dict[str, str], seed: int) -> int:
