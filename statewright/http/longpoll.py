@@ -1,0 +1,137 @@
+"""The long-poll of ``GET /v1/workflows/{id}``: ``?wait_for_state=a,b`` and/or
+``?after_version=N``, with ``?timeout=`` seconds (default and at most the server's
+``max_wait``, :data:`MAX_WAIT` unless ``serve --max-wait`` says otherwise).
+
+The answer is the workflow as the plain GET gives it, plus ``reached``, ``timed_out`` and
+``waited`` (:class:`statewright.access.waits.Waited`): a timeout is a 200 with the workflow as
+it is then, never an error. The wait is :func:`statewright.access.waits.wait`, the one MCP's
+``wait_for_state`` makes too: no store connection held between reads, nothing blocking the
+event loop. A client that goes away ends it (the answer is then dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Query, Request
+
+from statewright.access import Access
+from statewright.access import waits as waiting
+from statewright.errors import InvalidInput
+from statewright.http.schemas import not_null
+
+MAX_WAIT = 30.0
+"""The longest a GET waits by default (seconds): ``create_app(max_wait=...)``, ``serve
+--max-wait``. Proxies and clients commonly cut idle requests at 60 s."""
+MAX_ASKED = 86_400.0
+"""The largest ``timeout`` taken at all (a larger one is a 422); the server's cap clamps it."""
+MAX_STATES = 50
+
+
+@dataclass(frozen=True)
+class WaitQuery:
+    """What a GET asked to wait for."""
+
+    states: tuple[str, ...]
+    after_version: int | None
+    timeout: float | None
+
+
+async def wait_query(
+    wait_for_state: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=10_000,
+            description="Long-poll: answer once the workflow is in one of these states "
+            "(comma-separated; a compound state counts for the states within it), or is "
+            "finished, or `timeout` passes. A state its machine lacks: 422.",
+            json_schema_extra=not_null,
+        ),
+    ] = None,
+    after_version: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=2**62,
+            description="Long-poll: answer once the workflow's version is past this one (it "
+            "moved since you read it), or it is finished, or `timeout` passes. With "
+            "`wait_for_state`, either ends the wait.",
+            json_schema_extra=not_null,
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        Query(
+            ge=0,
+            le=MAX_ASKED,
+            description="Seconds to wait at most (only with `wait_for_state` or "
+            f"`after_version`); the server caps it (by default at {MAX_WAIT:g} s) and "
+            "defaults to its cap. At the timeout the workflow is returned as it is, with "
+            "`timed_out: true`: never an error.",
+            json_schema_extra=not_null,
+        ),
+    ] = None,
+) -> WaitQuery | None:
+    if wait_for_state is None and after_version is None:
+        if timeout is not None:
+            raise InvalidInput("'timeout' needs 'wait_for_state' or 'after_version'")
+        return None
+    states: tuple[str, ...] = ()
+    if wait_for_state is not None:
+        states = tuple(dict.fromkeys(s.strip() for s in wait_for_state.split(",") if s.strip()))
+        if not states:
+            raise InvalidInput("'wait_for_state' must name at least one state")
+        if len(states) > MAX_STATES or any(len(s) > 200 for s in states):
+            raise InvalidInput(
+                f"'wait_for_state' takes at most {MAX_STATES} states of 200 characters each"
+            )
+    return WaitQuery(states, after_version, timeout)
+
+
+WaitDep = Annotated[WaitQuery | None, Depends(wait_query)]
+
+
+def _setting(request: Request, name: str, default: float) -> float:
+    value = getattr(request.app.state, name, None)
+    return default if value is None else float(value)
+
+
+async def wait(
+    request: Request, access: Access, workflow_id: str, asked: WaitQuery
+) -> waiting.Waited | None:
+    """The wait ``asked`` for, or None when the client went away first."""
+    cap = _setting(request, "max_wait", MAX_WAIT)
+    timeout = cap if asked.timeout is None else min(asked.timeout, cap)
+    waits = asyncio.ensure_future(
+        waiting.wait(
+            access,
+            workflow_id,
+            timeout=timeout,
+            states=asked.states or None,
+            after_version=asked.after_version,
+            poll=_setting(request, "wait_poll_interval", waiting.POLL),
+            max_poll=_setting(request, "wait_max_poll_interval", waiting.MAX_POLL),
+        )
+    )
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({waits, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (gone, waits):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    if not waits.done() or waits.cancelled():
+        return None
+    return waits.result()  # (or its error: not found, invalid input, the store's)
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone (the request of a GET has no body to read first)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
