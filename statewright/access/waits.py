@@ -22,7 +22,7 @@ from typing import Any
 
 from statewright.access.reads import Reads
 from statewright.engine import wakeup
-from statewright.errors import InvalidInput
+from statewright.errors import InvalidInput, UnknownState
 from statewright.types import WorkflowRow
 
 POLL = 0.1
@@ -58,7 +58,7 @@ class Waited:
 
 
 def check_states(reads: Reads, row: WorkflowRow, states: Collection[str]) -> None:
-    """InvalidInput naming the states ``row``'s machine lacks (leaves and compound states are
+    """UnknownState naming the states ``row``'s machine lacks (leaves and compound states are
     known); a workflow whose machine version is not registered here takes any name."""
     machine = reads.known_machine(row)
     if machine is None:
@@ -68,10 +68,10 @@ def check_states(reads: Reads, row: WorkflowRow, states: Collection[str]) -> Non
         known |= set(machine.tree.compounds)
     unknown = [s for s in states if s not in known]
     if unknown:
-        raise InvalidInput(
-            f"{row.type} has no state {', '.join(map(repr, unknown))}; "
+        raise UnknownState(
+            f"{row.type} has no state {', '.join(map(repr, unknown[:20]))}; "
             f"its states: {', '.join(machine.states)}",
-            unknown=unknown[:20],
+            state=unknown[0][:200],
         )
 
 
@@ -97,9 +97,10 @@ async def wait(
 ) -> Waited:
     """Read the workflow the caller knows as ``workflow_id`` until it is in one of ``states``,
     or its version is past ``after_version``, or ``until(row)`` (used only when neither is
-    given) holds, or it is finished, or ``timeout`` seconds (of real time, not the engine's
-    clock) pass. ``seen(row)`` hears each read. Raises what :meth:`Reads.get` raises (another
-    tenant's workflow is not found), and InvalidInput for a state its machine lacks."""
+    given; without it either, until its version moves past the one first read) holds, or it
+    is finished, or ``timeout`` seconds (of real time, not the engine's clock) pass.
+    ``seen(row)`` hears each read. Raises what :meth:`Reads.get` raises (another tenant's
+    workflow is not found), and UnknownState for a state its machine lacks."""
     if timeout < 0:
         raise InvalidInput("'timeout' must be at least 0 seconds")
     if after_version is not None and after_version < 0:
@@ -121,8 +122,11 @@ async def wait(
                 pause = min(pause * GROWTH, max(max_poll, poll))
             woken = await wakeup.listen(store, min(pause, max(0.0, deadline - loop.time())))
             row = await reads.get(workflow_id)
-            if first and wanted:
-                check_states(reads, row, wanted)
+            if first:
+                if wanted:
+                    check_states(reads, row, wanted)
+                elif after_version is None and until is None:
+                    after_version = row.version  # nothing named: its next move
             first = False
             if seen is not None:
                 await seen(row)

@@ -2,9 +2,10 @@
 ``?after_version=N``, with ``?timeout=`` seconds (default and at most the server's
 ``max_wait``, :data:`MAX_WAIT` unless ``serve --max-wait`` says otherwise).
 
-The answer is the workflow as the plain GET gives it, plus ``reached``, ``timed_out`` and
-``waited`` (:class:`statewright.access.waits.Waited`): a timeout is a 200 with the workflow as
-it is then, never an error. The wait is :func:`statewright.access.waits.wait`, the one MCP's
+``?timeout=`` alone waits for the workflow's next move. The answer is the workflow as the
+plain GET gives it, plus ``reached``, ``timed_out`` and ``waited``
+(:class:`statewright.access.waits.Waited`): a timeout is a 200 with the workflow as it is
+then, never an error. The wait is :func:`statewright.access.waits.wait`, the one MCP's
 ``wait_for_state`` makes too: no store connection held between reads, nothing blocking the
 event loop. A client that goes away ends it (the answer is then dropped).
 """
@@ -20,7 +21,6 @@ from fastapi import Depends, Query, Request
 
 from statewright.access import Access
 from statewright.access import waits as waiting
-from statewright.errors import InvalidInput
 from statewright.http.schemas import not_null
 
 MAX_WAIT = 30.0
@@ -28,7 +28,6 @@ MAX_WAIT = 30.0
 --max-wait``. Proxies and clients commonly cut idle requests at 60 s."""
 MAX_ASKED = 86_400.0
 """The largest ``timeout`` taken at all (a larger one is a 422); the server's cap clamps it."""
-MAX_STATES = 50
 
 
 @dataclass(frozen=True)
@@ -44,11 +43,11 @@ async def wait_query(
     wait_for_state: Annotated[
         str | None,
         Query(
-            min_length=1,
             max_length=10_000,
+            pattern=r"^[^,\s]+(,[^,\s]+)*$",
             description="Long-poll: answer once the workflow is in one of these states "
             "(comma-separated; a compound state counts for the states within it), or is "
-            "finished, or `timeout` passes. A state its machine lacks: 422.",
+            "finished, or `timeout` passes. A state its machine lacks: 404 unknown_state.",
             json_schema_extra=not_null,
         ),
     ] = None,
@@ -68,27 +67,17 @@ async def wait_query(
         Query(
             ge=0,
             le=MAX_ASKED,
-            description="Seconds to wait at most (only with `wait_for_state` or "
-            f"`after_version`); the server caps it (by default at {MAX_WAIT:g} s) and "
-            "defaults to its cap. At the timeout the workflow is returned as it is, with "
-            "`timed_out: true`: never an error.",
+            description="Long-poll: seconds to wait at most; the server caps it (by default "
+            f"at {MAX_WAIT:g} s) and defaults to its cap. Alone (without `wait_for_state` or "
+            "`after_version`): wait for the workflow's next move. At the timeout the workflow "
+            "is returned as it is, with `timed_out: true`: never an error.",
             json_schema_extra=not_null,
         ),
     ] = None,
 ) -> WaitQuery | None:
-    if wait_for_state is None and after_version is None:
-        if timeout is not None:
-            raise InvalidInput("'timeout' needs 'wait_for_state' or 'after_version'")
+    if wait_for_state is None and after_version is None and timeout is None:
         return None
-    states: tuple[str, ...] = ()
-    if wait_for_state is not None:
-        states = tuple(dict.fromkeys(s.strip() for s in wait_for_state.split(",") if s.strip()))
-        if not states:
-            raise InvalidInput("'wait_for_state' must name at least one state")
-        if len(states) > MAX_STATES or any(len(s) > 200 for s in states):
-            raise InvalidInput(
-                f"'wait_for_state' takes at most {MAX_STATES} states of 200 characters each"
-            )
+    states = tuple(dict.fromkeys(wait_for_state.split(","))) if wait_for_state else ()
     return WaitQuery(states, after_version, timeout)
 
 

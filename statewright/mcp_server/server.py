@@ -39,6 +39,7 @@ from statewright.errors import (
     InvalidInput,
     OutcomeUnknown,
     StatewrightError,
+    UnknownState,
     UnknownTool,
     UnknownWorkflowType,
     VersionConflict,
@@ -279,17 +280,20 @@ class _Handlers:
         async def settled(row: WorkflowRow) -> bool:
             return not await automatic(access, row)
 
-        waited = await waits.wait(
-            access,
-            workflow_id,
-            timeout=float(timeout),
-            states=states,
-            after_version=after_version,
-            until=settled,  # without states or after_version: once nothing runs by itself
-            seen=report,
-            poll=self.poll_interval,
-            max_poll=self.poll_interval,
-        )
+        try:
+            waited = await waits.wait(
+                access,
+                workflow_id,
+                timeout=float(timeout),
+                states=states,
+                after_version=after_version,
+                until=settled,  # without states or after_version: once nothing runs by itself
+                seen=report,
+                poll=self.poll_interval,
+                max_poll=self.poll_interval,
+            )
+        except UnknownState as exc:  # an argument of this tool (HTTP: a 404 of the query)
+            raise InvalidInput(exc.message) from None
         view = await state_view(access, catalogue, waited.row)
         return {**waited.fields(), **view}
 
