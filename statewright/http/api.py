@@ -343,11 +343,11 @@ async def list_workflows(
     "`after_version`, answers once the workflow is in one of those states or moved past "
     "that version, or is finished, or `timeout` passes (capped by the server): then with "
     "`reached`, `timed_out` and `waited`; a timeout is never an error.",
+    openapi_extra={"parameters": longpoll.PARAMETERS},
 )
-async def get_workflow(
-    workflow_id: WorkflowId, access: AccessDep, request: Request, wait: longpoll.WaitDep
-) -> Response:
+async def get_workflow(workflow_id: WorkflowId, access: AccessDep, request: Request) -> Response:
     waited = None
+    wait = longpoll.asked(request)
     if wait is None:
         row = await access.get(workflow_id)
     else:

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Any
 
-from fastapi import Depends, Query, Request
+from fastapi import Request
 
 from statewright.access import Access
 from statewright.access import waits as waiting
-from statewright.http.schemas import not_null
+from statewright.errors import InvalidInput
 
 MAX_WAIT = 30.0
 """The longest a GET waits by default (seconds): ``create_app(max_wait=...)``, ``serve
@@ -39,49 +40,82 @@ class WaitQuery:
     timeout: float | None
 
 
-async def wait_query(
-    wait_for_state: Annotated[
-        str | None,
-        Query(
-            max_length=10_000,
-            pattern=r"^[^,\s]+(,[^,\s]+)*$",
-            description="Long-poll: answer once the workflow is in one of these states "
-            "(comma-separated; a compound state counts for the states within it), or is "
-            "finished, or `timeout` passes. A state its machine lacks: 404 unknown_state.",
-            json_schema_extra=not_null,
-        ),
-    ] = None,
-    after_version: Annotated[
-        int | None,
-        Query(
-            ge=0,
-            le=2**62,
-            description="Long-poll: answer once the workflow's version is past this one (it "
-            "moved since you read it), or it is finished, or `timeout` passes. With "
-            "`wait_for_state`, either ends the wait.",
-            json_schema_extra=not_null,
-        ),
-    ] = None,
-    timeout: Annotated[
-        float | None,
-        Query(
-            ge=0,
-            le=MAX_ASKED,
-            description="Long-poll: seconds to wait at most; the server caps it (by default "
-            f"at {MAX_WAIT:g} s) and defaults to its cap. Alone (without `wait_for_state` or "
-            "`after_version`): wait for the workflow's next move. At the timeout the workflow "
-            "is returned as it is, with `timed_out: true`: never an error.",
-            json_schema_extra=not_null,
-        ),
-    ] = None,
-) -> WaitQuery | None:
-    if wait_for_state is None and after_version is None and timeout is None:
+STATES_PATTERN = r"^[^,\s]+(,[^,\s]+)*$"
+_STATES = re.compile(STATES_PATTERN)
+MAX_VERSION = 2**62
+
+PARAMETERS: list[dict[str, Any]] = [
+    {
+        "name": "wait_for_state",
+        "in": "query",
+        "required": False,
+        "description": "Long-poll: answer once the workflow is in one of these states "
+        "(comma-separated; a compound state counts for the states within it), or is finished, "
+        "or `timeout` passes. A state its machine lacks: 404 unknown_state.",
+        "schema": {"type": "string", "maxLength": 10_000, "pattern": STATES_PATTERN},
+    },
+    {
+        "name": "after_version",
+        "in": "query",
+        "required": False,
+        "description": "Long-poll: answer once the workflow's version is past this one (it "
+        "moved since you read it), or it is finished, or `timeout` passes. With "
+        "`wait_for_state`, either ends the wait.",
+        "schema": {"type": "integer", "minimum": 0, "maximum": MAX_VERSION},
+    },
+    {
+        "name": "timeout",
+        "in": "query",
+        "required": False,
+        "description": "Long-poll: seconds to wait at most; the server caps it (by default "
+        f"at {MAX_WAIT:g} s) and defaults to its cap. Alone (without `wait_for_state` or "
+        "`after_version`): wait for the workflow's next move. At the timeout the workflow is "
+        "returned as it is, with `timed_out: true`: never an error.",
+        "schema": {"type": "number", "minimum": 0, "maximum": MAX_ASKED},
+    },
+]
+"""The long-poll's query parameters, for the route's ``openapi_extra`` (and so for
+:func:`statewright.http.deps.known_query`). Read by :func:`asked`, not by FastAPI: three
+optional parameters validated by FastAPI cost every plain GET a few percent."""
+NAMES = frozenset(p["name"] for p in PARAMETERS)
+
+
+def asked(request: Request) -> WaitQuery | None:
+    """What the query asks to wait for, checked as :data:`PARAMETERS` document it (422
+    invalid_input otherwise); None for the plain GET."""
+    if not request.scope.get("query_string"):
         return None
-    states = tuple(dict.fromkeys(wait_for_state.split(","))) if wait_for_state else ()
+    query = request.query_params
+    states_text = query.get("wait_for_state")
+    version_text = query.get("after_version")
+    timeout_text = query.get("timeout")
+    if states_text is None and version_text is None and timeout_text is None:
+        return None
+    states: tuple[str, ...] = ()
+    if states_text is not None:
+        if len(states_text) > 10_000 or not _STATES.match(states_text):
+            raise InvalidInput(
+                "'wait_for_state' must be state names separated by commas (no spaces)"
+            )
+        states = tuple(dict.fromkeys(states_text.split(",")))
+    after_version = None
+    if version_text is not None:
+        after_version = _number(version_text, "after_version", int, MAX_VERSION)
+    timeout = None
+    if timeout_text is not None:
+        timeout = _number(timeout_text, "timeout", float, MAX_ASKED)
     return WaitQuery(states, after_version, timeout)
 
 
-WaitDep = Annotated[WaitQuery | None, Depends(wait_query)]
+def _number(text: str, name: str, kind: type[int] | type[float], high: float) -> Any:
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 <= value <= high:  # (NaN is not)
+        what = "an integer" if kind is int else "a number"
+        raise InvalidInput(f"{name!r} must be {what} from 0 to {high:g}")
+    return value
 
 
 def _setting(request: Request, name: str, default: float) -> float:

@@ -155,6 +155,11 @@ async def test_bad_parameters_are_refused_and_change_nothing(
             "wait_for_state=done&timeout=abc",
             "wait_for_state=done&timeout=86401",
             "wait_for_state=done&wait=1",
+            "after_version=1.5",
+            "after_version=4611686018427387905",
+            "timeout=nan",
+            "timeout=inf",
+            "timeout=",
         ):
             r = await client.get(f"/v1/workflows/t-1?{query}", headers=auth("agent"))
             error_of(r, 422, "invalid_input")
@@ -235,3 +240,13 @@ async def test_a_client_that_goes_away_ends_the_wait(
     after = reads
     await asyncio.sleep(0.3)  # many poll intervals
     assert reads == after, "the wait went on after the client left"
+
+
+async def test_the_parameters_are_documented(client: httpx.AsyncClient) -> None:
+    doc = (await client.get("/openapi.json")).json()
+    operation = doc["paths"]["/v1/workflows/{workflow_id}"]["get"]
+    params = {p["name"]: p for p in operation["parameters"] if p["in"] == "query"}
+    assert set(params) == {"wait_for_state", "after_version", "timeout"}
+    assert params["timeout"]["schema"] == {"type": "number", "minimum": 0, "maximum": 86400.0}
+    for name in ("reached", "timed_out", "waited"):
+        assert name in doc["components"]["schemas"]["WorkflowOut"]["properties"]
