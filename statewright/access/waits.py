@@ -6,8 +6,9 @@ The timeout is never an error: the wait then returns the workflow as it is, with
 ``timed_out``. A finished workflow ends the wait too (it will not move again). Between reads
 the wait holds no store connection and does not block the event loop: it sleeps, growing the
 pause from ``poll`` to ``max_poll``, and the store's wake-ups (:mod:`statewright.engine.wakeup`:
-a transition that makes work due, an input, a cancel) cut a pause short. A wake-up is a hint:
-a workflow moved to a state with nothing to run wakes nobody and is seen at the next poll.
+a transition that makes work due, an input, a cancel) cut a pause short, though never to
+less than ``poll`` since the last read (a busy store wakes often). A wake-up is a hint: a
+workflow moved to a state with nothing to run wakes nobody and is seen at the next poll.
 
 The surfaces cap the timeout (HTTP: a server setting; MCP: at most 300 s) and check their own
 arguments' shapes; the names of the states are checked here, against the workflow's machine.
@@ -113,14 +114,18 @@ async def wait(
     pause = max(poll, 0.001)
     woken: asyncio.Task[None] | None = None
     first = True
+    last = began
     try:
         while True:
             if woken is not None:
                 # Listening since before the last read: a wake-up sent since ends the pause
                 # at once instead of being lost.
                 await woken
+                # Busy stores wake often: never read more than once a ``poll``.
+                await asyncio.sleep(min(last + poll, deadline) - loop.time())
                 pause = min(pause * GROWTH, max(max_poll, poll))
             woken = await wakeup.listen(store, min(pause, max(0.0, deadline - loop.time())))
+            last = loop.time()
             row = await reads.get(workflow_id)
             if first:
                 if wanted:
