@@ -36,6 +36,8 @@ log = logging.getLogger("statewright.http")
 MAX_BODY_BYTES = 1_048_576
 MAX_HEADER_BYTES = 16_384
 PARSER_HEADROOM = 4
+MAX_WAIT = 30.0
+"""statewright.http.longpoll.MAX_WAIT, for the same reason."""
 
 
 def _loopback(host: str) -> bool:
@@ -124,6 +126,17 @@ def serve(
             "scrapers).",
         ),
     ] = False,
+    max_wait: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            max=3600,
+            envvar="STATEWRIGHT_MAX_WAIT",
+            show_envvar=True,
+            help="The longest a long-polling GET /v1/workflows/{id} waits, in seconds (a "
+            "larger ?timeout= is cut to it).",
+        ),
+    ] = MAX_WAIT,
     alert_webhook: AlertWebhookOption = None,
     alert_interval: AlertIntervalOption = "30s",
     alert_max_attempts: AlertMaxAttemptsOption = 10,
@@ -177,6 +190,7 @@ def serve(
         max_body_bytes=max_body_bytes,
         max_header_bytes=max_header_bytes,
         metrics_auth=metrics_auth,
+        max_wait=max_wait,
     )
     webhooks = [u for item in alert_webhook or [] for u in item.split()]
     if webhooks:

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Body, Header, Path, Query, Response
+from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from fastapi.responses import PlainTextResponse
 
 from statewright import paging
@@ -23,6 +23,7 @@ from statewright.definition.machine import Machine
 from statewright.definition.render.mermaid import to_mermaid
 from statewright.engine.workflow_type import Applied, NotApplied
 from statewright.errors import UnknownState
+from statewright.http import longpoll
 from statewright.http.deps import AccessDep, KnownQuery
 from statewright.http.errors import IDEMPOTENCY_KEY, REPLAYED
 from statewright.http.jsonbody import JSONBody
@@ -335,13 +336,25 @@ async def list_workflows(
 @router.get(
     "/workflows/{workflow_id}",
     response_model=WorkflowOut,
-    summary="A workflow: state, summary, allowed events",
+    summary="A workflow: state, summary, allowed events; or, long-polling, once it moves",
     description="With its parent (`parent`, `parent_key`) when another workflow started it, "
     "and how many children it started and how many of them ended (`children`; the children "
-    "themselves: GET /v1/workflows/{id}/children).",
+    "themselves: GET /v1/workflows/{id}/children). With `wait_for_state` and/or "
+    "`after_version`, answers once the workflow is in one of those states or moved past "
+    "that version, or is finished, or `timeout` passes (capped by the server): then with "
+    "`reached`, `timed_out` and `waited`; a timeout is never an error.",
+    openapi_extra={"parameters": longpoll.PARAMETERS},
 )
-async def get_workflow(workflow_id: WorkflowId, access: AccessDep) -> Response:
-    row = await access.get(workflow_id)
+async def get_workflow(workflow_id: WorkflowId, access: AccessDep, request: Request) -> Response:
+    waited = None
+    wait = longpoll.asked(request)
+    if wait is None:
+        row = await access.get(workflow_id)
+    else:
+        waited = await longpoll.wait(request, access, workflow_id, wait)
+        if waited is None:
+            return Response(status_code=499)  # the client went away: nobody reads this
+        row = waited.row
     view = _view(access, row)
     # Parked for a step's unknown outcome: which step (from the ledger), and so which action.
     unresolved = await access.unresolved_steps(row)
@@ -351,6 +364,8 @@ async def get_workflow(workflow_id: WorkflowId, access: AccessDep) -> Response:
     # What a parent waits for: its children counted from one page of them, never all.
     counts = await access.child_counts(row)
     view["children"] = None if counts is None else counts.to_dict()
+    if waited is not None:
+        view |= waited.fields()
     return _body(view)
 
 

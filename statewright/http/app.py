@@ -25,6 +25,7 @@ from statewright.http import (
     family,
     health,
     limits,
+    longpoll,
     schedules,
     stream,
     subscriptions,
@@ -61,6 +62,7 @@ def create_app(
     max_body_bytes: int = limits.MAX_BODY_BYTES,
     max_header_bytes: int = limits.MAX_HEADER_BYTES,
     metrics_auth: bool = False,
+    max_wait: float = longpoll.MAX_WAIT,
 ) -> FastAPI:
     """Build the app.
 
@@ -75,6 +77,8 @@ def create_app(
         max_header_bytes: the largest total of request headers taken (431 headers_too_large).
         metrics_auth: ``/metrics`` wants a token with the ``ops`` or ``admin`` role (it is
             open by default, for scrapers).
+        max_wait: the longest a long-polling ``GET /v1/workflows/{id}`` waits (seconds; a
+            larger ``timeout`` is cut to it).
     """
 
     @contextlib.asynccontextmanager
@@ -114,6 +118,7 @@ def create_app(
     app.state.tokens = tokens
     app.state.worker_task = None
     app.state.metrics_auth = metrics_auth
+    app.state.max_wait = max_wait
     app.add_middleware(
         limits.RequestLimits, max_body_bytes=max_body_bytes, max_header_bytes=max_header_bytes
     )

@@ -84,6 +84,10 @@ async def known_query(request: Request) -> None:
     if not isinstance(route, APIRoute):
         return
     unknown = sorted(set(request.query_params) - _query_names(route.dependant))
+    if unknown and route.openapi_extra:
+        # Parameters the operation reads itself (documented in its ``openapi_extra``).
+        extra = route.openapi_extra.get("parameters", ())
+        unknown = [u for u in unknown if not any(p.get("name") == u for p in extra)]
     if unknown:
         raise InvalidInput(
             f"unknown query parameter(s): {', '.join(repr(u[:100]) for u in unknown[:5])}",

@@ -355,6 +355,19 @@ class WorkflowOut(BaseModel):
         "children themselves: GET /v1/workflows/{id}/children. Null over a store that keeps "
         "no children.",
     )
+    reached: bool | None = Field(
+        default=None,
+        description="Only from a long-polling GET /v1/workflows/{id}: it is in a state of "
+        "`wait_for_state` or past `after_version`.",
+    )
+    timed_out: bool | None = Field(
+        default=None,
+        description="Only from a long-polling GET: the timeout passed first; the workflow is "
+        "as it is now.",
+    )
+    waited: float | None = Field(
+        default=None, description="Only from a long-polling GET: seconds it waited."
+    )
 
 
 NEXT_CURSOR = (

@@ -300,8 +300,14 @@ def _wait_tool() -> types.Tool:
             "type": "array",
             "items": {"type": "string"},
             "description": "Return once the workflow is in one of these states (or finished). "
-            "Without it: once nothing runs automatically any more, i.e. the workflow waits "
-            "for an event or is finished.",
+            "Without it (and without after_version): once nothing runs automatically any "
+            "more, i.e. the workflow waits for an event or is finished.",
+        },
+        "after_version": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "Return once the workflow's version is past this one (it moved "
+            "since you read it), or it is finished. With states, either ends the wait.",
         },
         "timeout": {
             "type": "number",
@@ -309,7 +315,7 @@ def _wait_tool() -> types.Tool:
             "maximum": MAX_WAIT,
             "default": DEFAULT_WAIT,
             "description": "Seconds to wait at most; then the state is returned as it is, "
-            "with timed_out: true.",
+            "with timed_out: true (never an error).",
         },
     }
     return types.Tool(
@@ -318,7 +324,8 @@ def _wait_tool() -> types.Tool:
         description=(
             "Wait while workers run a workflow's automatic steps, reporting each state change "
             "and step progress as MCP progress notifications; returns the workflow's state "
-            "(as get_workflow_state does). Changes nothing."
+            "(as get_workflow_state does) with reached, timed_out and waited (seconds): "
+            "at the timeout the state as it is, never an error. Changes nothing."
         ),
         input_schema=_object(props, ["workflow_id"]),
         annotations=types.ToolAnnotations(read_only_hint=True, open_world_hint=False),

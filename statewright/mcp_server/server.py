@@ -16,7 +16,6 @@ of a call already applied does nothing and says ``"replayed": true``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -28,7 +27,7 @@ from mcp.shared.exceptions import MCPError
 
 from statewright import jsonvalue, paging
 from statewright._version import __version__
-from statewright.access import LOCAL_AGENT, Access, Principal
+from statewright.access import LOCAL_AGENT, Access, Principal, waits
 from statewright.definition.formats.document import to_dict
 from statewright.definition.render.mermaid import to_mermaid
 from statewright.engine.core import Engine, check_idempotency_key
@@ -40,6 +39,7 @@ from statewright.errors import (
     InvalidInput,
     OutcomeUnknown,
     StatewrightError,
+    UnknownState,
     UnknownTool,
     UnknownWorkflowType,
     VersionConflict,
@@ -251,31 +251,24 @@ class _Handlers:
     async def _wait(
         self, ctx: Context, access: Access, catalogue: Catalogue, args: dict[str, Any]
     ) -> dict[str, Any]:
-        _only(args, "workflow_id", "states", "timeout")
+        _only(args, "workflow_id", "states", "after_version", "timeout")
         workflow_id = _text(args, "workflow_id")
         states = args.get("states")
         if states is not None and (
             not isinstance(states, list) or not all(isinstance(s, str) for s in states)
         ):
             raise InvalidInput("'states' must be a list of state names")
+        after_version = _int(args, "after_version", 0, 2**62)
         timeout = args.get("timeout", cat.DEFAULT_WAIT)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float):
             raise InvalidInput("'timeout' must be a number of seconds")
         if not 0 <= timeout <= cat.MAX_WAIT:
             raise InvalidInput(f"'timeout' must be between 0 and {cat.MAX_WAIT:g} seconds")
-        row = await access.get(workflow_id)
-        known = access.machine_of(row).states
-        unknown = [s for s in states or () if s not in known]
-        if unknown:
-            raise InvalidInput(
-                f"{row.type} has no state {', '.join(map(repr, unknown))}; "
-                f"its states: {', '.join(known)}"
-            )
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + float(timeout)
         seen: tuple[Any, ...] | None = None
         reports = 0
-        while True:
+
+        async def report(row: WorkflowRow) -> None:
+            nonlocal seen, reports
             key = (row.version, jsonvalue.dumps(row.progress, sort_keys=True))
             if key != seen:
                 seen = key
@@ -283,14 +276,26 @@ class _Handlers:
                 # A no-op unless the client asked for progress (sent a progressToken).
                 message = _progress_message(row, access.redactor(row))
                 await ctx.session.report_progress(reports, None, message)
-            reached = row.state in states if states else not await automatic(access, row)
-            left = deadline - loop.time()
-            if reached or row.terminal or left <= 0:
-                break
-            await asyncio.sleep(min(self.poll_interval, left))
-            row = await access.get(workflow_id)
-        view = await state_view(access, catalogue, row)
-        return {"reached": reached, "timed_out": not (reached or row.terminal), **view}
+
+        async def settled(row: WorkflowRow) -> bool:
+            return not await automatic(access, row)
+
+        try:
+            waited = await waits.wait(
+                access,
+                workflow_id,
+                timeout=float(timeout),
+                states=states,
+                after_version=after_version,
+                until=settled,  # without states or after_version: once nothing runs by itself
+                seen=report,
+                poll=self.poll_interval,
+                max_poll=self.poll_interval,
+            )
+        except UnknownState as exc:  # an argument of this tool (HTTP: a 404 of the query)
+            raise InvalidInput(exc.message) from None
+        view = await state_view(access, catalogue, waited.row)
+        return {**waited.fields(), **view}
 
     async def _fire(
         self, access: Access, catalogue: Catalogue, spec: EventTool, args: dict[str, Any]

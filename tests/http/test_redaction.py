@@ -61,6 +61,9 @@ READS = (
     "/v1/workflows/p-bad/steps",
     "/v1/workflows",
     "/v1/transitions",
+    # Long-polling GETs (tests/http/test_longpoll.py): the same view, redacted the same way.
+    "/v1/workflows/p-ok?wait_for_state=declined&timeout=0",
+    "/v1/workflows/p-bad?after_version=0",
 )
 
 

@@ -108,6 +108,7 @@ APP = create_app(
     ),
     registry(),
     max_body_bytes=BODY_LIMIT,
+    max_wait=0.05,  # long-polling GETs: answered at once, whatever timeout is generated
 )
 APP.state.stream_poll_interval = 0.02
 

@@ -132,7 +132,7 @@ def test_list_and_show_json_import_no_heavy_module(cli: Cli, tmp_path: Path) -> 
 
 def test_values_repeated_to_stay_light_agree_with_their_source() -> None:
     from statewright.cli import options, serve
-    from statewright.http import limits
+    from statewright.http import limits, longpoll
     from statewright.store import DEFAULT_DB
 
     assert options.DEFAULT_DB == DEFAULT_DB
@@ -141,6 +141,7 @@ def test_values_repeated_to_stay_light_agree_with_their_source() -> None:
         limits.MAX_HEADER_BYTES,
         limits.PARSER_HEADROOM,
     )
+    assert serve.MAX_WAIT == longpoll.MAX_WAIT
 
 
 def test_alerts_help_lists_the_threshold_defaults(cli: Cli) -> None:
