@@ -26,6 +26,7 @@ from statewright.http import (
     health,
     limits,
     longpoll,
+    operations,
     schedules,
     stream,
     subscriptions,
@@ -125,6 +126,7 @@ def create_app(
     limits.document(app)
     errors.install(app)
     add_routes(app, api.router)
+    add_routes(app, operations.router)  # (api's routes continued)
     add_routes(app, family.router)
     add_routes(app, schedules.router)
     add_routes(app, subscriptions.router)
