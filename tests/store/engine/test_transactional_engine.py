@@ -32,8 +32,8 @@ from statewright.errors import (
     TransientError,
 )
 from statewright.store import SQLiteStore
-from statewright.store.postgres import PostgresStore
 from statewright.store.protocol import FullStore as Store
+from tests.store import appsql
 
 MACHINE = (
     MachineBuilder("order")
@@ -49,20 +49,13 @@ MACHINE = (
 
 
 async def _exec(store: Store, sql: str) -> None:
-    if isinstance(store, SQLiteStore):
-        await store.conn.write(lambda conn: conn.execute(sql))
-    else:
-        assert isinstance(store, PostgresStore)
-        await store._rowcount(sql, {})
+    await appsql.execute(store, sql)
 
 
 async def _orders(store: Store) -> list[tuple[str, int]]:
-    sql = "SELECT wid, qty FROM orders ORDER BY wid"
-    if isinstance(store, SQLiteStore):
-        rows = await store.conn.read(lambda conn: conn.execute(sql).fetchall())
-        return [(r[0], r[1]) for r in rows]
-    assert isinstance(store, PostgresStore)
-    return [(r["wid"], r["qty"]) for r in await store._all(sql, {})]
+    return [
+        (r[0], r[1]) for r in await appsql.rows(store, "SELECT wid, qty FROM orders ORDER BY wid")
+    ]
 
 
 def order_row(store: Store, wid: str, qty: int, then: Callable[[], None] = lambda: None) -> Any:

@@ -23,24 +23,19 @@ from statewright.store.postgres import PostgresStore
 from statewright.store.protocol import FullStore as Store
 from statewright.store.transactional import TransactionalStore
 from statewright.types import Lease, ParentLink, TimerSpec, TransactionalStep
+from tests.store import appsql
 from tests.store.contract.writes import T0, move, new
 
 
 async def _exec(store: Store, sql: str) -> None:
-    if isinstance(store, SQLiteStore):
-        await store.conn.write(lambda conn: conn.execute(sql))
-    else:
-        assert isinstance(store, PostgresStore)
-        await store._rowcount(sql, {})
+    await appsql.execute(store, sql)
 
 
 async def _app_rows(store: Store) -> list[tuple[str, int]]:
-    sql = "SELECT wid, n FROM app_rows ORDER BY wid, n"
-    if isinstance(store, SQLiteStore):
-        rows = await store.conn.read(lambda conn: conn.execute(sql).fetchall())
-        return [(r[0], r[1]) for r in rows]
-    assert isinstance(store, PostgresStore)
-    return [(r["wid"], r["n"]) for r in await store._all(sql, {})]
+    return [
+        (r[0], r[1])
+        for r in await appsql.rows(store, "SELECT wid, n FROM app_rows ORDER BY wid, n")
+    ]
 
 
 @pytest.fixture
