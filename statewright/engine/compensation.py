@@ -104,12 +104,10 @@ def compensating(claim: Claim, outcome: Outcome) -> Fire | None:
     return fire if edge.compensate else None
 
 
-async def before(claim: Claim, outcome: Outcome) -> Outcome:
-    """``outcome`` as it is written: when it compensates, its transition after the
-    compensations ran (its payload naming them); what follows instead when they fail."""
-    fire = compensating(claim, outcome)
-    if fire is None:
-        return outcome
+async def before(claim: Claim, outcome: Outcome, fire: Fire) -> Outcome:
+    """``outcome``, whose transition ``fire`` compensates (:func:`compensating`), as it is
+    written: ``fire`` after the compensations ran (its payload naming them); what follows
+    instead when they fail."""
     try:
         names = await compensate(claim)
     except LeaseLost:

@@ -80,11 +80,12 @@ async def settle(claim: Claim, happened: Happened | Outcome) -> WorkflowRow | No
                 except TransactionUnavailable as exc:
                     outcome = decide(claim, Failed(exc))
                     continue
-            if claim.wtype.compensates and compensation.compensating(claim, outcome) is not None:
+            owing = compensation.compensating(claim, outcome) if claim.wtype.compensates else None
+            if owing is not None:
                 # The compensations this transition needs run first, after the handler's
                 # last step is recorded done (so it is undone too).
                 await _write_pending(claim)
-                outcome = await compensation.before(claim, outcome)
+                outcome = await compensation.before(claim, outcome, owing)
             if not isinstance(outcome, Advance | Drop):
                 # Any write but the transition that carries it needs the step's done record
                 # durable first (a lost lease raises LeaseLost, as does every write here).
