@@ -210,9 +210,10 @@ async def deliver_pending(
     """Deliver a request that arrived while a worker (or recovery) held the workflow.
 
     Called with the row a worker's write returned (its lease released). Needed only when no
-    worker will claim the workflow soon (a state without a handler, a retry backoff): a claim
-    delivers pending requests itself. The requester is the event's actor; ``actor`` if
-    unknown.
+    worker will claim the workflow soon (a retry backoff, going idle): a claim delivers
+    pending requests itself, and a transition of a workflow with a request pending makes it
+    due now (the stores' ``apply_transition``), so after one this returns at once. The
+    requester is the event's actor; ``actor`` if unknown.
     """
     if row is None or row.cancel is None or row.terminal:
         return
