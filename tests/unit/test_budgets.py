@@ -9,7 +9,15 @@ from typing import Any
 
 import pytest
 
-from statewright import MachineBuilder, ManualClock, Run, Worker, WorkflowType
+from statewright import (
+    MachineBuilder,
+    ManualClock,
+    RetryPolicy,
+    Run,
+    TransientError,
+    Worker,
+    WorkflowType,
+)
 from statewright.agents import usage
 from statewright.agents.usage import LLM_KEY, Usage, envelope, usage_of
 from statewright.engine.budgets import Budget, Totals, crossed
@@ -241,12 +249,14 @@ def test_reports_and_the_conversation_come_from_done_model_steps() -> None:
 
 
 class Agent:
-    """A fake agent: each run makes model calls (steps storing envelopes of 100 tokens and
-    0.01 USD each) until ``calls`` are made in this visit, checking the type's budgets before
-    each fresh call; counts the calls it really made."""
+    """A fake agent: each run makes model calls (steps storing envelopes of 80+20 tokens and
+    0.01 USD each, of model ``model``) until ``calls`` are made in this visit, checking the
+    type's budgets before each; counts the calls it really made. With ``flaky``, its first run
+    fails transiently after its calls (the re-run finds them in the ledger)."""
 
-    def __init__(self, calls: int, then: str) -> None:
-        self.calls, self.then, self.made = calls, then, 0
+    def __init__(self, calls: int, then: str, model: str = "fake", flaky: bool = False) -> None:
+        self.calls, self.then, self.model, self.made = calls, then, model, 0
+        self.flaky = flaky
 
     async def __call__(self, run: Run) -> str:
         visit = run.workflow.version
@@ -255,25 +265,47 @@ class Agent:
 
             def call(key: Any, i: int = i) -> Any:
                 self.made += 1
-                u = Usage("fake", 80, 20, 0.01)
+                u = Usage(self.model, 80, 20, 0.01)
                 usage.observe(run, u)
+                messages = [
+                    {"role": "user", "content": f"say {i}"},
+                    {"role": "assistant", "content": str(i)},
+                ]
                 return envelope(
                     u,
                     agent="agent",
                     state=run.state,
                     visit=visit,
                     response={"i": i},
-                    messages=[{"role": "assistant", "content": str(i)}],
+                    messages=messages,
                 )
 
             await run.step(f"agent.v{visit}.model.{i}", call)
+        if self.flaky:
+            self.flaky = False
+            raise TransientError("the tool's API said 503")
         return self.then
+
+
+def agent_type(
+    drafting: int = 2, checking: int = 3, budgets: tuple[Budget, ...] = (), **agent: Any
+) -> WorkflowType:
+    """The review type with :class:`Agent` handlers (``drafting`` and ``checking`` calls),
+    re-running in place after a transient failure at once."""
+    return WorkflowType(
+        _machine(),
+        {"drafting": Agent(drafting, "drafted", **agent), "checking": Agent(checking, "checked")},
+        budgets=budgets,
+        on_transient=None,
+        retry=RetryPolicy(base_delay=0.0, jitter=0.0),
+    )
 
 
 async def _drive(budgets: tuple[Budget, ...], drafting: int, checking: int) -> tuple[Any, ...]:
     clock = ManualClock(1_000.0)
-    draft, check = Agent(drafting, "drafted"), Agent(checking, "checked")
-    wtype = WorkflowType(_machine(), {"drafting": draft, "checking": check}, budgets=budgets)
+    wtype = agent_type(drafting, checking, budgets)
+    draft, check = wtype.handlers["drafting"], wtype.handlers["checking"]
+    assert isinstance(draft, Agent) and isinstance(check, Agent)
     async with memory_engine([wtype], clock) as engine:
         seen: list[ModelCall] = []
         engine.observers.model_call.append(seen.append)
@@ -342,3 +374,19 @@ def test_budget_exceeded_says_what_was_reached() -> None:
         "state": "s",
     }
     assert "12 tokens" in exc.message
+
+
+async def test_a_replayed_model_call_is_neither_made_nor_observed_again() -> None:
+    clock = ManualClock(1_000.0)
+    wtype = agent_type(2, 1, flaky=True)
+    async with memory_engine([wtype], clock) as engine:
+        seen: list[ModelCall] = []
+        engine.observers.model_call.append(seen.append)
+        await engine.start("review", {}, workflow_id="r1")
+        worker = Worker(engine)
+        for _ in range(3):
+            await worker.run_until_idle()
+            clock.advance(1.0)
+        assert (await engine.get("r1")).state == "done"
+        report = await usage.usage_report(engine.runtime.store, "r1")
+    assert len(seen) == 3 and report["total"]["model_calls"] == 3
