@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from statewright.engine.budgets import NO_USAGE, Totals, crossed
@@ -160,9 +160,19 @@ def sum_usage(records: Iterable[StepRecord], *, visit: int | None = None) -> Tot
     return total
 
 
+async def _model_records(store: Any, workflow_id: str) -> list[StepRecord]:
+    """The workflow's model steps: filtered by the database when ``store`` has the read
+    model (the built-in stores), else from the whole ledger (a store with the core alone)."""
+    read = getattr(store, "model_steps", None)
+    found: list[StepRecord] = await (
+        read(workflow_id) if read is not None else store.steps(workflow_id)
+    )
+    return found
+
+
 async def totals(store: Store, workflow_id: str, *, visit: int | None = None) -> Totals:
     """Sums the ``"$llm"`` envelopes of the workflow's done steps (of one visit when given)."""
-    return sum_usage(await store.steps(workflow_id), visit=visit)
+    return sum_usage(await _model_records(store, workflow_id), visit=visit)
 
 
 def report(records: Iterable[StepRecord]) -> dict[str, Any] | None:
@@ -191,7 +201,7 @@ def report(records: Iterable[StepRecord]) -> dict[str, Any] | None:
 async def usage_report(store: Store, workflow_id: str) -> dict[str, Any]:
     """The workflow's usage: ``{"total", "by_state", "by_model"}`` (zero totals and empty
     maps when it made no model call)."""
-    return report(await store.steps(workflow_id)) or {
+    return report(await _model_records(store, workflow_id)) or {
         "total": NO_USAGE.to_dict(),
         "by_state": {},
         "by_model": {},
@@ -232,14 +242,24 @@ def observe(run: Any, usage: Usage) -> None:
 
 
 def with_pending(records: list[StepRecord], finish: StepFinish | None) -> list[StepRecord]:
-    """``records`` with the run's pending *done* record applied (the last step's, kept for the
-    handler's transition to carry: still *executing* in the store, done for the handler)."""
-    if finish is None or finish.status != "done":
+    """``records`` with the run's pending *done* record applied: the last step's, kept for
+    the handler's transition to carry (still *executing*, without its result, in the store;
+    done for the handler)."""
+    if finish is None or finish.status != "done" or usage_of(finish.result) is None:
         return records
-    return [
-        replace(r, status="done", result=finish.result) if r.key == finish.key else r
-        for r in records
-    ]
+    workflow_id, _, step = finish.key.rpartition(":")
+    done = StepRecord(
+        finish.key,
+        workflow_id,
+        step,
+        "done",
+        finish.result,
+        None,
+        finish.attempt,
+        finish.at,
+        finish.at,
+    )
+    return [*(r for r in records if r.key != finish.key), done]
 
 
 async def check_budgets(run: Any) -> None:
@@ -251,7 +271,7 @@ async def check_budgets(run: Any) -> None:
     if not budgets:
         return
     row = run.workflow
-    records = with_pending(await run.rt.store.steps(row.id), run.pending_finish)
+    records = with_pending(await _model_records(run.rt.store, row.id), run.pending_finish)
     workflow = sum_usage(records)
     visit = sum_usage(records, visit=row.version)
     budget = crossed(budgets, row.state, workflow, visit)
