@@ -77,7 +77,9 @@ class Budget:
     Attributes:
         event: the event the handler's outcome becomes when the budget is crossed (declared
             in the machine; the state where the model would have been called needs an edge
-            for it, or the event is refused like any other illegal one).
+            for it, or the event is refused like any other illegal one and the workflow
+            parks). Its payload is :func:`payload`'s ``{"budget": ..., "usage": ...}``: an
+            event payload schema must accept it.
         tokens / cost / model_calls: the limits (any of them, at least one); reached when the
             totals are ``>=`` the limit. ``cost`` is in the usage's currency units (USD);
             calls whose cost is unknown add nothing to it.

@@ -390,3 +390,32 @@ async def test_a_replayed_model_call_is_neither_made_nor_observed_again() -> Non
         assert (await engine.get("r1")).state == "done"
         report = await usage.usage_report(engine.runtime.store, "r1")
     assert len(seen) == 3 and report["total"]["model_calls"] == 3
+
+
+async def test_a_budget_event_the_state_does_not_allow_is_refused_like_any_other() -> None:
+    """A budget crossed in a state without an edge for its event: the handler's outcome is
+    refused as a handler returning that event would be (the workflow parks for an operator:
+    nothing can fire), and the model is not called again."""
+    machine = (
+        MachineBuilder("narrow")
+        .state("drafting", initial=True)
+        .state("done", terminal=True)
+        .event("drafted")
+        .event("over_budget")
+        .transition("drafted", "drafting", "done")
+        .build()
+    )
+    agent = Agent(3, "drafted")
+    wtype = WorkflowType(
+        machine,
+        {"drafting": agent},
+        budgets=(Budget("over_budget", model_calls=1),),
+        on_fatal=None,
+    )
+    async with memory_engine([wtype], ManualClock(1_000.0)) as engine:
+        await engine.start("narrow", {}, workflow_id="n1")
+        await Worker(engine).run_until_idle()
+        row = await engine.get("n1")
+    assert (row.state, row.parked) == ("drafting", "fatal_error")
+    assert "'over_budget' is not allowed in state 'drafting'" in (row.last_error or "")
+    assert agent.made == 1
