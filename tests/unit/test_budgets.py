@@ -313,7 +313,7 @@ async def _drive(budgets: tuple[Budget, ...], drafting: int, checking: int) -> t
         await Worker(engine).run_until_idle()
         row = await engine.get("r1")
         report = await usage.usage_report(engine.runtime.store, "r1")
-        log = await engine.runtime.store.steps("r1")
+        log = await engine.history("r1")
     return row, draft.made + check.made, seen, report, log
 
 
@@ -327,11 +327,23 @@ async def test_without_a_budget_crossed_the_agent_runs_to_its_end() -> None:
 
 
 async def test_a_crossed_budget_fires_its_event_with_no_further_model_call() -> None:
-    row, made, seen, report, _ = await _drive((Budget("over_budget", tokens=400),), 2, 5)
+    row, made, seen, report, log = await _drive((Budget("over_budget", tokens=400),), 2, 5)
     assert row.state == "waiting_human"
     assert made == len(seen) == 4  # 2 in drafting, 2 in checking: 400 tokens, then no call
     assert report["total"]["tokens"] == 400
     assert row.context == {}
+    fired = log[-1]
+    assert (fired.event, fired.from_state) == ("over_budget", "checking")
+    assert fired.payload == {
+        "budget": {"event": "over_budget", "per": "workflow", "tokens": 400},
+        "usage": {
+            "input_tokens": 320,
+            "output_tokens": 80,
+            "tokens": 400,
+            "cost": 0.04,
+            "model_calls": 4,
+        },
+    }
 
 
 async def test_a_per_visit_budget_of_one_state() -> None:
