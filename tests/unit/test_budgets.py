@@ -431,3 +431,33 @@ async def test_a_budget_event_the_state_does_not_allow_is_refused_like_any_other
     assert (row.state, row.parked) == ("drafting", "fatal_error")
     assert "'over_budget' is not allowed in state 'drafting'" in (row.last_error or "")
     assert agent.made == 1
+
+
+async def test_a_sync_handler_observes_its_model_calls_too() -> None:
+    machine = (
+        MachineBuilder("plain")
+        .state("thinking", initial=True)
+        .state("done", terminal=True)
+        .event("thought")
+        .transition("thought", "thinking", "done")
+        .build()
+    )
+
+    def thinking(run: Any) -> str:  # a SyncRun: in the worker's thread pool
+        u = Usage("sync-model", 5, 5)
+
+        def call(key: Any) -> Any:
+            usage.observe(run, u)
+            return envelope(u, agent="a", state=run.state, visit=1, response=None, messages=[])
+
+        run.step("a.v1.model.0", call)
+        return "thought"
+
+    async with memory_engine([WorkflowType(machine, {"thinking": thinking})]) as engine:
+        seen: list[ModelCall] = []
+        engine.observers.model_call.append(seen.append)
+        await engine.start("plain", {}, workflow_id="s1")
+        await Worker(engine).run_until_idle()
+        assert (await engine.get("s1")).state == "done"
+        assert (await usage.totals(engine.store, "s1")) == Totals(5, 5, 0.0, 1)
+    assert [(c.model, c.workflow.state) for c in seen] == [("sync-model", "thinking")]
