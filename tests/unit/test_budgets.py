@@ -102,6 +102,8 @@ def test_a_type_checks_its_budgets() -> None:
     ok = WorkflowType(_machine(), budgets=[Budget("over_budget", cost=2.5, per="visit")])
     assert ok.budgets == (Budget("over_budget", cost=2.5, per="visit"),)
     assert WorkflowType(_machine()).budgets == ()
+    one = Budget("over_budget", tokens=1)
+    assert WorkflowType(_machine(), budgets=iter([one])).budgets == (one,)  # type: ignore[arg-type]
     bad = [
         Budget("nope", tokens=1),
         Budget("over_budget"),
