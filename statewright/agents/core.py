@@ -6,7 +6,7 @@ An :class:`AgentSession` is what an adapter (PydanticAI, the OpenAI Agents SDK) 
   envelope with the call's usage, the framework's serialised response and the call's new
   messages in a neutral form, so a re-run of the handler (after a crash, a retry) gets every
   completed response back from the ledger and the model is not asked again; before a fresh
-  call the type's budgets are checked (:class:`~statewright.agents._contract.BudgetExceeded`);
+  call the type's budgets are checked (:class:`~statewright.errors.BudgetExceeded`);
 - **tool calls** are durable steps (:meth:`AgentSession.tool_call`), their action able to read
   the step's key (:func:`current_key`) to hand to the external system as an idempotency key and
   fencing token;
@@ -29,12 +29,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from statewright.access.principal import CHILD_EVENTS, Principal
-from statewright.agents import _contract as usage
-from statewright.agents._contract import BudgetExceeded, Usage
+from statewright.agents import usage
+from statewright.agents.usage import Usage
+from statewright.engine import budgets
 from statewright.engine.ledger import StepKey
 from statewright.engine.steps import Run
 from statewright.engine.workflow_type import Next, Reconciler
 from statewright.errors import (
+    BudgetExceeded,
     FatalError,
     IllegalTransition,
     InvalidInput,
@@ -130,11 +132,10 @@ class AgentSession:
         self._model_index += 1
         name = self.step_name("model", index)
         run = self.run
-        await run._ready()  # the pending done record first: the totals below must see it
         found = await run.rt.store.get_step(run.key(name))
         if found is not None and found.status == "done":
             return _response(found.result)
-        await self._check_budgets()
+        await usage.check_budgets(run)  # BudgetExceeded: the model is not called
         fresh: list[Usage] = []
 
         async def action(key: StepKey) -> JSON:
@@ -154,35 +155,10 @@ class AgentSession:
             usage.observe(run, fresh[-1])
         return _response(result)
 
-    async def _check_budgets(self) -> None:
-        budgets = getattr(self.run.type, "budgets", ())
-        if not budgets:
-            return
-        store, wid = self.run.rt.store, self.run.workflow.id
-        whole = await usage.totals(store, wid)
-        visit = await usage.totals(store, wid, visit=self.visit)
-        hit = usage.crossed(budgets, self.state, whole, visit)
-        if hit is not None:
-            raise BudgetExceeded(hit, visit if hit.per == "visit" else whole)
-
     def budget_next(self, exc: BudgetExceeded) -> Next:
-        """The handler's outcome for a used-up budget: the budget's event, with the totals
-        as payload when the event's schema takes them (an empty payload otherwise)."""
-        t = exc.totals
-        payload: dict[str, Any] = {
-            "reason": "budget_exceeded",
-            "input_tokens": t.input_tokens,
-            "output_tokens": t.output_tokens,
-            "cost": t.cost,
-            "model_calls": t.model_calls,
-        }
-        event = self.run.type.machine.events.get(exc.budget.event)
-        if event is not None:
-            try:
-                event.validate_payload(payload)
-            except InvalidPayload:
-                payload = {}
-        return Next(exc.budget.event, payload)
+        """The handler's outcome for a reached budget: the budget's event, with what it
+        counted as payload (the same as the worker's for a BudgetExceeded it catches)."""
+        return Next(exc.event, budgets.payload(exc.budget, exc.totals))
 
     # -- tool calls -----------------------------------------------------------------------------
 

@@ -22,8 +22,9 @@ prompt)::
     async def reviewing(run: Run) -> Next:
         return await reviewer.run(run, f"Review refund {run.context['order']}")
 
-A used-up budget of the workflow's type (part B's ``Budget``) ends the run with the budget's
-event, the model not called. An agent that ends with an output and no event chosen raises
+A reached budget of the workflow's type (:class:`~statewright.engine.budgets.Budget`) ends the
+run with the budget's event (its payload: what the budget counted), the model not called. An
+agent that ends with an output and no event chosen raises
 :class:`~statewright.agents.core.NoEventChosen` (fatal: a re-run would replay the same end),
 unless ``on_no_event`` names the event to fire then (with ``{"output": ...}`` as payload when
 its schema takes it).
@@ -76,11 +77,11 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in the t
         "statewright.agents.pydantic_ai needs PydanticAI: pip install 'statewright[pydantic-ai]'"
     ) from exc
 
-from statewright.agents._contract import BudgetExceeded, Usage
 from statewright.agents.core import AgentSession, NoEventChosen
+from statewright.agents.usage import Usage
 from statewright.engine.steps import Run
 from statewright.engine.workflow_type import Next, Reconciler
-from statewright.errors import InvalidInput, InvalidPayload
+from statewright.errors import BudgetExceeded, InvalidInput, InvalidPayload
 from statewright.types import JSON
 
 RETRY_KEY = "$model_retry"
@@ -285,7 +286,7 @@ def _usage(response: ModelResponse, model: Model) -> Usage:
     except Exception:  # no price known for the model (or no usage reported)
         cost = None
     return Usage(
-        response.model_name or model.model_name,
+        response.model_name or model.model_name or "unknown",
         int(response.usage.input_tokens or 0),
         int(response.usage.output_tokens or 0),
         cost,

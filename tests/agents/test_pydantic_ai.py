@@ -15,6 +15,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from statewright import Engine, Next, Run, Worker, WorkflowType
 from statewright.agents.core import NoEventChosen, current_key
 from statewright.agents.pydantic_ai import StatewrightAgent, ToolOptions, run_agent
+from statewright.engine.budgets import Budget
 from statewright.types import WorkflowRow
 from tests.agents.conftest import Opener
 from tests.agents.test_core import refund_machine
@@ -196,3 +197,26 @@ def test_without_pydantic_ai_the_import_names_the_extra() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "statewright[pydantic-ai]" in done.stdout
+
+
+async def test_a_crossed_budget_fires_its_event_without_a_model_call(opened: Opener) -> None:
+    model, effects = Scripted(REFUND), list[str]()
+    reviewer = StatewrightAgent(make_agent(model, effects))
+
+    async def reviewing(run: Run) -> Next:
+        return await reviewer.run(run, "Review refund A1")
+
+    wtype = WorkflowType(
+        refund_machine(), {"reviewing": reviewing}, budgets=(Budget("reject", model_calls=2),)
+    )
+    engine = opened([wtype])
+    await engine.open()
+    await engine.start("refund", {"open": True}, workflow_id="w")
+    await Worker(engine, concurrency=1).run_until_idle()
+    row = await engine.get("w")
+    assert row.state == "rejected"
+    assert model.calls == [0, 1]  # the third call was never made
+    [fired] = [t for t in await engine.store.history("w") if t.event == "reject"]
+    assert fired.payload["usage"]["model_calls"] == 2
+    assert fired.payload["budget"]["model_calls"] == 2
+    assert effects == ["w:agent.v1.tool.0-0.lookup_order"]
