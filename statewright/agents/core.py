@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +52,10 @@ ModelCall = Callable[[], Awaitable[tuple[JSON, list[JSON], Usage]]]
 _KEY: contextvars.ContextVar[StepKey | None] = contextvars.ContextVar(
     "statewright_agent_step_key", default=None
 )
+
+_NAMES: weakref.WeakKeyDictionary[Run, set[str]] = weakref.WeakKeyDictionary()
+"""The session names taken in each handler run (a second session of a name would replay the
+first one's steps as its own)."""
 
 ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
 """The parameters of an event declared without a payload schema."""
@@ -86,7 +91,8 @@ class AgentSession:
 
     Args:
         run: the handler's run.
-        name: the agent's name, the prefix of its steps (no ``:`` or ``.``).
+        name: the agent's name, the prefix of its steps (no ``:`` or ``.``); one session per
+            name in a handler run (InvalidInput otherwise).
         roles: the roles the agent fires events with (approval events are never offered).
         events: limit the offered events to these (None: every one the roles may fire).
     """
@@ -101,6 +107,13 @@ class AgentSession:
     ) -> None:
         if not isinstance(name, str) or not name or ":" in name or "." in name:
             raise InvalidInput(f"an agent's name must be non-empty, without ':' or '.': {name!r}")
+        taken = _NAMES.setdefault(run, set())
+        if name in taken:
+            raise InvalidInput(
+                f"a second agent session named {name!r} in one handler run: its steps would "
+                "be the first one's; give each agent run of a handler its own name"
+            )
+        taken.add(name)
         self.run = run
         self.name = name
         self.roles = frozenset(roles)

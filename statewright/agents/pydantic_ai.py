@@ -131,9 +131,6 @@ class StatewrightAgent:
     ) -> Next:
         """Run the agent on ``prompt`` in ``run``'s state; return the event it chose."""
         session = AgentSession(run, name=self.name, roles=self.roles, events=self.events)
-        for tool in self.tools:
-            if not isinstance(tool, str) or not tool:
-                raise InvalidInput(f"tool options need a tool's name, not {tool!r}")
         base = infer_model(model if model is not None else _agent_model(self.agent))
         durable = _DurableModel(base, session)
         toolsets: list[AbstractToolset[Any]] = [
@@ -390,7 +387,7 @@ def _event_toolset(session: AgentSession) -> FunctionToolset[Any]:
 
 
 def _budget(exc: BaseException) -> BudgetExceeded | None:
-    """The BudgetExceeded ``exc`` is or carries (in a group, or as its cause)."""
+    """The BudgetExceeded ``exc`` is or was raised from (directly, or in a group)."""
     seen: set[int] = set()
     todo: list[BaseException] = [exc]
     while todo:
@@ -402,9 +399,8 @@ def _budget(exc: BaseException) -> BudgetExceeded | None:
             return e
         if isinstance(e, BaseExceptionGroup):
             todo.extend(e.exceptions)
-        for inner in (e.__cause__, e.__context__):
-            if inner is not None:
-                todo.append(inner)
+        if e.__cause__ is not None:
+            todo.append(e.__cause__)
     return None
 
 
