@@ -227,3 +227,21 @@ def test_tool_names_providers_accept() -> None:
     assert tool_name("order.ship") == "order_ship"
     assert tool_name("order.ship", {"order_ship"}) == "order_ship_2"
     assert len(tool_name("e" * 128)) == 64
+
+
+async def test_a_new_visit_of_the_state_asks_afresh(opened: Opener) -> None:
+    model, effects = Scripted([[("lookup_order", {"order": "A1"})], REFUND[3]]), list[str]()
+    reviewer = StatewrightAgent(make_agent(model, effects))
+
+    async def reviewing(run: Run) -> Next:
+        return await reviewer.run(run, "Review refund A1")
+
+    engine = opened([refund_type(reviewing)])
+    await engine.open()
+    await engine.start("refund", {"open": True}, workflow_id="w")
+    await Worker(engine, concurrency=1).run_until_idle()
+    await engine.send("w", "again")  # back to reviewing: a second visit (version 3)
+    await Worker(engine, concurrency=1).run_until_idle()
+    assert (await engine.get("w")).state == "awaiting_approval"
+    assert model.calls == [0, 1, 0, 1]
+    assert effects == ["w:agent.v1.tool.0-0.lookup_order", "w:agent.v3.tool.0-0.lookup_order"]
