@@ -77,7 +77,7 @@ class ScriptedModel:
             p.content
             for m in messages
             for p in getattr(m, "parts", ())
-            if isinstance(p, ToolReturnPart)
+            if isinstance(p, ToolReturnPart) and isinstance(p.content, dict)
         ]
         if turn == 0:
             call = ToolCallPart("read_order", {"order_id": REQUEST["order_id"]})
@@ -118,7 +118,10 @@ def refund_agent(model: ScriptedModel) -> StatewrightAgent:
         name="reviewer",
         roles=("agent",),
         events=("request_approval",),  # the agent's only way out of `running`
-        tools={"read_order": ToolOptions(safe_to_repeat=True), "check_policy": ToolOptions(safe_to_repeat=True)},
+        tools={
+            "read_order": ToolOptions(safe_to_repeat=True),
+            "check_policy": ToolOptions(safe_to_repeat=True),
+        },
     )
 
 
@@ -146,7 +149,13 @@ def refund_agent_type(
         return Next(chosen.event, chosen.payload, context={"approval_requested": chosen.payload})
 
     wtype = agent_task_type(
-        {"planned": planned, "running": running}, name="refund_agent", approval_reminder=None
+        {"planned": planned, "running": running},
+        name="refund_agent",
+        approval_reminder=None,
+        # A worker that dies mid-thought: the next one runs the handler again in the same
+        # visit of `running` (the lifecycle's default sends it through `retrying`, a new
+        # visit whose agent starts afresh).
+        recovery={"running": "rerun"},
     )
     # A model that loops is handed to a person instead of being asked a ninth time.
     budget = Budget("request_approval", model_calls=8, per="visit", states=("running",))
@@ -167,7 +176,7 @@ async def work(db: str, calls: Path, slow_at: int | None, until: str) -> None:
         task = asyncio.create_task(worker.run())
         while (await engine.get(REFUND_ID)).state != until:
             await asyncio.sleep(0.05)
-        await worker.stop()
+        worker.stop()
         await task
 
 
@@ -211,13 +220,19 @@ def main() -> dict[str, str]:
             raise RuntimeError("the second worker failed")
         asked = [int(n) + 1 for n in calls.read_text().split()]
         print(f"model calls, in order: {asked} (answers 1 and 2 came back from the ledger)")
+        print("the model tried approval_granted: not offered to an agent, refused as unknown")
 
         async def finish() -> dict[str, str]:
             async with engine:
                 row = await engine.get(REFUND_ID)
-                print(f"{REFUND_ID}: {row.state}; allowed now: {await engine.allowed_events(REFUND_ID)}")
+                allowed = ", ".join(await engine.allowed_events(REFUND_ID))
+                print(f"{REFUND_ID}: {row.state}; allowed now: {allowed}")
+                print("the conversation, as kept with the workflow:")
                 for m in await Access(engine, LOCAL).conversation(REFUND_ID):
-                    print(f"  {m['role']}: {m.get('content') or m.get('tool_calls')}")
+                    calls = [
+                        f"{c['name']}({json.dumps(c['args'])})" for c in m.get("tool_calls", ())
+                    ]
+                    print(f"  {m['role']}: {m.get('content') or ', '.join(calls)}")
                 await engine.approve(REFUND_ID, approver="maria", comment="damaged in transit")
                 await Worker(engine).run_until_idle()
                 row = await engine.get(REFUND_ID)
