@@ -26,6 +26,7 @@ EXPECTED: dict[str, dict[str, str]] = {
         "refund-timeout": "failed", "refund-huge": "rejected", "refund-invalid": "rejected",
     },
     "mcp_agent": {"order-7001": "delivered"},
+    "refund_agent": {"refund-agent-1": "done"},
 }  # fmt: skip
 
 
@@ -91,3 +92,21 @@ def test_refunds_pause_for_approval_and_pay_out_only_when_allowed(
     ) in out
     paid = [line.split()[2] for line in out.splitlines() if line.startswith("paid out ")]
     assert paid == ["refund-approved:payout:", "refund-small:payout:"]
+
+
+def test_the_refund_agent_resumes_mid_thought_and_pays_out_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Its worker is SIGKILLed while the model thinks about its 3rd answer: the next worker
+    # gets answers 1 and 2 from the ledger and asks only the 3rd again; the model's try at
+    # approving the refund itself never moves it; a manager's approval pays out once.
+    load(EXAMPLES / "refund_agent.py").main()
+    out = capsys.readouterr().out
+    assert "model calls, in order: [1, 2, 3, 3, 4]" in out
+    assert "refund-agent-1: paused; allowed now: approval_granted, approval_denied" in out
+    assert 'assistant: approval_granted({"approver": "the model itself"})' in out
+    assert "Unknown tool name: 'approval_granted'" in out
+    assert "refund-agent-1: done  (planned -> running -> paused -> running -> done)" in out
+    assert [line for line in out.splitlines() if line.startswith("paid out ")] == [
+        "paid out refund-agent-1:payout: 8900 cents"
+    ]
