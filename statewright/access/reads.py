@@ -11,10 +11,9 @@ from typing import Any
 
 from statewright import ids
 from statewright.access.principal import ADMIN, OPERATOR, Principal, not_found, public_error
-from statewright.agents import usage as llm_usage
 from statewright.definition.machine import Machine
+from statewright.engine import llm_usage, reads
 from statewright.engine import parked as parking
-from statewright.engine import reads
 from statewright.engine.children import child_id
 from statewright.engine.core import Engine, Stuck
 from statewright.engine.failures import PARKED_UNKNOWN
@@ -303,7 +302,7 @@ class Reads:
 
     async def usage(self, row: WorkflowRow) -> dict[str, Any] | None:
         """``row``'s token usage, ``{"total", "by_state", "by_model"}`` (see
-        :func:`statewright.agents.usage.report`), or None when it made no model call: one
+        :func:`statewright.engine.llm_usage.report`), or None when it made no model call: one
         read of its model steps, which the database filters (nothing to decode for a
         workflow without agents). Numbers and names only: nothing to redact."""
         return llm_usage.report(await llm_usage.model_records(self.runtime.store, row.id))
@@ -312,7 +311,7 @@ class Reads:
         self, workflow_id: str, *, row: WorkflowRow | None = None
     ) -> list[dict[str, Any]]:
         """The neutral messages of the workflow's agents' model calls, in order, each with
-        the step, agent, state and visit it came from (:func:`statewright.agents.usage.
+        the step, agent, state and visit it came from (:func:`statewright.engine.llm_usage.
         conversation`); redacted like step results for a caller who does not see secrets
         (what the type redacts is masked inside the messages' texts)."""
         row = await self._seen(workflow_id, row)

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from statewright.access.principal import CHILD_EVENTS, Principal
-from statewright.agents import usage
-from statewright.agents.usage import Usage
 from statewright.engine import budgets
+from statewright.engine import llm_usage as usage
 from statewright.engine.ledger import StepKey
+from statewright.engine.llm_usage import Usage
 from statewright.engine.steps import Run
 from statewright.engine.workflow_type import Next, Reconciler
 from statewright.errors import (

@@ -79,7 +79,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in the t
     ) from exc
 
 from statewright.agents.core import AgentSession, NoEventChosen
-from statewright.agents.usage import Usage
+from statewright.engine.llm_usage import Usage
 from statewright.engine.steps import Run
 from statewright.engine.workflow_type import Next, Reconciler
 from statewright.errors import BudgetExceeded, InvalidInput, InvalidPayload

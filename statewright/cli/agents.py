@@ -1,5 +1,5 @@
 """Commands on what a workflow's agents did: ``conversation`` (their messages), and the usage
-line ``show`` prints (:mod:`statewright.agents.usage`)."""
+line ``show`` prints (:mod:`statewright.engine.llm_usage`)."""
 
 from __future__ import annotations
 

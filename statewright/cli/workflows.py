@@ -254,7 +254,7 @@ async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
         found = await access.children(workflow_id, limit=CHILDREN_COUNTED + 1, row=row)
         children = [access.child_view(c) for c in found[:CHILDREN_COUNTED]]
         counts = ChildCounts.of(found[:CHILDREN_COUNTED], more=len(found) > CHILDREN_COUNTED)
-    from statewright.agents.usage import report
+    from statewright.engine.llm_usage import report
 
     steps = await engine.steps(workflow_id)
     return {

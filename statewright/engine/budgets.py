@@ -2,7 +2,7 @@
 
 A type declares ``WorkflowType(..., budgets=(Budget("over_budget", tokens=50_000),))``. Before
 each *fresh* model call (one not already in the step ledger) the agent session sums the model
-steps' usage envelopes (:mod:`statewright.agents.usage`) and asks :func:`crossed` whether a
+steps' usage envelopes (:mod:`statewright.engine.llm_usage`) and asks :func:`crossed` whether a
 budget's limit is reached: if so it raises :class:`~statewright.errors.BudgetExceeded` instead
 of calling the model, and the handler's outcome is the budget's event (to a state that waits
 for a person, say). Per workflow a budget counts every model step of the workflow; per visit
@@ -11,7 +11,7 @@ re-enters a state gets a fresh allowance per visit but not an unbounded one per 
 both are declared.
 
 Pure: no store, no framework. :class:`Totals` lives here (the engine's side of the contract),
-and :mod:`statewright.agents.usage` re-exports it.
+and :mod:`statewright.engine.llm_usage` re-exports it.
 """
 
 from __future__ import annotations

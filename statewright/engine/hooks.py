@@ -84,7 +84,7 @@ class Failure:
 class ModelCall:
     """One fresh model call of an agent in ``workflow``'s state (never one read back from the
     step ledger): its model, tokens and cost (None: unknown). Counted by the
-    ``statewright_llm_*`` metrics (see :func:`statewright.agents.usage.observe`)."""
+    ``statewright_llm_*`` metrics (see :func:`statewright.engine.llm_usage.observe`)."""
 
     workflow: WorkflowRow
     model: str

@@ -1,5 +1,5 @@
 """``/v1/workflows/{id}/conversation``: what the workflow's agents said and were told (the
-neutral messages of their model steps, :mod:`statewright.agents.usage`), redacted like step
+neutral messages of their model steps, :mod:`statewright.engine.llm_usage`), redacted like step
 results (the read: :meth:`~statewright.access.Access.conversation`). ``GET
 /v1/workflows/{id}`` carries the token usage (:mod:`statewright.http.api`)."""
 

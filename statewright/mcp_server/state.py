@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from statewright.access import Access
-from statewright.agents import usage as llm_usage
+from statewright.engine import llm_usage
 from statewright.mcp_server.catalogue import WAIT, Catalogue
 from statewright.redaction import Redactor
 from statewright.types import StepRecord, TimerRecord, TransitionRecord, WorkflowRow

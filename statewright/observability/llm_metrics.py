@@ -1,7 +1,7 @@
 """The agents' model-call counters (issue 27): tokens, cost and calls by type, state and model.
 
 Fed by the engine's model-call observers (:class:`~statewright.engine.hooks.ModelCall`, told by
-:func:`statewright.agents.usage.observe` once per *fresh* model call: a response read back from
+:func:`statewright.engine.llm_usage.observe` once per *fresh* model call: a response read back from
 the step ledger after a crash is not counted again), so a replayed agent does not inflate the
 bill. Created by :class:`~statewright.observability.metrics.EngineMetrics` in its registry.
 

@@ -410,7 +410,7 @@ class ReadModel(Protocol):
 
     async def model_steps(self, workflow_id: str) -> list[StepRecord]:
         """The workflow's steps whose result is an object holding the key ``"$llm"`` (the
-        usage envelopes of an agent's model calls, see :mod:`statewright.agents.usage`), any
+        usage envelopes of an agent's model calls, see :mod:`statewright.engine.llm_usage`), any
         status, in ``(started_at, key)`` order; the other steps are filtered out by the
         database. Nothing (one index probe) for a workflow without model calls."""
 

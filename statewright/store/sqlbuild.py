@@ -333,7 +333,7 @@ def steps(
 
 def model_steps(workflow_id: str, dialect: Dialect) -> tuple[str, dict[str, Any]]:
     """A workflow's steps whose result is an object with the key ``"$llm"`` (a model call's
-    usage envelope, :mod:`statewright.agents.usage`), in ``(started_at, key)`` order: the
+    usage envelope, :mod:`statewright.engine.llm_usage`), in ``(started_at, key)`` order: the
     workflow's index range, filtered by the database (the results of other steps are neither
     sent nor decoded)."""
     p = Params(dialect)

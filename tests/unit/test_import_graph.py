@@ -169,3 +169,42 @@ def test_no_module_imports_the_package_root() -> None:
         if ROOT in targets and name != ROOT
     )
     assert importers == []
+
+
+# The layers, lowest first: a module may import its own layer and the ones below, never one
+# above (definition -> store -> engine -> access -> agents -> surfaces). The engine's own
+# observability (metrics, alert rules, delivery) and the views sit between the engine and the
+# access layer that uses them.
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset(
+        {"_lazy", "_version", "clock", "errors", "ids", "jsonvalue", "offload", "paging",
+         "redaction", "types"}
+    ),
+    frozenset({"definition"}),
+    frozenset({"store"}),
+    frozenset({"engine"}),
+    frozenset({"observability", "views"}),
+    frozenset({"access"}),
+    frozenset({"agents"}),
+    frozenset({"cli", "http", "mcp_server", "sync", "testing"}),
+)  # fmt: skip
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return len(LAYERS)  # the root: lazy names of every layer
+    for rank, names in enumerate(LAYERS):
+        if parts[1] in names:
+            return rank
+    raise AssertionError(f"{module}: {parts[1]!r} is in no layer (add it to LAYERS)")
+
+
+def test_layers_point_one_way() -> None:
+    upward = [
+        f"{importer} (line {line}) imports {target}"
+        for importer, targets in graph().items()
+        for target, line in targets.items()
+        if layer_of(target) > layer_of(importer)
+    ]
+    assert not upward, "imports of a higher layer:\n" + "\n".join(upward)
