@@ -198,6 +198,7 @@ class PostgresTransitions(PostgresBase, core.CoreSQL):
     async def defer(self, write: DeferWrite) -> WorkflowRow:
         values = params.deferral(write) | timer_change_params(write)
         values["inbox_ids"] = list(write.consume_inbox_ids)
+        values["wake_skip"] = list(write.wake_input[1]) if write.wake_input else []
         async with self._connection(write=True) as conn:
             for _ in range(SNAPSHOT_ROUNDS):
                 row = await (await conn.execute(Q["defer_workflow"], values)).fetchone()

@@ -291,7 +291,8 @@ UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
 -- Keep the state: counters, error, parked reason, next due time (merged with the pending
 -- timers); release the lease; consume the inputs the handler run took. Fenced like a
 -- transition; the inbox items are locked first, like apply_transition's. Timer changes (a
--- fired recurring timer re-armed, a handler's schedules) as in apply_transition.
+-- fired recurring timer re-armed, a handler's schedules) as in apply_transition. A suspended
+-- wait (%(wake)s) is due now when its input is already there (posted while it was leased).
 WITH items AS (
     SELECT id FROM inbox
      WHERE workflow_id = %(id)s AND id = ANY(%(inbox_ids)s::bigint[]) AND consumed_at IS NULL
@@ -313,7 +314,14 @@ WITH items AS (
                                (SELECT min(due_at) FROM timers
                                  WHERE workflow_id = %(id)s
                                    AND id IS DISTINCT FROM %(fired_timer_id)s::bigint
-                                   AND (key IS NULL OR key <> ALL(%(drop_keys)s::text[]))))
+                                   AND (key IS NULL OR key <> ALL(%(drop_keys)s::text[]))),
+                               CASE WHEN %(wake)s::boolean THEN (
+                                 SELECT %(at)s::float8 FROM inbox
+                                  WHERE workflow_id = %(id)s AND consumed_at IS NULL
+                                    AND (%(wake_name)s::text IS NULL
+                                         OR name = %(wake_name)s::text)
+                                    AND id <> ALL(%(wake_skip)s::bigint[])
+                                  LIMIT 1) END)
      WHERE id = %(id)s AND version = %(expected_version)s
        AND (%(fence)s::bigint IS NULL
             OR (lease_owner = %(owner)s::text AND fence = %(fence)s::bigint))
