@@ -559,7 +559,8 @@ class Run:
         :class:`~statewright.errors.Cancelled`. Like :meth:`next_input`, the input is
         consumed with the transition that ends the run.
         """
-        return await suspend.wait_input(self, name, timeout, hold, poll_interval)
+        item: Input | None = await suspend.wait_input(self, name, timeout, hold, poll_interval)
+        return item
 
     async def engine_step(self, name: str, action: Callable[[StepKey], Any]) -> Any:
         """A step the engine names (reserved ``$`` prefix), safe to repeat."""

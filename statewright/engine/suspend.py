@@ -26,17 +26,41 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 from statewright.engine.changes import Defer
 from statewright.engine.wakeup import listen
 from statewright.errors import InvalidInput
-from statewright.types import Lease
+from statewright.types import Lease, TimerSpec, WorkflowRow
 
 if TYPE_CHECKING:
-    from statewright.engine.steps import Input, Run
+    from statewright.engine.runtime import Runtime
 
 log = logging.getLogger(__name__)
+
+
+class Run(Protocol):
+    """What a wait uses of :class:`~statewright.engine.steps.Run` (which imports this)."""
+
+    rt: Runtime
+    workflow: WorkflowRow
+    taken: list[int]
+    waits: int
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def scheduled(self) -> tuple[TimerSpec, ...]: ...
+    @property
+    def cancelled_timers(self) -> tuple[str, ...]: ...
+    def now(self) -> float: ...
+    async def next_input(self, name: str | None = None) -> Any: ...
+    async def check_cancel(self) -> None: ...
+    async def engine_step(self, name: str, action: Callable[[Any], Any]) -> Any: ...
+
 
 RESERVED_PREFIX = "$"
 """Steps the engine names for a run (a wait's deadline) start with it; a user's may not."""
@@ -139,7 +163,7 @@ async def wait_input(
     timeout: float | None,
     hold: float,
     poll_interval: float,
-) -> Input | None:
+) -> Any:
     """:meth:`Run.wait_input`: the oldest input, None past the durable deadline; else wait
     up to ``hold`` seconds here, then suspend."""
     limit = None if timeout is None else _seconds(timeout, "a wait's timeout")
@@ -168,7 +192,7 @@ async def wait_input(
 
 async def _hold(
     run: Run, name: str | None, until: float | None, hold: float, poll_interval: float
-) -> Input | None:
+) -> Any:
     """Wait here (holding the slot) up to ``hold`` seconds or the deadline, for an input;
     woken by the store when one is posted, polling every ``poll_interval`` seconds."""
     store = run.rt.store
