@@ -25,7 +25,6 @@ from statewright.engine import records, suspend, tracecontext
 from statewright.engine.cancel import cancel_reason
 from statewright.engine.failures import PARKED_FATAL, PARKED_REFUSED, PARKED_UNKNOWN, describe
 from statewright.engine.retry import retry_after_of
-from statewright.engine.suspend import Suspended
 from statewright.engine.transactional import idle_with_steps
 from statewright.engine.transitions import Defer, Fire
 from statewright.engine.workflow_type import HandlerResult, Next, WorkflowType
@@ -284,9 +283,9 @@ def decide(claim: Claim, happened: Happened) -> Outcome:
         return Drop(logged=True)
     if isinstance(exc, StoreError):
         return _store_failed(claim, exc)
-    if isinstance(exc, Suspended):  # a wait that frees the worker: not a failure
-        return Idle(suspend.defer(run, lease, exc)) if run is not None else Release()
     if exc is not None:
+        if isinstance(exc, suspend.Suspended):  # a wait that frees the worker: not a failure
+            return Idle(suspend.defer(run, lease, exc)) if run is not None else Release()
         log.warning(
             "handler failed",
             extra={
