@@ -563,9 +563,12 @@ class Run:
         return item
 
     async def engine_step(self, name: str, action: Callable[[StepKey], Any]) -> Any:
-        """A step the engine names (reserved ``$`` prefix), safe to repeat."""
+        """A step the engine names (reserved ``$`` prefix), safe to repeat; its *done* record
+        written now (a wait's deadline must be durable before the run suspends on it)."""
         with tracecontext.step_span(self.workflow, name, self.key(name)):
-            return await self._step(name, action, True, None, None)
+            result = await self._step(name, action, True, None, None)
+        await self.ledger.flush()
+        return result
 
 
 __all__ = [

@@ -325,3 +325,38 @@ async def test_bad_waits_and_reserved_step_names_are_refused(
     await Worker(engine).run_until_idle()
     assert (await engine.get("w")).state == "done"
     assert len(errors) == 3
+
+
+async def test_a_suspension_is_no_failure_even_under_except_exception(
+    opened: Callable[[dict[str, Any]], Engine],
+    clock: ManualClock,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``Suspended`` is a BaseException: a handler's ``except Exception`` does not swallow it,
+    and nothing reports a failure, a retry or a warning for it."""
+    swallowed: list[BaseException] = []
+
+    async def asking(run: Run) -> Next:
+        try:
+            await run.sleep(5)
+        except Exception as exc:  # must not catch the suspension
+            swallowed.append(exc)
+        return Next("finish")
+
+    engine = opened({"asking": asking})
+    failures: list[Any] = []
+    retries: list[Any] = []
+    engine.observers.failure.append(failures.append)
+    engine.observers.retry.append(lambda *a: retries.append(a))
+    await engine.open()
+    await engine.start("waiter", workflow_id="w")
+    worker = Worker(engine)
+    with caplog.at_level("INFO", logger="statewright"):
+        await worker.run_until_idle()
+    await suspended(engine, "w")
+    assert [r.levelname for r in caplog.records if r.levelno >= 30] == []
+    assert any(getattr(r, "action", None) == "handler_suspended" for r in caplog.records)
+    clock.advance(5)
+    await worker.run_until_idle()
+    assert (await engine.get("w")).state == "done"
+    assert (swallowed, failures, retries) == ([], [], [])
