@@ -287,6 +287,10 @@ RETURNING w.id;
 UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
  WHERE id = %(id)s AND lease_owner = %(worker)s AND fence = %(fence)s;
 
+-- name: lock_for_wake
+-- A suspended wait's deferral locks the row first (see post_input).
+SELECT 1 FROM workflows WHERE id = %(id)s FOR UPDATE;
+
 -- name: defer_workflow
 -- Keep the state: counters, error, parked reason, next due time (merged with the pending
 -- timers); release the lease; consume the inputs the handler run took. Fenced like a
@@ -591,9 +595,13 @@ SELECT * FROM (SELECT * FROM steps WHERE workflow_id = ANY(%(ids)s::text[])
 -- Append an external input to a live workflow's inbox (or find the one posted under the same
 -- idempotency key), make an idle workflow in the given state due now, and wake the workers.
 -- Reports what it found when it posted nothing (no workflow, a finished one, an earlier key,
--- a key an event of the workflow's log used: used_event, used_version).
+-- a key an event of the workflow's log used: used_event, used_version). The row is locked
+-- first, its latest version read, and held until the post commits: a suspended wait's
+-- deferral (lock_for_wake) either waits for the post and sees its input, or came first and is
+-- seen released here (the wake decided on wf, not on this statement's older snapshot).
 WITH wf AS (
-    SELECT id, state, terminal FROM workflows WHERE id = %(id)s
+    SELECT id, state, terminal, lease_owner, parked, attempts, next_due_at
+      FROM workflows WHERE id = %(id)s FOR NO KEY UPDATE
 ), earlier AS (
     SELECT * FROM inbox
      WHERE workflow_id = %(id)s AND idempotency_key = %(key)s::text
@@ -609,9 +617,11 @@ WITH wf AS (
     RETURNING *
 ), woken AS (
     UPDATE workflows SET next_due_at = %(at)s::float8
-     WHERE id = %(id)s AND state = %(wake_state)s::text AND EXISTS (SELECT 1 FROM posted)
-       AND NOT terminal AND lease_owner IS NULL AND parked IS NULL AND attempts = 0
-       AND (next_due_at IS NULL OR next_due_at > %(at)s::float8)
+     WHERE id = %(id)s AND EXISTS (SELECT 1 FROM posted)
+       AND EXISTS (SELECT 1 FROM wf
+                    WHERE state = %(wake_state)s::text AND NOT terminal
+                      AND lease_owner IS NULL AND parked IS NULL AND attempts = 0
+                      AND (next_due_at IS NULL OR next_due_at > %(at)s::float8))
     RETURNING 1
 )
 SELECT to_jsonb(p) AS item, TRUE AS created, wf.state, wf.terminal,
