@@ -451,6 +451,10 @@ class DeferWrite:
     :attr:`TransitionWrite.add_timers`; merged into ``next_due_at`` like the others."""
     cancel_timer_keys: tuple[str, ...] = ()
     """Keyed timers to delete (none of them is among ``add_timers``)."""
+    wake_input: tuple[str | None, tuple[int, ...]] | None = None
+    """A handler suspended waiting for an input (:mod:`statewright.engine.suspend`): ``(name,
+    taken)``. Due now if the inbox holds an unconsumed input of ``name`` (None: any) not
+    among ``taken``: one posted while the run held the lease, whose post could not wake it."""
 
 
 @quick_init

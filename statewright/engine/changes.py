@@ -115,6 +115,8 @@ class Defer:
     add_timers: tuple[TimerSpec, ...] = ()
     """Timers armed with it: a handler's schedules, a refused recurring timer re-armed."""
     cancel_timer_keys: tuple[str, ...] = ()
+    wake_input: tuple[str | None, tuple[int, ...]] | None = None
+    """A suspended wait for an input (see :attr:`~statewright.types.DeferWrite.wake_input`)."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from statewright.engine import records, tracecontext
+from statewright.engine import records, suspend, tracecontext
 from statewright.engine.cancel import cancel_reason
 from statewright.engine.failures import PARKED_FATAL, PARKED_REFUSED, PARKED_UNKNOWN, describe
 from statewright.engine.retry import retry_after_of
@@ -284,6 +284,8 @@ def decide(claim: Claim, happened: Happened) -> Outcome:
     if isinstance(exc, StoreError):
         return _store_failed(claim, exc)
     if exc is not None:
+        if isinstance(exc, suspend.Suspended):  # a wait that frees the worker: not a failure
+            return Idle(suspend.defer(run, lease, exc)) if run is not None else Release()
         log.warning(
             "handler failed",
             extra={

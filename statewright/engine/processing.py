@@ -30,6 +30,7 @@ from statewright.engine.outcome import (
 )
 from statewright.engine.settle import settle
 from statewright.engine.steps import Run, is_async
+from statewright.engine.suspend import Suspended
 from statewright.engine.syncrun import SyncRun
 from statewright.engine.timers import rearmed as rearmed_timer
 from statewright.engine.timers import timer_actor
@@ -324,6 +325,9 @@ async def _run_handler(w: Host, slot: Slot, claim: Claim, handler: Handler) -> W
         stopped = True
     except LeaseLost as exc:
         tracecontext.note(outcome="lease_lost")
+        raised = exc
+    except Suspended as exc:  # a BaseException: a wait that frees the worker, not a failure
+        tracecontext.note(outcome="suspended")
         raised = exc
     except Exception as exc:
         tracecontext.failed(exc)

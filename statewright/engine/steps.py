@@ -21,12 +21,11 @@ import asyncio
 import contextvars
 import inspect
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any
 
-from statewright.engine import commands, emit, tracecontext, transactional
+from statewright.engine import commands, emit, suspend, tracecontext, transactional
 from statewright.engine.cancel import pending
 from statewright.engine.children import child_id
 from statewright.engine.commands import Started
@@ -35,7 +34,6 @@ from statewright.engine.ledger import Begun, Ledger, StepKey, describe
 from statewright.engine.looplag import user_code
 from statewright.engine.timers import timer_spec
 from statewright.engine.usercalls import UserCall, bounded, is_async
-from statewright.engine.wakeup import listen
 from statewright.engine.workflow_type import (
     Applied,
     NotApplied,
@@ -67,6 +65,9 @@ if TYPE_CHECKING:
     from statewright.engine.runtime import Runtime
 
 log = logging.getLogger(__name__)
+
+RESERVED = (UNDO_PREFIX, suspend.RESERVED_PREFIX)
+"""Step names the engine gives (an undo, a wait's deadline): a user's step may not take them."""
 
 
 class Input(dict[str, Any]):
@@ -383,8 +384,8 @@ class Run:
         and run once the step is done and a compensating transition comes (see
         :mod:`statewright.engine.compensation`).
         """
-        if not isinstance(name, str) or not name or ":" in name or name.startswith(UNDO_PREFIX):
-            raise InvalidInput(f"step name must be non-empty, without ':', not undo.*: {name!r}")
+        if not isinstance(name, str) or not name or ":" in name or name.startswith(RESERVED):
+            raise InvalidInput(f"step name must be non-empty, no ':', not undo.* or $*: {name!r}")
         if timeout is not None and not timeout > 0:
             raise InvalidInput(f"a step's timeout must be positive, not {timeout!r}")
         undo = None if compensate is None else name_for(self.type.compensators, compensate)
@@ -528,32 +529,46 @@ class Run:
         self.taken.append(item.id)
         return Input(item)
 
-    async def wait_input(
-        self, name: str | None = None, *, timeout: float, poll_interval: float = 0.5
-    ) -> Input | None:
-        """Wait up to ``timeout`` seconds for an inbox input (of ``name``); take the oldest
-        one and return it (its payload, with ``.name`` and ``.id``), or None on timeout.
+    waits = 0
+    """The ordinal of this run's next wait (:mod:`statewright.engine.suspend`)."""
 
-        The store wakes the wait when an input is posted (from any process on PostgreSQL, and
-        on SQLite from this process at once, from others within ``poll_interval``). A cancel
-        request ends the wait with :class:`~statewright.errors.Cancelled`. Like
-        :meth:`next_input`, the input is consumed with the transition that ends this run.
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, durably and without holding the worker: return at once once
+        the deadline (recorded by the first call in this visit of the state) has passed,
+        else suspend the workflow until then; the handler then runs again from its start
+        (see :mod:`statewright.engine.suspend`). InvalidInput: not a number >= 0."""
+        await suspend.sleep(self, seconds)
+
+    async def wait_input(
+        self,
+        name: str | None = None,
+        *,
+        timeout: float | None = None,
+        hold: float = 0.0,
+        poll_interval: float = 0.5,
+    ) -> Input | None:
+        """Take the oldest inbox input (of ``name``) and return it (its payload, with
+        ``.name`` and ``.id``); None once ``timeout`` seconds have passed since the first
+        call in this visit of the state (a durable deadline; None: no timeout).
+
+        With no input yet, it waits here up to ``hold`` seconds (holding the worker's slot:
+        for short waits; woken at once by a post, or within ``poll_interval``), then
+        **suspends** the workflow: the slot and lease are freed, and a posted input (or the
+        deadline) runs the handler again from its start (see
+        :mod:`statewright.engine.suspend`). A cancel request raises
+        :class:`~statewright.errors.Cancelled`. Like :meth:`next_input`, the input is
+        consumed with the transition that ends the run.
         """
-        store = self.rt.store
-        deadline = time.monotonic() + max(0.0, timeout)
-        while True:
-            remaining = deadline - time.monotonic()
-            waiter = await listen(store, min(remaining, poll_interval))
-            try:
-                item = await self.next_input(name)
-                if item is not None:
-                    return item
-                await self.check_cancel()
-                if remaining <= 0:
-                    return None
-                await waiter
-            finally:
-                waiter.cancel()
+        item: Input | None = await suspend.wait_input(self, name, timeout, hold, poll_interval)
+        return item
+
+    async def engine_step(self, name: str, action: Callable[[StepKey], Any]) -> Any:
+        """A step the engine names (reserved ``$`` prefix), safe to repeat; its *done* record
+        written now (a wait's deadline must be durable before the run suspends on it)."""
+        with tracecontext.step_span(self.workflow, name, self.key(name)):
+            result = await self._step(name, action, True, None, None)
+        await self.ledger.flush()
+        return result
 
 
 __all__ = [

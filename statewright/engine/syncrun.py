@@ -87,12 +87,23 @@ class SyncRun:
         """:meth:`Run.next_input`, blocking."""
         return self._trampoline.run(self._run.next_input(name))
 
+    def sleep(self, seconds: float) -> None:
+        """:meth:`Run.sleep`, blocking until it returns or suspends (raises
+        :class:`~statewright.engine.suspend.Suspended`: let it propagate)."""
+        self._trampoline.run(self._run.sleep(seconds))
+
     def wait_input(
-        self, name: str | None = None, *, timeout: float, poll_interval: float = 0.5
+        self,
+        name: str | None = None,
+        *,
+        timeout: float | None = None,
+        hold: float = 0.0,
+        poll_interval: float = 0.5,
     ) -> Input | None:
-        """:meth:`Run.wait_input`, blocking."""
+        """:meth:`Run.wait_input`, blocking (a suspension raises
+        :class:`~statewright.engine.suspend.Suspended`: let it propagate)."""
         return self._trampoline.run(
-            self._run.wait_input(name, timeout=timeout, poll_interval=poll_interval)
+            self._run.wait_input(name, timeout=timeout, hold=hold, poll_interval=poll_interval)
         )
 
 

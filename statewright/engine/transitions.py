@@ -421,6 +421,7 @@ class Transitions:
             fired_timer_id=defer.fired_timer,
             add_timers=defer.add_timers,
             cancel_timer_keys=defer.cancel_timer_keys,
+            wake_input=defer.wake_input,
         )
         try:
             after = await self.store.defer(write)

@@ -314,6 +314,8 @@ def deferral(w: DeferWrite) -> Params:
         "parked": w.parked,
         "at": float(w.at),
         **lease(w.lease),
+        "wake": w.wake_input is not None,
+        "wake_name": None if w.wake_input is None else w.wake_input[0],
     }
 
 

@@ -66,6 +66,12 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "['capture o-1:capture', 'capture o-2:capture', 'refund ch-o-2']",
                 "[('o-2', 'shipping', 'failed')]",
             ]
+        if '"decision"' in block:  # waits that free the worker
+            assert done.stdout.splitlines() == [
+                "waiting None 60.0",
+                "3600.0",
+                "approved {'by': 'ada'} 1",
+            ]
         if "take_stock" in block:
             assert done.stdout.splitlines() == [
                 "o-1 reserved",

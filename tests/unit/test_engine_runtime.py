@@ -525,9 +525,10 @@ async def test_wait_input_returns_a_posted_input_or_none_on_timeout(clock: Manua
     waiting = asyncio.Event()
 
     async def handler(run: Run) -> Next:
-        assert await run.wait_input("note", timeout=0.05) is None
+        assert await run.wait_input("note", timeout=0) is None
         waiting.set()
-        answer = await run.wait_input("answer", timeout=5.0, poll_interval=30.0)
+        # Held in the handler (``hold``): woken there by the post, not suspended.
+        answer = await run.wait_input("answer", timeout=5.0, hold=5.0, poll_interval=30.0)
         note = await run.wait_input("note", timeout=0)
         return Next("finish", context={"answer": answer, "note": note})
 
@@ -548,7 +549,7 @@ async def test_wait_input_returns_a_posted_input_or_none_on_timeout(clock: Manua
 async def test_wait_input_ends_with_cancelled_when_a_cancel_arrives(clock: ManualClock) -> None:
     async def handler(run: Run) -> str:
         run.save_partial(asked=True)
-        await run.wait_input("answer", timeout=30.0, poll_interval=30.0)
+        await run.wait_input("answer", timeout=30.0, hold=30.0, poll_interval=30.0)
         return "finish"
 
     async with memory_engine([job(handler)], clock) as engine:

@@ -198,14 +198,28 @@ class PostgresTransitions(PostgresBase, core.CoreSQL):
     async def defer(self, write: DeferWrite) -> WorkflowRow:
         values = params.deferral(write) | timer_change_params(write)
         values["inbox_ids"] = list(write.consume_inbox_ids)
+        values["wake_skip"] = list(write.wake_input[1]) if write.wake_input else []
         async with self._connection(write=True) as conn:
-            for _ in range(SNAPSHOT_ROUNDS):
-                row = await (await conn.execute(Q["defer_workflow"], values)).fetchone()
-                if row is not None:
-                    break
-                if await self._refusal(conn, write, retryable=True) is not None:
-                    break
+            if write.wake_input is None:
+                row = await self._defer(conn, write, values)
+            else:
+                # A suspended wait: the row locked first, so that the deferral's own snapshot
+                # sees an input whose post held the row (post_input locks it) when it found it
+                # leased; a post after the lock waits, then finds it released and wakes it.
+                async with conn.transaction():
+                    await conn.execute(Q["lock_for_wake"], values)
+                    row = await self._defer(conn, write, values)
             return await self._written(conn, row, write)
+
+    async def _defer(self, conn: Conn, write: DeferWrite, values: params.Params) -> DictRow | None:
+        row: DictRow | None = None
+        for _ in range(SNAPSHOT_ROUNDS):
+            row = await (await conn.execute(Q["defer_workflow"], values)).fetchone()
+            if row is not None:
+                break
+            if await self._refusal(conn, write, retryable=True) is not None:
+                break
+        return row
 
     async def _written(
         self, conn: Conn, row: DictRow | None, write: TransitionWrite | DeferWrite

@@ -265,6 +265,7 @@ class SQLiteTransitions(SQLiteBase, core.CoreSQL):
 
     async def defer(self, write: DeferWrite) -> WorkflowRow:
         values = params.deferral(write)
+        values["wake_skip"] = self.enc.array(write.wake_input[1] if write.wake_input else ())
 
         def fn(conn: sqlite3.Connection) -> sqlite3.Row:
             # Timers first (the deferral's next_due_at counts them); a refusal below rolls

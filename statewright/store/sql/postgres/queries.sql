@@ -287,11 +287,16 @@ RETURNING w.id;
 UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
  WHERE id = %(id)s AND lease_owner = %(worker)s AND fence = %(fence)s;
 
+-- name: lock_for_wake
+-- A suspended wait's deferral locks the row first (see post_input).
+SELECT 1 FROM workflows WHERE id = %(id)s FOR UPDATE;
+
 -- name: defer_workflow
 -- Keep the state: counters, error, parked reason, next due time (merged with the pending
 -- timers); release the lease; consume the inputs the handler run took. Fenced like a
 -- transition; the inbox items are locked first, like apply_transition's. Timer changes (a
--- fired recurring timer re-armed, a handler's schedules) as in apply_transition.
+-- fired recurring timer re-armed, a handler's schedules) as in apply_transition. A suspended
+-- wait (%(wake)s) is due now when its input is already there (posted while it was leased).
 WITH items AS (
     SELECT id FROM inbox
      WHERE workflow_id = %(id)s AND id = ANY(%(inbox_ids)s::bigint[]) AND consumed_at IS NULL
@@ -313,7 +318,14 @@ WITH items AS (
                                (SELECT min(due_at) FROM timers
                                  WHERE workflow_id = %(id)s
                                    AND id IS DISTINCT FROM %(fired_timer_id)s::bigint
-                                   AND (key IS NULL OR key <> ALL(%(drop_keys)s::text[]))))
+                                   AND (key IS NULL OR key <> ALL(%(drop_keys)s::text[]))),
+                               CASE WHEN %(wake)s::boolean THEN (
+                                 SELECT %(at)s::float8 FROM inbox
+                                  WHERE workflow_id = %(id)s AND consumed_at IS NULL
+                                    AND (%(wake_name)s::text IS NULL
+                                         OR name = %(wake_name)s::text)
+                                    AND id <> ALL(%(wake_skip)s::bigint[])
+                                  LIMIT 1) END)
      WHERE id = %(id)s AND version = %(expected_version)s
        AND (%(fence)s::bigint IS NULL
             OR (lease_owner = %(owner)s::text AND fence = %(fence)s::bigint))
@@ -583,9 +595,13 @@ SELECT * FROM (SELECT * FROM steps WHERE workflow_id = ANY(%(ids)s::text[])
 -- Append an external input to a live workflow's inbox (or find the one posted under the same
 -- idempotency key), make an idle workflow in the given state due now, and wake the workers.
 -- Reports what it found when it posted nothing (no workflow, a finished one, an earlier key,
--- a key an event of the workflow's log used: used_event, used_version).
+-- a key an event of the workflow's log used: used_event, used_version). The row is locked
+-- first, its latest version read, and held until the post commits: a suspended wait's
+-- deferral (lock_for_wake) either waits for the post and sees its input, or came first and is
+-- seen released here (the wake decided on wf, not on this statement's older snapshot).
 WITH wf AS (
-    SELECT id, state, terminal FROM workflows WHERE id = %(id)s
+    SELECT id, state, terminal, lease_owner, parked, attempts, next_due_at
+      FROM workflows WHERE id = %(id)s FOR NO KEY UPDATE
 ), earlier AS (
     SELECT * FROM inbox
      WHERE workflow_id = %(id)s AND idempotency_key = %(key)s::text
@@ -601,9 +617,11 @@ WITH wf AS (
     RETURNING *
 ), woken AS (
     UPDATE workflows SET next_due_at = %(at)s::float8
-     WHERE id = %(id)s AND state = %(wake_state)s::text AND EXISTS (SELECT 1 FROM posted)
-       AND NOT terminal AND lease_owner IS NULL AND parked IS NULL AND attempts = 0
-       AND (next_due_at IS NULL OR next_due_at > %(at)s::float8)
+     WHERE id = %(id)s AND EXISTS (SELECT 1 FROM posted)
+       AND EXISTS (SELECT 1 FROM wf
+                    WHERE state = %(wake_state)s::text AND NOT terminal
+                      AND lease_owner IS NULL AND parked IS NULL AND attempts = 0
+                      AND (next_due_at IS NULL OR next_due_at > %(at)s::float8))
     RETURNING 1
 )
 SELECT to_jsonb(p) AS item, TRUE AS created, wf.state, wf.terminal,

@@ -179,7 +179,8 @@ UPDATE workflows SET lease_owner = NULL, lease_expires_at = NULL
 
 -- name: defer_workflow
 -- Keep the state: counters, error, parked reason, next due time (merged with the pending
--- timers); release the lease. Fenced like a transition.
+-- timers, and now when a suspended wait's input is already there: :wake); release the lease.
+-- Fenced like a transition.
 UPDATE workflows
    SET attempts = :attempts, total_attempts = coalesce(:total_attempts, total_attempts),
        last_error = :last_error, parked = :parked, updated_at = :at,
@@ -187,7 +188,15 @@ UPDATE workflows
        next_due_at = (SELECT min(t) FROM (SELECT :next_due_at AS t
                                           UNION ALL
                                           SELECT min(due_at) FROM timers
-                                           WHERE workflow_id = :id))
+                                           WHERE workflow_id = :id
+                                          UNION ALL
+                                          SELECT CASE WHEN :wake THEN (
+                                            SELECT :at FROM inbox
+                                             WHERE workflow_id = :id AND consumed_at IS NULL
+                                               AND (:wake_name IS NULL OR name = :wake_name)
+                                               AND id NOT IN (SELECT value
+                                                                FROM json_each(:wake_skip))
+                                             LIMIT 1) END))
  WHERE id = :id AND version = :expected_version
    AND (:fence IS NULL OR (lease_owner = :owner AND fence = :fence));
 
