@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import weakref
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -100,12 +101,25 @@ class _Names:
     def step(self, row: WorkflowRow, step: str) -> str:
         if self.machine_of(row.type, row.machine_version) is None:
             return UNKNOWN
+        step = step_shape(step)
         seen = self._steps[row.type]
         if step not in seen:
             if len(seen) >= MAX_STEP_NAMES:
                 return UNKNOWN
             seen.add(step)
         return step
+
+
+_NUMBERED = re.compile(r"\.v?\d+(?:-\d+)*(?=\.|$)|_v\d+$")
+
+
+def step_shape(step: str) -> str:
+    """A step's name without the numbers that tell one visit or call from the next: the
+    visit (``.v12``, ``_v12``) and ordinal (``.3``, ``.0-1``) parts of names like an agent's
+    ``reviewer.v12.model.3`` or ``reviewer.v12.tool.0-1.read_order``, a wait's ``$wait.v4.0``
+    or ``ask_approver_v5`` are dropped (``reviewer.model``, ``reviewer.tool.read_order``,
+    ``$wait``, ``ask_approver``), so a label names the kind of step, not each call of it."""
+    return _NUMBERED.sub("", step) or step
 
 
 class _WorkflowCounts(Collector):
