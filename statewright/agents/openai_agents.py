@@ -1,0 +1,538 @@
+"""The OpenAI Agents SDK in a state: ``Runner.run`` inside a handler, durable and state-bound.
+
+``await run_agent(run, agent, input)`` runs an SDK ``Agent`` as a state's handler would want it:
+
+- **each model call is a durable step** (:meth:`AgentSession.model_call`): the agent's model is
+  wrapped in :class:`DurableModel`, whose ``get_response`` stores the whole ``ModelResponse``
+  (output items, usage, ids) as JSON with the call's usage and new messages. When the handler
+  runs again after a crash, the SDK's loop runs again from its start and every call already
+  answered gets its stored response back: the model is not asked again;
+- **each function tool call is a durable step** (:meth:`AgentSession.tool_call`, named by the
+  tool and the model's call id, which the stored response keeps stable): a completed tool is
+  not run again; the tool reads its step key with :func:`statewright.agents.core.current_key`
+  to hand it on as an idempotency key and fencing token;
+- **the state's events are the agent's only way to move the workflow**: each event with an
+  edge out of the state that ``roles`` may fire is offered as a ``FunctionTool`` typed from its
+  payload schema. An accepted choice ends the run and ``run_agent`` returns its :class:`Next`;
+  a refused one (a guard, a bad payload) is the tool's output, a structured refusal the model
+  reads and recovers from. An event not offered (an approval) is an unknown tool to the SDK,
+  and the workflow never moves on it;
+- **a budget of the type crossed** returns ``Next(budget.event, ...)`` without calling the
+  model again.
+
+Like a handler's steps, this asks the agent to be deterministic given its stored answers: the
+same instructions, tools and input on every run of one visit (they are, when they come from
+the workflow's context).
+
+Not supported, and refused with :class:`~statewright.errors.InvalidInput` rather than run
+without durability: handoffs, MCP servers on the agent, and local tools that are not function
+tools (computer, shell, apply-patch, custom tools). Hosted tools (web search, file search...)
+run inside the model call and are part of its step. Streaming (``Runner.run_streamed``) is
+refused by :class:`DurableModel`; :func:`run_agent` never streams.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any
+
+try:
+    from agents import (
+        Agent,
+        FunctionTool,
+        Model,
+        ModelResponse,
+        ModelTracing,
+        RunConfig,
+        RunContextWrapper,
+        Runner,
+        Tool,
+        ToolsToFinalOutputResult,
+    )
+    from agents.items import TResponseOutputItem
+    from agents.models.default_models import get_default_model
+    from agents.models.multi_provider import MultiProvider
+    from agents.tool import FunctionToolResult
+    from agents.usage import Usage as SdkUsage
+    from pydantic import BaseModel, TypeAdapter
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    raise ImportError(
+        "statewright.agents.openai_agents needs the OpenAI Agents SDK: "
+        "pip install 'statewright[openai-agents]'"
+    ) from exc
+
+from statewright.agents.core import AgentSession, BudgetExceeded, NoEventChosen, Usage
+from statewright.engine.steps import Run
+from statewright.engine.workflow_type import Next, Reconciler
+from statewright.errors import InvalidInput
+from statewright.types import JSON
+
+DEFAULT_MAX_TURNS = 10
+"""The SDK's own default: model calls one run may make before ``MaxTurnsExceeded``."""
+
+HOSTED_TOOLS = frozenset(
+    {
+        "FileSearchTool",
+        "WebSearchTool",
+        "CodeInterpreterTool",
+        "HostedMCPTool",
+        "ImageGenerationTool",
+        "ToolSearchTool",
+    }
+)
+"""Tools the model's provider runs inside the model call: their effects are the model step's."""
+
+_OUTPUT = TypeAdapter(list[TResponseOutputItem])
+_USAGE = TypeAdapter(SdkUsage)
+
+
+# -- ModelResponse <-> JSON ----------------------------------------------------------------------
+
+
+def dump_response(response: ModelResponse) -> JSON:
+    """A ``ModelResponse`` as JSON, every field kept (output items as the SDK's models dump
+    them: only the fields set, by their wire names)."""
+    return {
+        "output": _OUTPUT.dump_python(
+            response.output, mode="json", by_alias=True, exclude_unset=True
+        ),
+        "usage": _USAGE.dump_python(response.usage, mode="json"),
+        "response_id": response.response_id,
+        "request_id": response.request_id,
+        "raw_usage": response.raw_usage,
+    }
+
+
+def load_response(data: Mapping[str, Any]) -> ModelResponse:
+    """The ``ModelResponse`` :func:`dump_response` stored."""
+    return ModelResponse(
+        output=_OUTPUT.validate_python(data["output"]),
+        usage=_USAGE.validate_python(data["usage"]),
+        response_id=data.get("response_id"),
+        request_id=data.get("request_id"),
+        raw_usage=data.get("raw_usage"),
+    )
+
+
+# -- the conversation in neutral form ------------------------------------------------------------
+
+
+def _text(content: Any) -> str:
+    """The text of a message's content: a string, or the texts of its parts joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping):
+                text = part.get("text", part.get("refusal"))
+                if isinstance(text, str):
+                    parts.append(text)
+        return "".join(parts)
+    return "" if content is None else str(content)
+
+
+def _args(arguments: Any) -> Any:
+    if not isinstance(arguments, str):
+        return arguments
+    try:
+        return json.loads(arguments)
+    except ValueError:
+        return arguments
+
+
+def neutral(item: Any) -> JSON | None:
+    """One Responses-API item (input or output) as a neutral message, or None for items that
+    are not conversation (reasoning, hosted tool traces)."""
+    if isinstance(item, BaseModel):
+        item = item.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    if not isinstance(item, Mapping):
+        return None
+    kind = item.get("type")
+    if kind == "function_call":
+        call = {
+            "id": item.get("call_id"),
+            "name": item.get("name"),
+            "args": _args(item.get("arguments")),
+        }
+        return {"role": "assistant", "content": "", "tool_calls": [call]}
+    if kind == "function_call_output":
+        output = item.get("output")
+        content = output if isinstance(output, str) else json.dumps(output, default=str)
+        return {"role": "tool", "content": content, "tool_call_id": item.get("call_id")}
+    role = item.get("role")
+    if role is not None and kind in (None, "message"):
+        role = "system" if role == "developer" else role
+        if role in ("user", "assistant", "system"):
+            return {"role": role, "content": _text(item.get("content"))}
+    return None
+
+
+class Conversation:
+    """Which input items each model call adds: the SDK sends the whole history every time
+    (the original input, then each response's output and each tool's output), so a call's new
+    items are those past the previous call's input and output. Advanced on every call, fresh or
+    replayed, so that it counts the same on every run."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def new_messages(
+        self, instructions: str | None, input: str | list[Any], response: ModelResponse
+    ) -> list[JSON]:
+        items: list[Any] = (
+            [{"role": "user", "content": input}] if isinstance(input, str) else input
+        )
+        messages: list[JSON] = []
+        if self.seen == 0 and instructions:
+            messages.append({"role": "system", "content": instructions})
+        for item in [*items[self.seen :], *response.output]:
+            message = neutral(item)
+            if message is not None:
+                messages.append(message)
+        return messages
+
+    def advance(self, input: str | list[Any], output_items: int) -> None:
+        self.seen = (1 if isinstance(input, str) else len(input)) + output_items
+
+
+# -- the durable model ---------------------------------------------------------------------------
+
+
+class DurableModel(Model):
+    """A ``Model`` whose every ``get_response`` is a durable model step of ``session``: the
+    response is stored with its usage and messages and, on a later run of the handler, given
+    back from the ledger instead of asking ``model`` again."""
+
+    def __init__(
+        self,
+        session: AgentSession,
+        model: Model,
+        model_name: str,
+        *,
+        failures: list[BaseException],
+    ) -> None:
+        self.session = session
+        self.model = model
+        self.model_name = model_name
+        self.conversation = Conversation()
+        self.failures = failures
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[Any],
+        model_settings: Any,
+        tools: list[Tool],
+        output_schema: Any,
+        handoffs: list[Any],
+        tracing: ModelTracing,
+        *,
+        previous_response_id: str | None,
+        conversation_id: str | None,
+        prompt: Any,
+    ) -> ModelResponse:
+        async def call() -> tuple[JSON, list[JSON], Usage]:
+            response = await self.model.get_response(
+                system_instructions,
+                input,
+                model_settings,
+                tools,
+                output_schema,
+                handoffs,
+                tracing,
+                previous_response_id=previous_response_id,
+                conversation_id=conversation_id,
+                prompt=prompt,
+            )
+            messages = self.conversation.new_messages(system_instructions, input, response)
+            usage = Usage(
+                model=self.model_name,
+                input_tokens=response.usage.input_tokens,
+                output_tokens=response.usage.output_tokens,
+            )
+            return dump_response(response), messages, usage
+
+        try:
+            stored = await self.session.model_call(call)
+        except BaseException as exc:
+            self.failures.append(exc)
+            raise
+        response = load_response(stored)
+        self.conversation.advance(input, len(response.output))
+        return response
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise InvalidInput(
+            "a durable model call is not streamed: run the agent with run_agent "
+            "(Runner.run), not Runner.run_streamed"
+        )
+
+
+# -- tools ---------------------------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    """A tool's output as JSON, so that a replay gives the SDK exactly what the first run did:
+    JSON values as they are, pydantic models (the SDK's structured outputs included) dumped,
+    anything else as its text (which is what the SDK would send the model)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True, exclude_none=True)
+    if isinstance(value, list) and any(isinstance(v, BaseModel) for v in value):
+        return [_jsonable(v) for v in value]
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
+
+
+def durable_tool(
+    session: AgentSession,
+    tool: FunctionTool,
+    *,
+    safe_to_repeat: bool,
+    reconcile: Reconciler | None,
+    failures: list[BaseException],
+) -> FunctionTool:
+    """A copy of ``tool`` whose every invocation is a durable tool step of ``session`` (named by
+    the tool and the model's call id). The tool's own failure handling stays inside the step:
+    an error the SDK turns into a message for the model is that step's result."""
+    wrapped = copy.copy(tool)
+    invoke = wrapped.on_invoke_tool
+
+    async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
+        async def action(key: Any) -> Any:
+            return _jsonable(await invoke(ctx, arguments))
+
+        try:
+            return await session.tool_call(
+                tool.name,
+                ctx.tool_call_id,
+                action,
+                safe_to_repeat=safe_to_repeat,
+                reconcile=reconcile,
+            )
+        except BaseException as exc:
+            failures.append(exc)
+            raise
+
+    wrapped.on_invoke_tool = on_invoke_tool
+    return wrapped
+
+
+def event_tool(
+    session: AgentSession, name: str, description: str, parameters: JSON
+) -> FunctionTool:
+    """The tool that offers event ``name``: its arguments are the payload; its output is
+    :meth:`AgentSession.choose`'s answer (accepted, or a structured refusal)."""
+
+    async def on_invoke_tool(ctx: Any, arguments: str) -> str:
+        try:
+            payload = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict):
+            answer: Mapping[str, Any] = {
+                "accepted": False,
+                "event": name,
+                "error": "invalid_payload",
+                "message": "the arguments must be a JSON object (the event's payload)",
+            }
+        else:
+            answer = session.choose(name, payload)
+        return json.dumps(answer, default=str)
+
+    return FunctionTool(
+        name=name,
+        description=description,
+        params_json_schema=dict(parameters),
+        on_invoke_tool=on_invoke_tool,
+        strict_json_schema=False,
+    )
+
+
+ToolUseBehavior = Callable[
+    [RunContextWrapper[Any], list[FunctionToolResult]], Awaitable[ToolsToFinalOutputResult]
+]
+
+
+def _stop_when_chosen(
+    session: AgentSession, events: frozenset[str], original: Any
+) -> ToolUseBehavior:
+    """The agent's ``tool_use_behavior`` with one rule first: an accepted event ends the run.
+    The agent's own behaviour applies to its own tools' results."""
+
+    async def decide(
+        ctx: RunContextWrapper[Any], results: list[FunctionToolResult]
+    ) -> ToolsToFinalOutputResult:
+        if session.chosen is not None:
+            return ToolsToFinalOutputResult(is_final_output=True, final_output=None)
+        own = [r for r in results if r.tool.name not in events]
+        if not own or original == "run_llm_again":
+            return ToolsToFinalOutputResult(is_final_output=False)
+        if original == "stop_on_first_tool":
+            return ToolsToFinalOutputResult(is_final_output=True, final_output=own[0].output)
+        if isinstance(original, Mapping):
+            names = original.get("stop_at_tool_names", [])
+            for r in own:
+                if r.tool.name in names:
+                    return ToolsToFinalOutputResult(is_final_output=True, final_output=r.output)
+            return ToolsToFinalOutputResult(is_final_output=False)
+        verdict = original(ctx, own)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        return verdict  # type: ignore[no-any-return]
+
+    return decide
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+def _model_of(agent: Agent[Any], run_config: RunConfig | None) -> tuple[Model, str]:
+    """The model the SDK would use for ``agent`` (the run config's overrides the agent's) and
+    its name for usage."""
+    chosen = run_config.model if run_config is not None and run_config.model is not None else None
+    chosen = chosen if chosen is not None else agent.model
+    if isinstance(chosen, Model):
+        name = getattr(chosen, "model", None)
+        return chosen, name if isinstance(name, str) and name else type(chosen).__name__
+    name = chosen or get_default_model()
+    provider = run_config.model_provider if run_config is not None else MultiProvider()
+    return provider.get_model(name), name
+
+
+def _check_agent(agent: Agent[Any]) -> None:
+    if agent.handoffs:
+        raise InvalidInput(
+            f"agent {agent.name!r} has handoffs: run_agent runs one agent in a state "
+            "(model each hand-off as an event to another state)"
+        )
+    if agent.mcp_servers:
+        raise InvalidInput(
+            f"agent {agent.name!r} has MCP servers: their tools would not be durable steps; "
+            "wrap the calls you need in function tools"
+        )
+    for tool in agent.tools:
+        if not isinstance(tool, FunctionTool) and type(tool).__name__ not in HOSTED_TOOLS:
+            raise InvalidInput(
+                f"tool {getattr(tool, 'name', tool)!r} of agent {agent.name!r} runs locally "
+                "but is not a function tool: it cannot be a durable step"
+            )
+
+
+async def run_agent(
+    run: Run,
+    agent: Agent[Any],
+    input: str | list[Any],
+    *,
+    name: str = "agent",
+    roles: Iterable[str] = ("agent",),
+    events: Iterable[str] | None = None,
+    context: Any = None,
+    max_turns: int = DEFAULT_MAX_TURNS,
+    run_config: RunConfig | None = None,
+    safe_to_repeat: Iterable[str] = (),
+    reconcilers: Mapping[str, Reconciler] | None = None,
+    on_no_event: str | None = None,
+) -> Next:
+    """Run ``agent`` on ``input`` as this state's handler (``Runner.run`` under the hood) and
+    return the event it chose, as the handler's :class:`Next`.
+
+    Args:
+        run: the handler's run.
+        agent: an SDK ``Agent``; it is cloned, never changed: its model wrapped in
+            :class:`DurableModel`, its function tools in durable steps, the state's events
+            added as tools (a name taken by both is refused: InvalidInput).
+        input: the user input, as ``Runner.run`` takes it (deterministic per visit).
+        name: the agent's name in step names (``<name>.v<visit>.model.<n>``...): two agents in
+            one state need two names.
+        roles: whose right the agent fires events with; ``events`` narrows the offer further.
+        context, max_turns, run_config: passed to ``Runner.run`` (the run config's ``model``,
+            if set, is the model wrapped). Without a run config, a tool name the model makes
+            up (an event not offered) gets the SDK's "not found" message back
+            (``tool_not_found_behavior="return_error_to_model"``) instead of failing the run.
+        safe_to_repeat: names of tools that may run again when a crash left their outcome
+            unknown; any other such tool is reconciled (``reconcilers[name]``) or parks the
+            workflow, like any step (see :meth:`Run.step`).
+        on_no_event: the event to fire, with ``{"output": <final output>}``, when the agent
+            finishes without choosing one; None (the default) raises :class:`NoEventChosen`,
+            (fatal: a re-run would replay the same answers and end the same way).
+
+    Returns the chosen ``Next(event, payload)``; when a budget of the type is used up, the
+    budget's event (:meth:`AgentSession.budget_next`) without calling the model again.
+    """
+    _check_agent(agent)
+    session = AgentSession(run, name=name, roles=roles, events=events)
+    offered = session.event_tools()
+    event_names = frozenset(t.name for t in offered)
+    clash = sorted(event_names & {t.name for t in agent.tools})
+    if clash:
+        raise InvalidInput(
+            f"agent {agent.name!r} has tools named like the state's events: {clash}"
+        )
+    failures: list[BaseException] = []
+    model, model_name = _model_of(agent, run_config)
+    repeatable = frozenset(safe_to_repeat)
+    hooks = dict(reconcilers or {})
+    tools: list[Any] = [
+        durable_tool(
+            session,
+            tool,
+            safe_to_repeat=tool.name in repeatable,
+            reconcile=hooks.get(tool.name),
+            failures=failures,
+        )
+        if isinstance(tool, FunctionTool)
+        else tool
+        for tool in agent.tools
+    ]
+    tools += [event_tool(session, t.name, t.description, t.parameters) for t in offered]
+    bound = agent.clone(
+        model=DurableModel(session, model, model_name, failures=failures),
+        tools=tools,
+        tool_use_behavior=_stop_when_chosen(session, event_names, agent.tool_use_behavior),
+    )
+    # A name the model makes up (an event not offered, an approval) is told to the model, not
+    # raised: raising would fail the handler, and its re-run would replay the same mistake.
+    config = (
+        RunConfig(tool_not_found_behavior="return_error_to_model")
+        if run_config is None
+        else dataclasses.replace(run_config, model=None)
+    )
+    try:
+        result = await Runner.run(
+            bound, input, context=context, max_turns=max_turns, run_config=config
+        )
+    except Exception as exc:
+        # The SDK wraps a tool's exception (UserError); the statewright one is re-raised as it
+        # is, so that the worker sees a lost lease, a cancel or an unknown outcome for what it is.
+        cause = failures[-1] if failures else None
+        if isinstance(cause, BudgetExceeded):
+            return session.budget_next(cause)
+        if cause is not None and cause is not exc:
+            raise cause from None
+        raise
+    if session.chosen is not None:
+        return session.chosen
+    if on_no_event is not None:
+        return Next(on_no_event, {"output": _jsonable(result.final_output)})
+    raise NoEventChosen(
+        f"agent {agent.name!r} finished in state {run.state!r} without choosing an event",
+        output=_jsonable(result.final_output),
+    )
+
+
+__all__ = [
+    "DEFAULT_MAX_TURNS",
+    "DurableModel",
+    "NoEventChosen",
+    "dump_response",
+    "load_response",
+    "run_agent",
+]

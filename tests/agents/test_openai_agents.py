@@ -1,0 +1,323 @@
+"""The OpenAI Agents SDK adapter (statewright.agents.openai_agents), on both stores, with the real
+SDK's ``Runner`` and a scripted offline ``Model``: model and tool calls are durable steps (a
+re-run of the handler asks the model nothing it answered and repeats no tool), the state's
+events are the agent's only way to move the workflow, and a budget crossed fires its event."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, RunConfig, function_tool
+
+from statewright import Engine, MachineBuilder, ManualClock, Next, Run, Worker, WorkflowType
+from statewright.agents import _contract
+from statewright.agents.core import NoEventChosen, current_key
+from statewright.agents.openai_agents import dump_response, load_response, run_agent
+from statewright.definition.machine import Machine
+from statewright.errors import InvalidInput
+from statewright.store import SQLiteStore
+from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
+from statewright.types import WorkflowRow
+from tests.agents.oai_models import ModelDown, ScriptedModel, response, tool
+
+Opener = Callable[[list[WorkflowType]], Engine]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def oai_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
+    if request.param == "sqlite":
+        return lambda: SQLiteStore(tmp_path / "oai.db")
+    dsn = request.getfixturevalue("pg_dsn")
+    return lambda: PostgresStore(dsn)
+
+
+@pytest.fixture
+async def engines(oai_store: Callable[[], Store]) -> AsyncIterator[Opener]:
+    opened: list[Engine] = []
+
+    def open_engine(types: list[WorkflowType]) -> Engine:
+        engine = Engine(oai_store(), types, clock=ManualClock(1000.0))
+        opened.append(engine)
+        return engine
+
+    yield open_engine
+    for engine in opened:
+        await engine.close()
+
+
+def refund_machine() -> Machine:
+    b = MachineBuilder("refund")
+    b.state("reviewing", initial=True).state("awaiting_approval").state("needs_person")
+    b.state("rejected", terminal=True).state("paid", terminal=True)
+    b.event(
+        "request_approval",
+        description="Ask a person to approve the refund.",
+        payload_schema={
+            "type": "object",
+            "properties": {"amount": {"type": "number", "minimum": 0}},
+            "required": ["amount"],
+        },
+        roles=["agent"],
+    )
+    b.event("reject", roles=["agent"]).event("approve", approval=True)
+    b.event("over_budget", roles=["system"]).event("done", roles=["ops"])
+    b.transition(
+        "request_approval", "reviewing", "awaiting_approval", guard="context.open == True"
+    )
+    b.transition("reject", "reviewing", "rejected")
+    b.transition("over_budget", "reviewing", "needs_person")
+    b.transition("approve", "awaiting_approval", "paid")
+    b.transition("done", "needs_person", "rejected")
+    return b.build()
+
+
+class Shop:
+    """The tools' world: orders to read, credits issued (an effect, counted)."""
+
+    def __init__(self) -> None:
+        self.lookups: list[str] = []
+        self.credits: list[tuple[str, int]] = []
+
+    def agent(self, model: ScriptedModel, **kwargs: Any) -> Agent[Any]:
+        @function_tool
+        def lookup_order(order: str) -> dict[str, Any]:
+            """Read an order."""
+            self.lookups.append(order)
+            return {"order": order, "total": 40}
+
+        @function_tool
+        async def issue_credit(amount: int) -> str:
+            """Issue a store credit (an effect: once per call)."""
+            key = current_key()
+            assert key is not None
+            self.credits.append((str(key), key.fencing_token))
+            return f"credited {amount}"
+
+        return Agent(
+            name="refunder",
+            instructions="Refund what the policy allows.",
+            tools=[lookup_order, issue_credit],
+            model=model,
+            **kwargs,
+        )
+
+
+SCRIPT: list[Any] = [
+    tool("lookup_order", order="o-1"),
+    tool("issue_credit", amount=5),
+    tool("request_approval", amount=35),
+]
+
+
+async def claimed(engine: Engine, wid: str, **context: Any) -> WorkflowRow:
+    await engine.start("refund", context, workflow_id=wid)
+    [row] = await engine.store.claim_due("me", engine.clock.now(), 30.0, 1)
+    return row
+
+
+def with_budgets(wtype: WorkflowType, *budgets: Any) -> WorkflowType:
+    """The type with ``budgets`` (part B's field; set on the instance until it lands)."""
+    if any(f.name == "budgets" for f in dataclasses.fields(wtype)):
+        return dataclasses.replace(wtype, budgets=budgets)  # type: ignore[call-arg]
+    object.__setattr__(wtype, "budgets", budgets)
+    return wtype
+
+
+async def test_the_agent_moves_the_workflow_by_the_event_it_chose(engines: Opener) -> None:
+    shop, model = Shop(), ScriptedModel(list(SCRIPT))
+
+    async def reviewing(run: Run) -> Next:
+        return await run_agent(run, shop.agent(model), "Refund order o-1, please.")
+
+    engine = engines([WorkflowType(refund_machine(), {"reviewing": reviewing})])
+    await engine.open()
+    await engine.start("refund", {"open": True}, workflow_id="w")
+    await Worker(engine).run_until_idle()
+    row = await engine.get("w")
+    assert row.state == "awaiting_approval"
+    [moved] = [t for t in await engine.history("w") if t.event == "request_approval"]
+    assert moved.payload == {"amount": 35}
+    assert model.asked == [0, 1, 2]
+    assert shop.lookups == ["o-1"] and len(shop.credits) == 1
+    steps = {s.step: s for s in await engine.store.steps("w")}
+    v = row.version - 1  # the visit of reviewing: the version before its transition
+    first, second = steps[f"agent.v{v}.model.0"].result, steps[f"agent.v{v}.model.1"].result
+    assert first["$llm"]["model"] == "scripted-1"
+    assert (first["$llm"]["input_tokens"], first["$llm"]["output_tokens"]) == (100, 10)
+    assert first["$llm"]["state"] == "reviewing" and first["$llm"]["visit"] == v
+    assert first["messages"] == [
+        {"role": "system", "content": "Refund what the policy allows."},
+        {"role": "user", "content": "Refund order o-1, please."},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "call_0_0", "name": "lookup_order", "args": {"order": "o-1"}}],
+        },
+    ]
+    assert second["messages"][0] == {
+        "role": "tool",
+        "content": "{'order': 'o-1', 'total': 40}",
+        "tool_call_id": "call_0_0",
+    }
+    assert steps[f"agent.v{v}.tool.call_1_0.issue_credit"].result == "credited 5"
+    # The tool got its step's key (the idempotency key), carrying the claim's fencing token.
+    [(key, fence)] = shop.credits
+    assert key == f"w:agent.v{v}.tool.call_1_0.issue_credit" and fence >= 1
+
+
+async def test_a_rerun_asks_the_model_nothing_it_answered_and_repeats_no_tool(
+    engines: Opener,
+) -> None:
+    shop = Shop()
+    model = ScriptedModel([*SCRIPT[:2], "thinking...", *SCRIPT[2:]], fail_at={2})
+    model.script[2] = tool("lookup_order", order="o-2")
+    wtype = WorkflowType(refund_machine(), {})
+    engine = engines([wtype])
+    await engine.open()
+    row = await claimed(engine, "w", open=True)
+    with pytest.raises(ModelDown):  # the crash: call 2 fails after two calls and two tools
+        await run_agent(Run(engine.runtime, wtype, row), shop.agent(model), "Refund o-1.")
+    assert model.asked == [0, 1, 2] and len(shop.credits) == 1
+    chosen = await run_agent(Run(engine.runtime, wtype, row), shop.agent(model), "Refund o-1.")
+    assert chosen == Next("request_approval", {"amount": 35})
+    assert model.asked == [0, 1, 2, 2, 3]  # only the call cut short is asked again
+    assert shop.lookups == ["o-1", "o-2"] and len(shop.credits) == 1
+    # The replayed run gave the model the same history: the same input as the first run.
+    assert model.inputs[2] == model.inputs[3]
+    # A third run of the same visit (say the transition's commit was lost) replays it all.
+    again = await run_agent(Run(engine.runtime, wtype, row), shop.agent(model), "Refund o-1.")
+    assert again == chosen and model.asked == [0, 1, 2, 2, 3] and len(shop.credits) == 1
+
+
+async def test_an_illegal_choice_is_refused_and_the_model_recovers(engines: Opener) -> None:
+    shop = Shop()
+    model = ScriptedModel(
+        [
+            tool("approve"),  # not offered: an unknown tool to the SDK
+            tool("request_approval", amount=-3),  # a payload its schema refuses
+            tool("request_approval", amount=35),  # refused by the guard (open is False)
+            tool("reject"),
+        ]
+    )
+    wtype = WorkflowType(refund_machine(), {})
+    engine = engines([wtype])
+    await engine.open()
+    row = await claimed(engine, "w", open=False)
+    chosen = await run_agent(Run(engine.runtime, wtype, row), shop.agent(model), "Refund o-1.")
+    assert chosen == Next("reject", {})
+    assert model.asked == [0, 1, 2, 3]
+    outputs = [
+        item["output"]
+        for item in model.inputs[3]
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    ]
+    assert "not found" in outputs[0]
+    assert '"error": "invalid_payload"' in outputs[1]
+    assert '"error": "illegal_transition"' in outputs[2] and '"allowed": ["reject"]' in outputs[2]
+
+
+async def test_events_offered_are_the_states_and_the_roles(engines: Opener) -> None:
+    seen: list[Any] = []
+
+    class Peek(ScriptedModel):
+        """Keeps the tools the SDK hands the model: the agent's plus the offered events."""
+
+        async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+            seen.extend(args[3])
+            return await super().get_response(*args, **kwargs)
+
+    wtype = WorkflowType(refund_machine(), {})
+    engine = engines([wtype])
+    await engine.open()
+    row = await claimed(engine, "w", open=True)
+    await run_agent(
+        Run(engine.runtime, wtype, row), Agent(name="a", model=Peek([tool("reject")])), "hi"
+    )
+    tools = {t.name: t for t in seen}
+    assert set(tools) == {"request_approval", "reject"}  # not approve, over_budget, done
+    assert tools["request_approval"].params_json_schema["required"] == ["amount"]
+    assert "Ask a person to approve the refund." in tools["request_approval"].description
+
+
+async def test_a_budget_crossed_fires_its_event_without_asking_the_model(
+    engines: Opener,
+) -> None:
+    shop = Shop()
+    model = ScriptedModel(list(SCRIPT))
+
+    async def reviewing(run: Run) -> Next:
+        return await run_agent(run, shop.agent(model), "Refund o-1.")
+
+    budget = _contract.Budget("over_budget", model_calls=2, per="visit")
+    wtype = with_budgets(WorkflowType(refund_machine(), {"reviewing": reviewing}), budget)
+    engine = engines([wtype])
+    await engine.open()
+    await engine.start("refund", {"open": True}, workflow_id="w")
+    await Worker(engine).run_until_idle()
+    assert (await engine.get("w")).state == "needs_person"
+    assert model.asked == [0, 1]  # the third call was never made
+    assert len(shop.credits) == 1
+
+
+async def test_no_event_chosen(engines: Opener) -> None:
+    wtype = WorkflowType(refund_machine(), {})
+    engine = engines([wtype])
+    await engine.open()
+    row = await claimed(engine, "w", open=True)
+    agent = Agent(name="a", model=ScriptedModel(["I am not sure."]))
+    with pytest.raises(NoEventChosen):
+        await run_agent(Run(engine.runtime, wtype, row), agent, "hi")
+    agent = Agent(name="a", model=ScriptedModel(["I am not sure."]))
+    chosen = await run_agent(
+        Run(engine.runtime, wtype, row), agent, "hi", name="second", on_no_event="reject"
+    )
+    assert chosen == Next("reject", {"output": "I am not sure."})
+
+
+async def test_what_cannot_be_durable_is_refused(engines: Opener) -> None:
+    wtype = WorkflowType(refund_machine(), {})
+    engine = engines([wtype])
+    await engine.open()
+    row = await claimed(engine, "w", open=True)
+    run = Run(engine.runtime, wtype, row)
+    model = ScriptedModel([tool("reject")])
+    other = Agent(name="other", model=model)
+    with pytest.raises(InvalidInput, match="handoffs"):
+        await run_agent(run, Agent(name="a", model=model, handoffs=[other]), "hi")
+
+    @function_tool
+    def reject() -> str:
+        """Shadows the event."""
+        return "no"
+
+    with pytest.raises(InvalidInput, match="named like the state's events"):
+        await run_agent(run, Agent(name="a", model=model, tools=[reject]), "hi")
+    assert model.asked == []
+
+
+def test_a_model_response_round_trips_through_json() -> None:
+    for turn, n in ((tool("lookup_order", order="o-1"), 0), ("done", 1)):
+        original = response(turn, n)
+        data = dump_response(original)
+        assert load_response(data) == original
+        assert dump_response(load_response(data)) == data
+
+
+async def test_the_run_config_model_is_the_one_wrapped(engines: Opener) -> None:
+    wtype = WorkflowType(refund_machine(), {})
+    engine = engines([wtype])
+    await engine.open()
+    row = await claimed(engine, "w", open=True)
+    used = ScriptedModel([tool("reject")], model="override-2")
+    agent = Agent(name="a", model=ScriptedModel([]))
+    chosen = await run_agent(
+        Run(engine.runtime, wtype, row), agent, "hi", run_config=RunConfig(model=used)
+    )
+    assert chosen == Next("reject", {}) and used.asked == [0]
+    [step] = [s for s in await engine.store.steps("w") if ".model." in s.step]
+    assert step.result["$llm"]["model"] == "override-2"
