@@ -1,0 +1,321 @@
+"""The framework-neutral agent session: an agent's loop inside one state's handler.
+
+An :class:`AgentSession` is what an adapter (PydanticAI, the OpenAI Agents SDK) drives:
+
+- **model calls** are durable steps (:meth:`AgentSession.model_call`): the stored result is an
+  envelope with the call's usage, the framework's serialised response and the call's new
+  messages in a neutral form, so a re-run of the handler (after a crash, a retry) gets every
+  completed response back from the ledger and the model is not asked again; before a fresh
+  call the type's budgets are checked (:class:`~statewright.agents._contract.BudgetExceeded`);
+- **tool calls** are durable steps (:meth:`AgentSession.tool_call`), their action able to read
+  the step's key (:func:`current_key`) to hand to the external system as an idempotency key and
+  fencing token;
+- **the state's events** that the session's roles may fire are the agent's only way to move
+  the workflow (:meth:`AgentSession.event_tools`, :meth:`AgentSession.choose`): an illegal
+  choice gets a structured refusal for the model, never an exception.
+
+Steps are named per *visit* of the state (``run.workflow.version``, bumped only by
+transitions): fresh on each new visit of the same state, stable across re-runs of the handler
+within one visit, so a replay of the agent loop finds its steps by their ordinal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from statewright.access.principal import CHILD_EVENTS, Principal
+from statewright.agents import _contract as usage
+from statewright.agents._contract import BudgetExceeded, Usage
+from statewright.engine.ledger import StepKey
+from statewright.engine.steps import Run
+from statewright.engine.workflow_type import Next, Reconciler
+from statewright.errors import (
+    FatalError,
+    IllegalTransition,
+    InvalidInput,
+    InvalidPayload,
+    StatewrightError,
+)
+from statewright.types import JSON
+
+ModelCall = Callable[[], Awaitable[tuple[JSON, list[JSON], Usage]]]
+"""A fresh model call: returns (the serialised response, its new neutral messages, usage)."""
+
+_KEY: contextvars.ContextVar[StepKey | None] = contextvars.ContextVar(
+    "statewright_agent_step_key", default=None
+)
+
+ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
+"""The parameters of an event declared without a payload schema."""
+
+
+def current_key() -> StepKey | None:
+    """The key of the tool step running now (None outside one): a ``str`` to send as the
+    external system's idempotency key, carrying the claim's fencing token."""
+    return _KEY.get()
+
+
+@dataclass(frozen=True)
+class EventTool:
+    """One of the state's events offered to the model as a tool."""
+
+    name: str
+    description: str
+    parameters: JSON
+    """A JSON Schema of the event's payload (an object)."""
+
+
+class NoEventChosen(FatalError):
+    """The agent finished without choosing one of the state's events.
+
+    Fatal: a re-run replays the same stored responses and ends the same way. An adapter's
+    ``on_no_event`` names an event to fire instead."""
+
+    code = "no_event_chosen"
+
+
+class AgentSession:
+    """One agent's durable loop in a state's handler (see the module docstring).
+
+    Args:
+        run: the handler's run.
+        name: the agent's name, the prefix of its steps (no ``:`` or ``.``).
+        roles: the roles the agent fires events with (approval events are never offered).
+        events: limit the offered events to these (None: every one the roles may fire).
+    """
+
+    def __init__(
+        self,
+        run: Run,
+        *,
+        name: str = "agent",
+        roles: Iterable[str] = ("agent",),
+        events: Iterable[str] | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name or ":" in name or "." in name:
+            raise InvalidInput(f"an agent's name must be non-empty, without ':' or '.': {name!r}")
+        self.run = run
+        self.name = name
+        self.roles = frozenset(roles)
+        self.only = None if events is None else frozenset(events)
+        self.visit: int = run.workflow.version
+        self.state: str = run.workflow.state
+        self.chosen: Next | None = None
+        self._model_index = 0
+
+    # -- names ----------------------------------------------------------------------------------
+
+    def step_name(self, kind: str, index: int | str, label: str = "") -> str:
+        """``{name}.v{visit}.{kind}.{index}`` (+ ``.{label}``): a step of this visit."""
+        base = f"{self.name}.v{self.visit}.{kind}.{index}"
+        return f"{base}.{label}" if label else base
+
+    # -- model calls ----------------------------------------------------------------------------
+
+    async def model_call(self, call: ModelCall) -> JSON:
+        """Run one model call as a durable step and return its serialised response.
+
+        The call's ordinal in this session names the step. A step already done returns its
+        stored response (no budget check, no call). Otherwise the type's budgets are checked
+        first (:class:`BudgetExceeded` when one is used up: the model is not called), then the
+        call runs as a step ``safe_to_repeat`` (a call cut by a crash is asked again: nothing
+        but tokens was spent) whose stored result is the usage envelope.
+        """
+        index = self._model_index
+        self._model_index += 1
+        name = self.step_name("model", index)
+        run = self.run
+        await run._ready()  # the pending done record first: the totals below must see it
+        found = await run.rt.store.get_step(run.key(name))
+        if found is not None and found.status == "done":
+            return _response(found.result)
+        await self._check_budgets()
+        fresh: list[Usage] = []
+
+        async def action(key: StepKey) -> JSON:
+            response, messages, used = await call()
+            fresh.append(used)
+            return usage.envelope(
+                used,
+                agent=self.name,
+                state=self.state,
+                visit=self.visit,
+                response=response,
+                messages=messages,
+            )
+
+        result = await run.step(name, action, safe_to_repeat=True)
+        if fresh:
+            usage.observe(run, fresh[-1])
+        return _response(result)
+
+    async def _check_budgets(self) -> None:
+        budgets = getattr(self.run.type, "budgets", ())
+        if not budgets:
+            return
+        store, wid = self.run.rt.store, self.run.workflow.id
+        whole = await usage.totals(store, wid)
+        visit = await usage.totals(store, wid, visit=self.visit)
+        hit = usage.crossed(budgets, self.state, whole, visit)
+        if hit is not None:
+            raise BudgetExceeded(hit, visit if hit.per == "visit" else whole)
+
+    def budget_next(self, exc: BudgetExceeded) -> Next:
+        """The handler's outcome for a used-up budget: the budget's event, with the totals
+        as payload when the event's schema takes them (an empty payload otherwise)."""
+        t = exc.totals
+        payload: dict[str, Any] = {
+            "reason": "budget_exceeded",
+            "input_tokens": t.input_tokens,
+            "output_tokens": t.output_tokens,
+            "cost": t.cost,
+            "model_calls": t.model_calls,
+        }
+        event = self.run.type.machine.events.get(exc.budget.event)
+        if event is not None:
+            try:
+                event.validate_payload(payload)
+            except InvalidPayload:
+                payload = {}
+        return Next(exc.budget.event, payload)
+
+    # -- tool calls -----------------------------------------------------------------------------
+
+    async def tool_call(
+        self,
+        tool: str,
+        call_id: str | int,
+        fn: Callable[[StepKey], Any],
+        *,
+        safe_to_repeat: bool = False,
+        reconcile: Reconciler | None = None,
+    ) -> Any:
+        """Run a tool's call as a durable step ``{name}.v{visit}.tool.{call_id}.{tool}``.
+
+        ``fn(key)`` runs at most once (see :meth:`Run.step`: an unknown outcome is reconciled,
+        or asked again only when ``safe_to_repeat``); while it runs :func:`current_key` is the
+        step's key. Its result must be JSON.
+        """
+        name = self.step_name("tool", call_id, tool)
+
+        async def action(key: StepKey) -> Any:
+            token = _KEY.set(key)
+            try:
+                if inspect.iscoroutinefunction(fn):
+                    result = await fn(key)
+                else:
+                    # asyncio.to_thread copies the context: the key goes along.
+                    result = await asyncio.to_thread(fn, key)
+                if inspect.isawaitable(result):
+                    result = await result
+                return result
+            finally:
+                _KEY.reset(token)
+
+        return await self.run.step(
+            name, action, safe_to_repeat=safe_to_repeat, reconcile=reconcile
+        )
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _may_fire(self, event: str) -> bool:
+        declared = self.run.type.machine.events.get(event)
+        if declared is None or declared.approval or event in CHILD_EVENTS:
+            return False  # approval decisions and a child's notice are never the agent's
+        if self.only is not None and event not in self.only:
+            return False
+        return Principal(self.name, self.roles).may_fire(declared)
+
+    def offered(self) -> list[str]:
+        """The events with an edge out of the state that the roles may fire."""
+        machine = self.run.type.machine
+        return [e for e in machine.events_from(self.state) if self._may_fire(e)]
+
+    def event_tools(self) -> list[EventTool]:
+        """The offered events as tools, typed from their payload schemas."""
+        machine = self.run.type.machine
+        tools = []
+        for name in self.offered():
+            event = machine.events[name]
+            schema = dict(event.payload_schema) if event.payload_schema else dict(ANY_OBJECT)
+            what = event.description or f"Fire the workflow event {name!r}."
+            tools.append(
+                EventTool(
+                    name,
+                    f"{what} Moves the workflow out of state {self.state!r}; "
+                    "the agent's run ends when it is accepted.",
+                    schema,
+                )
+            )
+        return tools
+
+    def allowed(self) -> list[str]:
+        """The offered events whose guards pass now."""
+        machine, row = self.run.type.machine, self.run.workflow
+        offered = set(self.offered())
+        return [e for e in machine.allowed_events(self.state, row.context) if e in offered]
+
+    def choose(self, event: str, payload: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The model chose ``event``: record it when it is legal now (``chosen``) and say so;
+        otherwise a structured refusal to hand back to the model. Never raises."""
+        try:
+            return self._choose(event, {} if payload is None else payload)
+        except StatewrightError as exc:  # a guard raising, a payload over the limits
+            return self._refusal(event, "invalid_payload", exc.message)
+
+    def _choose(self, event: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(payload, Mapping):
+            return self._refusal(event, "invalid_payload", "the payload must be an object")
+        if self.chosen is not None:
+            return self._refusal(
+                event,
+                "illegal_transition",
+                f"event {self.chosen.event!r} was already chosen: the run is ending",
+            )
+        if not self._may_fire(event):
+            if event in self.run.type.machine.events:
+                return self._refusal(event, "forbidden", f"the agent may not fire event {event!r}")
+            return self._refusal(event, "illegal_transition", f"no event {event!r}")
+        row = self.run.workflow
+        try:
+            self.run.rt.limits.check(dict(payload), f"payload of {event!r}")
+            self.run.type.machine.resolve(self.state, event, row.context, payload)
+        except IllegalTransition as exc:
+            return self._refusal(event, "illegal_transition", exc.message)
+        except (InvalidPayload, InvalidInput) as exc:
+            return self._refusal(event, "invalid_payload", exc.message)
+        self.chosen = Next(event, dict(payload))
+        return {"accepted": True, "event": event}
+
+    def _refusal(self, event: str, error: str, message: str) -> dict[str, Any]:
+        return {
+            "accepted": False,
+            "event": event,
+            "error": error,
+            "message": message,
+            "allowed": self.allowed(),
+        }
+
+
+def _response(result: Any) -> JSON:
+    if not isinstance(result, dict) or "response" not in result:
+        raise FatalError(f"a model step's stored result is not a model envelope: {result!r:.200}")
+    response: JSON = result["response"]
+    return response
+
+
+__all__ = [
+    "ANY_OBJECT",
+    "AgentSession",
+    "BudgetExceeded",
+    "EventTool",
+    "ModelCall",
+    "NoEventChosen",
+    "Usage",
+    "current_key",
+]
