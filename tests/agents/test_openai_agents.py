@@ -6,48 +6,22 @@ events are the agent's only way to move the workflow, and a budget crossed fires
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+import importlib
+import sys
 from typing import Any
 
 import pytest
 from agents import Agent, RunConfig, function_tool
 
-from statewright import Engine, MachineBuilder, ManualClock, Next, Run, Worker, WorkflowType
+from statewright import Engine, MachineBuilder, Next, Run, Worker, WorkflowType
 from statewright.agents import _contract
 from statewright.agents.core import NoEventChosen, current_key
 from statewright.agents.openai_agents import dump_response, load_response, run_agent
 from statewright.definition.machine import Machine
 from statewright.errors import InvalidInput
-from statewright.store import SQLiteStore
-from statewright.store.postgres import PostgresStore
-from statewright.store.protocol import FullStore as Store
 from statewright.types import WorkflowRow
+from tests.agents.conftest import Opener
 from tests.agents.oai_models import ModelDown, ScriptedModel, response, tool
-
-Opener = Callable[[list[WorkflowType]], Engine]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def oai_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
-    if request.param == "sqlite":
-        return lambda: SQLiteStore(tmp_path / "oai.db")
-    dsn = request.getfixturevalue("pg_dsn")
-    return lambda: PostgresStore(dsn)
-
-
-@pytest.fixture
-async def engines(oai_store: Callable[[], Store]) -> AsyncIterator[Opener]:
-    opened: list[Engine] = []
-
-    def open_engine(types: list[WorkflowType]) -> Engine:
-        engine = Engine(oai_store(), types, clock=ManualClock(1000.0))
-        opened.append(engine)
-        return engine
-
-    yield open_engine
-    for engine in opened:
-        await engine.close()
 
 
 def refund_machine() -> Machine:
@@ -128,13 +102,13 @@ def with_budgets(wtype: WorkflowType, *budgets: Any) -> WorkflowType:
     return wtype
 
 
-async def test_the_agent_moves_the_workflow_by_the_event_it_chose(engines: Opener) -> None:
+async def test_the_agent_moves_the_workflow_by_the_event_it_chose(opened: Opener) -> None:
     shop, model = Shop(), ScriptedModel(list(SCRIPT))
 
     async def reviewing(run: Run) -> Next:
         return await run_agent(run, shop.agent(model), "Refund order o-1, please.")
 
-    engine = engines([WorkflowType(refund_machine(), {"reviewing": reviewing})])
+    engine = opened([WorkflowType(refund_machine(), {"reviewing": reviewing})])
     await engine.open()
     await engine.start("refund", {"open": True}, workflow_id="w")
     await Worker(engine).run_until_idle()
@@ -171,13 +145,13 @@ async def test_the_agent_moves_the_workflow_by_the_event_it_chose(engines: Opene
 
 
 async def test_a_rerun_asks_the_model_nothing_it_answered_and_repeats_no_tool(
-    engines: Opener,
+    opened: Opener,
 ) -> None:
     shop = Shop()
     model = ScriptedModel([*SCRIPT[:2], "thinking...", *SCRIPT[2:]], fail_at={2})
     model.script[2] = tool("lookup_order", order="o-2")
     wtype = WorkflowType(refund_machine(), {})
-    engine = engines([wtype])
+    engine = opened([wtype])
     await engine.open()
     row = await claimed(engine, "w", open=True)
     with pytest.raises(ModelDown):  # the crash: call 2 fails after two calls and two tools
@@ -194,7 +168,7 @@ async def test_a_rerun_asks_the_model_nothing_it_answered_and_repeats_no_tool(
     assert again == chosen and model.asked == [0, 1, 2, 2, 3] and len(shop.credits) == 1
 
 
-async def test_an_illegal_choice_is_refused_and_the_model_recovers(engines: Opener) -> None:
+async def test_an_illegal_choice_is_refused_and_the_model_recovers(opened: Opener) -> None:
     shop = Shop()
     model = ScriptedModel(
         [
@@ -205,7 +179,7 @@ async def test_an_illegal_choice_is_refused_and_the_model_recovers(engines: Open
         ]
     )
     wtype = WorkflowType(refund_machine(), {})
-    engine = engines([wtype])
+    engine = opened([wtype])
     await engine.open()
     row = await claimed(engine, "w", open=False)
     chosen = await run_agent(Run(engine.runtime, wtype, row), shop.agent(model), "Refund o-1.")
@@ -221,7 +195,7 @@ async def test_an_illegal_choice_is_refused_and_the_model_recovers(engines: Open
     assert '"error": "illegal_transition"' in outputs[2] and '"allowed": ["reject"]' in outputs[2]
 
 
-async def test_events_offered_are_the_states_and_the_roles(engines: Opener) -> None:
+async def test_events_offered_are_the_states_and_the_roles(opened: Opener) -> None:
     seen: list[Any] = []
 
     class Peek(ScriptedModel):
@@ -232,7 +206,7 @@ async def test_events_offered_are_the_states_and_the_roles(engines: Opener) -> N
             return await super().get_response(*args, **kwargs)
 
     wtype = WorkflowType(refund_machine(), {})
-    engine = engines([wtype])
+    engine = opened([wtype])
     await engine.open()
     row = await claimed(engine, "w", open=True)
     await run_agent(
@@ -245,7 +219,7 @@ async def test_events_offered_are_the_states_and_the_roles(engines: Opener) -> N
 
 
 async def test_a_budget_crossed_fires_its_event_without_asking_the_model(
-    engines: Opener,
+    opened: Opener,
 ) -> None:
     shop = Shop()
     model = ScriptedModel(list(SCRIPT))
@@ -255,7 +229,7 @@ async def test_a_budget_crossed_fires_its_event_without_asking_the_model(
 
     budget = _contract.Budget("over_budget", model_calls=2, per="visit")
     wtype = with_budgets(WorkflowType(refund_machine(), {"reviewing": reviewing}), budget)
-    engine = engines([wtype])
+    engine = opened([wtype])
     await engine.open()
     await engine.start("refund", {"open": True}, workflow_id="w")
     await Worker(engine).run_until_idle()
@@ -264,9 +238,9 @@ async def test_a_budget_crossed_fires_its_event_without_asking_the_model(
     assert len(shop.credits) == 1
 
 
-async def test_no_event_chosen(engines: Opener) -> None:
+async def test_no_event_chosen(opened: Opener) -> None:
     wtype = WorkflowType(refund_machine(), {})
-    engine = engines([wtype])
+    engine = opened([wtype])
     await engine.open()
     row = await claimed(engine, "w", open=True)
     agent = Agent(name="a", model=ScriptedModel(["I am not sure."]))
@@ -279,9 +253,9 @@ async def test_no_event_chosen(engines: Opener) -> None:
     assert chosen == Next("reject", {"output": "I am not sure."})
 
 
-async def test_what_cannot_be_durable_is_refused(engines: Opener) -> None:
+async def test_what_cannot_be_durable_is_refused(opened: Opener) -> None:
     wtype = WorkflowType(refund_machine(), {})
-    engine = engines([wtype])
+    engine = opened([wtype])
     await engine.open()
     row = await claimed(engine, "w", open=True)
     run = Run(engine.runtime, wtype, row)
@@ -308,9 +282,9 @@ def test_a_model_response_round_trips_through_json() -> None:
         assert dump_response(load_response(data)) == data
 
 
-async def test_the_run_config_model_is_the_one_wrapped(engines: Opener) -> None:
+async def test_the_run_config_model_is_the_one_wrapped(opened: Opener) -> None:
     wtype = WorkflowType(refund_machine(), {})
-    engine = engines([wtype])
+    engine = opened([wtype])
     await engine.open()
     row = await claimed(engine, "w", open=True)
     used = ScriptedModel([tool("reject")], model="override-2")
@@ -321,3 +295,10 @@ async def test_the_run_config_model_is_the_one_wrapped(engines: Opener) -> None:
     assert chosen == Next("reject", {}) and used.asked == [0]
     [step] = [s for s in await engine.store.steps("w") if ".model." in s.step]
     assert step.result["$llm"]["model"] == "override-2"
+
+
+def test_without_the_sdk_the_import_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "agents", None)  # as if not installed
+    monkeypatch.delitem(sys.modules, "statewright.agents.openai_agents")
+    with pytest.raises(ImportError, match=r"statewright\[openai-agents\]"):
+        importlib.import_module("statewright.agents.openai_agents")
