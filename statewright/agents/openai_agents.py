@@ -25,8 +25,11 @@ same instructions, tools and input on every run of one visit (they are, when the
 the workflow's context).
 
 Not supported, and refused with :class:`~statewright.errors.InvalidInput` rather than run
-without durability: handoffs, MCP servers on the agent, and local tools that are not function
-tools (computer, shell, apply-patch, custom tools). Hosted tools (web search, file search...)
+without durability or with a replay that could differ: handoffs, MCP servers on the agent,
+local tools that are not function tools (computer, shell, apply-patch, custom tools), tools
+that need approval (a person's decision is an approval event), and the SDK's model retries
+(the type's retry policy re-runs the handler instead). Guardrails run as the SDK runs them,
+outside the ledger: keep them free of effects. Hosted tools (web search, file search...)
 run inside the model call and are part of its step. Streaming (``Runner.run_streamed``) is
 refused by :class:`DurableModel`; :func:`run_agent` never streams.
 """
@@ -371,7 +374,9 @@ def _stop_when_chosen(
         ctx: RunContextWrapper[Any], results: list[FunctionToolResult]
     ) -> ToolsToFinalOutputResult:
         if session.chosen is not None:
-            return ToolsToFinalOutputResult(is_final_output=True, final_output=None)
+            return ToolsToFinalOutputResult(
+                is_final_output=True, final_output=session.chosen.event
+            )
         own = [r for r in results if r.tool.name not in events]
         if not own or original == "run_llm_again":
             return ToolsToFinalOutputResult(is_final_output=False)
@@ -407,7 +412,15 @@ def _model_of(agent: Agent[Any], run_config: RunConfig | None) -> tuple[Model, s
     return provider.get_model(name), name
 
 
-def _check_agent(agent: Agent[Any]) -> None:
+def _check_agent(agent: Agent[Any], run_config: RunConfig | None) -> None:
+    """Refuse what would run outside the ledger or break its replay."""
+    settings = [agent.model_settings, run_config.model_settings if run_config else None]
+    if any(s is not None and s.retry is not None for s in settings):
+        raise InvalidInput(
+            "model retry settings: a retried model call would be a second model step; "
+            "retries belong to the workflow type's retry policy (the re-run replays the "
+            "answered calls)"
+        )
     if agent.handoffs:
         raise InvalidInput(
             f"agent {agent.name!r} has handoffs: run_agent runs one agent in a state "
@@ -419,6 +432,11 @@ def _check_agent(agent: Agent[Any]) -> None:
             "wrap the calls you need in function tools"
         )
     for tool in agent.tools:
+        if isinstance(tool, FunctionTool) and tool.needs_approval is not False:
+            raise InvalidInput(
+                f"tool {tool.name!r} of agent {agent.name!r} needs approval: a person's "
+                "decision is an approval event of the machine, not an interruption of the run"
+            )
         if not isinstance(tool, FunctionTool) and type(tool).__name__ not in HOSTED_TOOLS:
             raise InvalidInput(
                 f"tool {getattr(tool, 'name', tool)!r} of agent {agent.name!r} runs locally "
@@ -467,7 +485,7 @@ async def run_agent(
     Returns the chosen ``Next(event, payload)``; when a budget of the type is used up, the
     budget's event (:meth:`AgentSession.budget_next`) without calling the model again.
     """
-    _check_agent(agent)
+    _check_agent(agent, run_config)
     session = AgentSession(run, name=name, roles=roles, events=events)
     offered = session.event_tools()
     event_names = frozenset(t.name for t in offered)

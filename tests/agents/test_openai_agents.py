@@ -11,14 +11,15 @@ import sys
 from typing import Any
 
 import pytest
-from agents import Agent, RunConfig, function_tool
+from agents import Agent, ModelSettings, RunConfig, function_tool
+from agents.retry import ModelRetrySettings
 
-from statewright import Engine, MachineBuilder, Next, Run, Worker, WorkflowType
+from statewright import Applied, Engine, MachineBuilder, Next, Run, Worker, WorkflowType
 from statewright.agents import _contract
 from statewright.agents.core import NoEventChosen, current_key
 from statewright.agents.openai_agents import dump_response, load_response, run_agent
 from statewright.definition.machine import Machine
-from statewright.errors import InvalidInput
+from statewright.errors import InvalidInput, StepOutcomeUnknown
 from statewright.types import WorkflowRow
 from tests.agents.conftest import Opener
 from tests.agents.oai_models import ModelDown, ScriptedModel, response, tool
@@ -271,6 +272,21 @@ async def test_what_cannot_be_durable_is_refused(opened: Opener) -> None:
 
     with pytest.raises(InvalidInput, match="named like the state's events"):
         await run_agent(run, Agent(name="a", model=model, tools=[reject]), "hi")
+
+    @function_tool(needs_approval=True)
+    def pay() -> str:
+        """Waits for a person inside the run."""
+        return "paid"
+
+    with pytest.raises(InvalidInput, match="needs approval"):
+        await run_agent(run, Agent(name="a", model=model, tools=[pay]), "hi")
+    retrying = ModelSettings(retry=ModelRetrySettings(max_retries=2))
+    with pytest.raises(InvalidInput, match="retry"):
+        await run_agent(run, Agent(name="a", model=model, model_settings=retrying), "hi")
+    with pytest.raises(InvalidInput, match="retry"):
+        await run_agent(
+            run, Agent(name="a", model=model), "hi", run_config=RunConfig(model_settings=retrying)
+        )
     assert model.asked == []
 
 
@@ -302,3 +318,70 @@ def test_without_the_sdk_the_import_names_the_extra(monkeypatch: pytest.MonkeyPa
     monkeypatch.delitem(sys.modules, "statewright.agents.openai_agents")
     with pytest.raises(ImportError, match=r"statewright\[openai-agents\]"):
         importlib.import_module("statewright.agents.openai_agents")
+
+
+class Crash(BaseException):
+    """The process dies here (nothing below the handler may catch it)."""
+
+
+async def test_a_tool_cut_short_is_reconciled_or_parks_never_run_blindly(opened: Opener) -> None:
+    shop = Shop()
+    crashing = {"on": True}
+
+    @function_tool
+    async def refund_card(amount: int) -> str:
+        """Refund to the card (an effect; the first run dies inside it, after it applied)."""
+        shop.credits.append((str(current_key()), amount))
+        if crashing["on"]:
+            raise Crash
+        return "refunded"
+
+    def agent() -> Agent[Any]:
+        script: list[Any] = [tool("refund_card", amount=7), tool("reject")]
+        return Agent(name="a", tools=[refund_card], model=ScriptedModel(script))
+
+    wtype = WorkflowType(refund_machine(), {})
+    engine = opened([wtype])
+    await engine.open()
+    row = await claimed(engine, "w", open=True)
+    with pytest.raises(Crash):
+        await run_agent(Run(engine.runtime, wtype, row), agent(), "hi")
+    crashing["on"] = False
+    # Found executing, no hook, not safe to repeat: the handler's error is the engine's own
+    # (the worker parks the workflow for an operator), not the SDK's wrapping of it.
+    with pytest.raises(StepOutcomeUnknown):
+        await run_agent(Run(engine.runtime, wtype, row), agent(), "hi")
+    assert len(shop.credits) == 1
+    # With a reconcile hook that finds the refund applied, the run goes on without a second.
+    chosen = await run_agent(
+        Run(engine.runtime, wtype, row),
+        agent(),
+        "hi",
+        reconcilers={"refund_card": lambda key: Applied("refunded (found)")},
+    )
+    assert chosen == Next("reject", {}) and len(shop.credits) == 1
+    [step] = [s for s in await engine.store.steps("w") if s.step.endswith(".refund_card")]
+    assert (step.status, step.result) == ("done", "refunded (found)")
+
+
+async def test_parallel_tool_calls_in_one_response_are_each_a_step(opened: Opener) -> None:
+    shop = Shop()
+    both: list[Any] = [
+        ("tool", "lookup_order", {"order": "o-1"}),
+        ("tool", "issue_credit", {"amount": 2}),
+    ]
+    wtype = WorkflowType(refund_machine(), {})
+    engine = opened([wtype])
+    await engine.open()
+    row = await claimed(engine, "w", open=True)
+    for _ in range(2):
+        model = ScriptedModel([both, tool("reject")])
+        chosen = await run_agent(Run(engine.runtime, wtype, row), shop.agent(model), "hi")
+        assert chosen == Next("reject", {})
+    assert shop.lookups == ["o-1"] and len(shop.credits) == 1
+    names = sorted(s.step for s in await engine.store.steps("w") if ".tool." in s.step)
+    v = row.version
+    assert names == [
+        f"agent.v{v}.tool.call_0_0.lookup_order",
+        f"agent.v{v}.tool.call_0_1.issue_credit",
+    ]
