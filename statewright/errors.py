@@ -365,6 +365,31 @@ class CompensationNotFound(FatalError):
         self.details.update(step=step, name=name)
 
 
+class BudgetExceeded(StatewrightError):
+    """A budget of the workflow's type is reached: the model is not called again, and the
+    handler's outcome is the budget's event."""
+
+    code = "budget_exceeded"
+
+    def __init__(self, budget: Any, totals: Any, state: str | None = None) -> None:
+        # ``budget``: a :class:`~statewright.engine.budgets.Budget`; ``totals``: the
+        # :class:`~statewright.engine.budgets.Totals` it counted (typed loosely: errors are
+        # below every layer and import none of them).
+        self.budget, self.totals, self.state = budget, totals, state
+        where = f" in state {state!r}" if state else ""
+        super().__init__(
+            f"budget reached{where} ({budget.per}): {totals.tokens} tokens, "
+            f"{round(totals.cost, 6)} cost, {totals.model_calls} model calls; "
+            f"firing {budget.event!r}",
+        )
+        self.details.update(budget=budget.to_dict(), usage=totals.to_dict(), state=state)
+
+    @property
+    def event(self) -> str:
+        """The event the budget fires."""
+        return str(self.budget.event)
+
+
 class Cancelled(BaseException):
     """The workflow was cancelled. A ``BaseException`` so ``except Exception`` cannot eat it."""
 

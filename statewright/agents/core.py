@@ -6,7 +6,7 @@ An :class:`AgentSession` is what an adapter (PydanticAI, the OpenAI Agents SDK) 
   envelope with the call's usage, the framework's serialised response and the call's new
   messages in a neutral form, so a re-run of the handler (after a crash, a retry) gets every
   completed response back from the ledger and the model is not asked again; before a fresh
-  call the type's budgets are checked (:class:`~statewright.agents._contract.BudgetExceeded`);
+  call the type's budgets are checked (:class:`~statewright.errors.BudgetExceeded`);
 - **tool calls** are durable steps (:meth:`AgentSession.tool_call`), their action able to read
   the step's key (:func:`current_key`) to hand to the external system as an idempotency key and
   fencing token;
@@ -24,17 +24,20 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from statewright.access.principal import CHILD_EVENTS, Principal
-from statewright.agents import _contract as usage
-from statewright.agents._contract import BudgetExceeded, Usage
+from statewright.agents import usage
+from statewright.agents.usage import Usage
+from statewright.engine import budgets
 from statewright.engine.ledger import StepKey
 from statewright.engine.steps import Run
 from statewright.engine.workflow_type import Next, Reconciler
 from statewright.errors import (
+    BudgetExceeded,
     FatalError,
     IllegalTransition,
     InvalidInput,
@@ -49,6 +52,10 @@ ModelCall = Callable[[], Awaitable[tuple[JSON, list[JSON], Usage]]]
 _KEY: contextvars.ContextVar[StepKey | None] = contextvars.ContextVar(
     "statewright_agent_step_key", default=None
 )
+
+_NAMES: weakref.WeakKeyDictionary[Run, set[str]] = weakref.WeakKeyDictionary()
+"""The session names taken in each handler run (a second session of a name would replay the
+first one's steps as its own)."""
 
 ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
 """The parameters of an event declared without a payload schema."""
@@ -84,7 +91,8 @@ class AgentSession:
 
     Args:
         run: the handler's run.
-        name: the agent's name, the prefix of its steps (no ``:`` or ``.``).
+        name: the agent's name, the prefix of its steps (no ``:`` or ``.``); one session per
+            name in a handler run (InvalidInput otherwise).
         roles: the roles the agent fires events with (approval events are never offered).
         events: limit the offered events to these (None: every one the roles may fire).
     """
@@ -99,6 +107,13 @@ class AgentSession:
     ) -> None:
         if not isinstance(name, str) or not name or ":" in name or "." in name:
             raise InvalidInput(f"an agent's name must be non-empty, without ':' or '.': {name!r}")
+        taken = _NAMES.setdefault(run, set())
+        if name in taken:
+            raise InvalidInput(
+                f"a second agent session named {name!r} in one handler run: its steps would "
+                "be the first one's; give each agent run of a handler its own name"
+            )
+        taken.add(name)
         self.run = run
         self.name = name
         self.roles = frozenset(roles)
@@ -130,11 +145,10 @@ class AgentSession:
         self._model_index += 1
         name = self.step_name("model", index)
         run = self.run
-        await run._ready()  # the pending done record first: the totals below must see it
         found = await run.rt.store.get_step(run.key(name))
         if found is not None and found.status == "done":
             return _response(found.result)
-        await self._check_budgets()
+        await usage.check_budgets(run)  # BudgetExceeded: the model is not called
         fresh: list[Usage] = []
 
         async def action(key: StepKey) -> JSON:
@@ -154,35 +168,10 @@ class AgentSession:
             usage.observe(run, fresh[-1])
         return _response(result)
 
-    async def _check_budgets(self) -> None:
-        budgets = getattr(self.run.type, "budgets", ())
-        if not budgets:
-            return
-        store, wid = self.run.rt.store, self.run.workflow.id
-        whole = await usage.totals(store, wid)
-        visit = await usage.totals(store, wid, visit=self.visit)
-        hit = usage.crossed(budgets, self.state, whole, visit)
-        if hit is not None:
-            raise BudgetExceeded(hit, visit if hit.per == "visit" else whole)
-
     def budget_next(self, exc: BudgetExceeded) -> Next:
-        """The handler's outcome for a used-up budget: the budget's event, with the totals
-        as payload when the event's schema takes them (an empty payload otherwise)."""
-        t = exc.totals
-        payload: dict[str, Any] = {
-            "reason": "budget_exceeded",
-            "input_tokens": t.input_tokens,
-            "output_tokens": t.output_tokens,
-            "cost": t.cost,
-            "model_calls": t.model_calls,
-        }
-        event = self.run.type.machine.events.get(exc.budget.event)
-        if event is not None:
-            try:
-                event.validate_payload(payload)
-            except InvalidPayload:
-                payload = {}
-        return Next(exc.budget.event, payload)
+        """The handler's outcome for a reached budget: the budget's event, with what it
+        counted as payload (the same as the worker's for a BudgetExceeded it catches)."""
+        return Next(exc.event, budgets.payload(exc.budget, exc.totals))
 
     # -- tool calls -----------------------------------------------------------------------------
 

@@ -81,6 +81,19 @@ class Failure:
 
 
 @dataclass(frozen=True)
+class ModelCall:
+    """One fresh model call of an agent in ``workflow``'s state (never one read back from the
+    step ledger): its model, tokens and cost (None: unknown). Counted by the
+    ``statewright_llm_*`` metrics (see :func:`statewright.agents.usage.observe`)."""
+
+    workflow: WorkflowRow
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost: float | None = None
+
+
+@dataclass(frozen=True)
 class Rejection:
     """A refused transition (illegal event, bad payload, version conflict), with the workflow
     as the engine had read it when it knew it (None otherwise, e.g. a refused cancel)."""
@@ -118,6 +131,7 @@ RejectionDetailObserver = Callable[[Rejection], None]
 RetryObserver = Callable[[RetryEvent], None]
 StepObserver = Callable[[WorkflowRow, str, float], None]
 FailureObserver = Callable[[Failure], None]
+ModelCallObserver = Callable[[ModelCall], None]
 LagObserver = Callable[[LagReport], None]
 """Called from a worker's watchdog thread when user code blocked its event loop."""
 
@@ -136,6 +150,8 @@ class Observers:
         self.lag: list[LagObserver] = []
         self.failure: list[FailureObserver] = []
         """Told of every handler and step failure (:class:`Failure`)."""
+        self.model_call: list[ModelCallObserver] = []
+        """Told of every fresh model call of an agent (:class:`ModelCall`)."""
 
     def transitioned(self, ev: TransitionEvent) -> None:
         if log.isEnabledFor(logging.INFO):  # the record's fields cost nothing when unlogged
@@ -276,6 +292,25 @@ class Observers:
                 fn(failure)
             except Exception:
                 log.exception("failure observer failed", extra={"action": "observer_error"})
+
+    def model_called(
+        self,
+        workflow: WorkflowRow,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cost: float | None = None,
+    ) -> None:
+        """An agent in ``workflow``'s state made a fresh model call; nothing is built without
+        observers."""
+        if not self.model_call:
+            return
+        call = ModelCall(workflow, model, input_tokens, output_tokens, cost)
+        for fn in self.model_call:
+            try:
+                fn(call)
+            except Exception:
+                log.exception("model call observer failed", extra={"action": "observer_error"})
 
     def loop_lagged(self, report: LagReport) -> None:
         """User code blocked a worker's event loop (called from the watchdog thread)."""

@@ -17,7 +17,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from statewright.engine import tracecontext
+from statewright.engine import budgets, tracecontext
 from statewright.engine.cancel import pending
 from statewright.engine.looplag import user_code
 from statewright.engine.outcome import (
@@ -34,8 +34,9 @@ from statewright.engine.syncrun import SyncRun
 from statewright.engine.timers import rearmed as rearmed_timer
 from statewright.engine.timers import timer_actor
 from statewright.engine.transitions import Fire
-from statewright.engine.workflow_type import Handler, HandlerResult
+from statewright.engine.workflow_type import Handler, HandlerResult, Next
 from statewright.errors import (
+    BudgetExceeded,
     Cancelled,
     DeadlineExceeded,
     IllegalTransition,
@@ -320,6 +321,10 @@ async def _run_handler(w: Host, slot: Slot, claim: Claim, handler: Handler) -> W
     except LeaseLost as exc:
         tracecontext.note(outcome="lease_lost")
         raised = exc
+    except BudgetExceeded as exc:
+        # A budget of the type is reached (an agent's model call was refused): the outcome
+        # is the budget's event, not a failure (see statewright.engine.budgets).
+        result = Next(exc.event, budgets.payload(exc.budget, exc.totals))
     except Exception as exc:
         tracecontext.failed(exc)
         raised = exc

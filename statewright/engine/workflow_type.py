@@ -9,6 +9,7 @@ from typing import Any, Literal
 from statewright.definition.joins import CHILD_DONE, CHILD_FAILED, FAILED_STATES
 from statewright.definition.machine import Machine
 from statewright.definition.model import Spawn
+from statewright.engine.budgets import Budget, budget_problems
 from statewright.engine.compensation_names import callable_name
 from statewright.engine.fanout import fan_out
 from statewright.engine.limits import limit_problems
@@ -155,6 +156,9 @@ class WorkflowType:
         compensate_on: besides a transition marked ``compensate``, what else runs the
             compensations of the completed steps first: ``"cancel"`` (the cancel event) and
             ``"fatal"`` (the ``on_fatal`` event). Default: neither.
+        budgets: limits on what the type's model calls spend (tokens, cost, calls; per
+            workflow or per visit of a state), each with the event fired instead of calling
+            the model again once it is reached (:mod:`statewright.engine.budgets`).
     """
 
     machine: Machine
@@ -182,6 +186,7 @@ class WorkflowType:
     children_on_end: Literal["cancel", "abandon"] = "cancel"
     compensations: Sequence[Callable[..., Any]] | Mapping[str, Callable[..., Any]] = ()
     compensate_on: tuple[Literal["cancel", "fatal"], ...] = ()
+    budgets: Sequence[Budget] = ()
     _decides: bool = field(init=False, repr=False, compare=False)
     """``runs_here`` resolved (read by every write that enters a state)."""
     compensators: Mapping[str, Callable[..., Any]] = field(init=False, repr=False, compare=False)
@@ -264,6 +269,10 @@ class WorkflowType:
             problems.append(
                 Problem("invalid_summary", "summary must be a function of the context")
             )
+        if self.budgets:
+            if isinstance(self.budgets, list):
+                object.__setattr__(self, "budgets", tuple(self.budgets))
+            problems += budget_problems(self.machine, self.budgets)
         problems += limit_problems(self.max_concurrent, self.max_per_second, self.burst)
         if self.runs_here is not None and not isinstance(self.runs_here, bool):
             problems.append(Problem("invalid_runs_here", "runs_here must be True, False or None"))

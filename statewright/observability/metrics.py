@@ -39,6 +39,7 @@ from statewright.engine.looplag import LagReport
 from statewright.engine.parked import REASONS as PARKED_REASONS
 from statewright.engine.records import ERRORS, KINDS
 from statewright.errors import UnknownWorkflowType
+from statewright.observability.llm_metrics import LlmMetrics
 from statewright.observability.oldest import OldestAges
 from statewright.store.protocol import ReadModel
 from statewright.types import WorkflowRow
@@ -277,6 +278,7 @@ class EngineMetrics:
             buckets=(1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0),
             registry=r,
         )
+        self.llm = LlmMetrics(self.names, r)
         self._workflows = _WorkflowCounts()
         r.register(self._workflows)
         self.clock = engine.clock
@@ -290,6 +292,7 @@ class EngineMetrics:
         observers.step.append(self.on_step)
         observers.lag.append(self.on_lag)
         observers.failure.append(self.on_failure)
+        observers.model_call.append(self.llm.on_model_call)
 
     # -- observers -----------------------------------------------------------------------------
 

@@ -408,6 +408,12 @@ class ReadModel(Protocol):
         over the global sequence).
         """
 
+    async def model_steps(self, workflow_id: str) -> list[StepRecord]:
+        """The workflow's steps whose result is an object holding the key ``"$llm"`` (the
+        usage envelopes of an agent's model calls, see :mod:`statewright.agents.usage`), any
+        status, in ``(started_at, key)`` order; the other steps are filtered out by the
+        database. Nothing (one index probe) for a workflow without model calls."""
+
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
         """Workflows matching ``where`` in ``(state_entered_at, id)`` order, at most
         ``where.limit``; ``where.after`` continues after a row (keyset paging: each page is

@@ -86,6 +86,10 @@ class ReadModelSQL(SQLStore):
     ) -> list[TransitionRecord]:
         return await self._read_log(*sqlbuild.transitions_since(seq, limit, tenant, self.dialect))
 
+    async def model_steps(self, workflow_id: str) -> list[StepRecord]:
+        sql, params = sqlbuild.model_steps(workflow_id, self.dialect)
+        return await self._read_many(sql, params, self.rows.step)
+
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
         sql, params = sqlbuild.list_workflows(where, self.dialect)
         return await self._read_many(sql, params, self.rows.workflow)

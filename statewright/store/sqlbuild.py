@@ -331,6 +331,24 @@ def steps(
     return sql, p.values
 
 
+def model_steps(workflow_id: str, dialect: Dialect) -> tuple[str, dict[str, Any]]:
+    """A workflow's steps whose result is an object with the key ``"$llm"`` (a model call's
+    usage envelope, :mod:`statewright.agents.usage`), in ``(started_at, key)`` order: the
+    workflow's index range, filtered by the database (the results of other steps are neither
+    sent nor decoded)."""
+    p = Params(dialect)
+    has = (
+        """result LIKE '%"$llm"%' AND json_type(result, '$."$llm"') = 'object'"""
+        if dialect == "sqlite"
+        else "jsonb_typeof(result -> '$llm') = 'object'"
+    )
+    sql = (
+        f"SELECT * FROM steps WHERE workflow_id = {p(workflow_id)} AND {has}"
+        " ORDER BY started_at, key"
+    )
+    return sql, p.values
+
+
 # -- counts by (type, state) -------------------------------------------------------------------
 
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from statewright import Engine, MachineBuilder, Next, Run, WorkflowType
 from statewright.agents.core import AgentSession, Usage, current_key
 from statewright.definition.machine import Machine
+from statewright.errors import InvalidInput
 from statewright.types import JSON, WorkflowRow
 from tests.agents.conftest import Opener
 
@@ -105,3 +108,16 @@ async def test_events_offered_and_chosen(opened: Opener) -> None:
     }
     assert session.chosen == Next("request_approval", {"amount": 5})
     assert session.choose("reject", {})["accepted"] is False  # one event per run
+
+
+async def test_one_session_per_name_in_a_handler_run(opened: Opener) -> None:
+    wtype = WorkflowType(refund_machine(), {})
+    engine = opened([wtype])
+    await engine.open()
+    run = Run(engine.runtime, wtype, await claimed(engine, "w", open=True))
+    AgentSession(run)
+    with pytest.raises(InvalidInput, match="second agent session"):
+        AgentSession(run)
+    assert AgentSession(run, name="critic").step_name("model", 0) == "critic.v1.model.0"
+    with pytest.raises(InvalidInput):
+        AgentSession(run, name="a.b")
