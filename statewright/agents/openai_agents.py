@@ -68,10 +68,11 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
         "pip install 'statewright[openai-agents]'"
     ) from exc
 
-from statewright.agents.core import AgentSession, BudgetExceeded, NoEventChosen, Usage
+from statewright.agents.core import AgentSession, NoEventChosen
+from statewright.agents.usage import Usage
 from statewright.engine.steps import Run
 from statewright.engine.workflow_type import Next, Reconciler
-from statewright.errors import InvalidInput
+from statewright.errors import BudgetExceeded, InvalidInput, InvalidPayload
 from statewright.types import JSON
 
 DEFAULT_MAX_TURNS = 10
@@ -478,9 +479,10 @@ async def run_agent(
         safe_to_repeat: names of tools that may run again when a crash left their outcome
             unknown; any other such tool is reconciled (``reconcilers[name]``) or parks the
             workflow, like any step (see :meth:`Run.step`).
-        on_no_event: the event to fire, with ``{"output": <final output>}``, when the agent
-            finishes without choosing one; None (the default) raises :class:`NoEventChosen`,
-            (fatal: a re-run would replay the same answers and end the same way).
+        on_no_event: the event to fire, with ``{"output": <final output>}`` as payload when
+            its schema takes it, when the agent finishes without choosing one; None (the
+            default) raises :class:`NoEventChosen` (fatal: a re-run would replay the same
+            answers and end the same way).
 
     Returns the chosen ``Next(event, payload)``; when a budget of the type is used up, the
     budget's event (:meth:`AgentSession.budget_next`) without calling the model again.
@@ -538,12 +540,26 @@ async def run_agent(
         raise
     if session.chosen is not None:
         return session.chosen
-    if on_no_event is not None:
-        return Next(on_no_event, {"output": _jsonable(result.final_output)})
-    raise NoEventChosen(
-        f"agent {agent.name!r} finished in state {run.state!r} without choosing an event",
-        output=_jsonable(result.final_output),
-    )
+    return _no_event(session, agent.name, on_no_event, result.final_output)
+
+
+def _no_event(session: AgentSession, agent: str, on_no_event: str | None, output: Any) -> Next:
+    """The outcome of a run that ended without an event: ``on_no_event`` with the output (as
+    payload when the event's schema takes it, else none), or :class:`NoEventChosen`."""
+    if on_no_event is None:
+        raise NoEventChosen(
+            f"agent {agent!r} ended in state {session.state!r} without choosing an event "
+            f"(offered: {', '.join(session.offered()) or 'none'})",
+            output=_jsonable(output),
+        )
+    payload: dict[str, Any] = {"output": _jsonable(output)}
+    event = session.run.type.machine.events.get(on_no_event)
+    if event is not None:
+        try:
+            event.validate_payload(payload)
+        except InvalidPayload:
+            payload = {}
+    return Next(on_no_event, payload)
 
 
 __all__ = [

@@ -5,7 +5,6 @@ events are the agent's only way to move the workflow, and a budget crossed fires
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import sys
 from typing import Any
@@ -15,10 +14,10 @@ from agents import Agent, ModelSettings, RunConfig, function_tool
 from agents.retry import ModelRetrySettings
 
 from statewright import Applied, Engine, MachineBuilder, Next, Run, Worker, WorkflowType
-from statewright.agents import _contract
 from statewright.agents.core import NoEventChosen, current_key
 from statewright.agents.openai_agents import dump_response, load_response, run_agent
 from statewright.definition.machine import Machine
+from statewright.engine.budgets import Budget
 from statewright.errors import InvalidInput, StepOutcomeUnknown
 from statewright.types import WorkflowRow
 from tests.agents.conftest import Opener
@@ -93,14 +92,6 @@ async def claimed(engine: Engine, wid: str, **context: Any) -> WorkflowRow:
     await engine.start("refund", context, workflow_id=wid)
     [row] = await engine.store.claim_due("me", engine.clock.now(), 30.0, 1)
     return row
-
-
-def with_budgets(wtype: WorkflowType, *budgets: Any) -> WorkflowType:
-    """The type with ``budgets`` (part B's field; set on the instance until it lands)."""
-    if any(f.name == "budgets" for f in dataclasses.fields(wtype)):
-        return dataclasses.replace(wtype, budgets=budgets)  # type: ignore[call-arg]
-    object.__setattr__(wtype, "budgets", budgets)
-    return wtype
 
 
 async def test_the_agent_moves_the_workflow_by_the_event_it_chose(opened: Opener) -> None:
@@ -228,8 +219,8 @@ async def test_a_budget_crossed_fires_its_event_without_asking_the_model(
     async def reviewing(run: Run) -> Next:
         return await run_agent(run, shop.agent(model), "Refund o-1.")
 
-    budget = _contract.Budget("over_budget", model_calls=2, per="visit")
-    wtype = with_budgets(WorkflowType(refund_machine(), {"reviewing": reviewing}), budget)
+    budget = Budget("over_budget", model_calls=2, per="visit")
+    wtype = WorkflowType(refund_machine(), {"reviewing": reviewing}, budgets=(budget,))
     engine = opened([wtype])
     await engine.open()
     await engine.start("refund", {"open": True}, workflow_id="w")
