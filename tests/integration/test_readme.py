@@ -70,6 +70,13 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "charged payload.amount > 100 charge 2 5000.0",
             ]
             assert len(done.stdout.splitlines()) == 4, done.stdout
+        if "run_agent" in block and "Offline" in block:  # the OpenAI Agents SDK in a state
+            assert done.stdout.splitlines() == [
+                "awaiting_approval",
+                "agent.v1.model.0 120",
+                "agent.v1.tool.call_0.read_order {'order': 'o-1', 'total': 40}",
+                "agent.v1.model.1 120",
+            ]
         if "hello-ada" in block:
             assert done.stdout.splitlines()[0] == "awaiting_approval"
             assert "approval_granted awaiting_approval -> sent by grace" in done.stdout
