@@ -10,7 +10,8 @@
 - **each function tool call is a durable step** (:meth:`AgentSession.tool_call`, named by the
   tool and the model's call id, which the stored response keeps stable): a completed tool is
   not run again; the tool reads its step key with :func:`statewright.agents.core.current_key`
-  to hand it on as an idempotency key and fencing token;
+  to hand it on as an idempotency key and fencing token. A tool's error is told to the model
+  only when nothing can have been applied (see :func:`durable_tool`);
 - **the state's events are the agent's only way to move the workflow**: each event with an
   edge out of the state that ``roles`` may fire is offered as a ``FunctionTool`` typed from its
   payload schema. An accepted choice ends the run and ``run_agent`` returns its :class:`Next`;
@@ -56,10 +57,15 @@ try:
         Tool,
         ToolsToFinalOutputResult,
     )
+    from agents.exceptions import ModelBehaviorError
     from agents.items import TResponseOutputItem
     from agents.models.default_models import get_default_model
     from agents.models.multi_provider import MultiProvider
-    from agents.tool import FunctionToolResult
+    from agents.tool import (
+        FunctionToolResult,
+        maybe_invoke_function_tool_failure_error_function,
+        set_function_tool_failure_error_function,
+    )
     from agents.usage import Usage as SdkUsage
     from pydantic import BaseModel, TypeAdapter
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
@@ -304,14 +310,37 @@ def durable_tool(
     failures: list[BaseException],
 ) -> FunctionTool:
     """A copy of ``tool`` whose every invocation is a durable tool step of ``session`` (named by
-    the tool and the model's call id). The tool's own failure handling stays inside the step:
-    an error the SDK turns into a message for the model is that step's result."""
+    the tool and the model's call id).
+
+    An error of the tool becomes the message the SDK would give the model (the tool's
+    ``failure_error_function``), stored as the step's result so that a re-run replays it, only
+    when nothing can have been applied: the model's arguments were refused before the tool
+    ran (``ModelBehaviorError``), the error proves the request never left (the type's
+    ``RetryPolicy.outcome``: ``RequestNotSent``, connection refused...), or the tool is
+    ``safe_to_repeat``. Any other error fails the step, its outcome unknown, and the handler
+    with it: the re-run reconciles the step before anything runs again (or parks the
+    workflow), where a message would have let the model call the tool again and apply twice.
+    """
     wrapped = copy.copy(tool)
+    set_function_tool_failure_error_function(wrapped, None)  # its errors reach the step
     invoke = wrapped.on_invoke_tool
+    policy = session.run.type.retry
 
     async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
         async def action(key: Any) -> Any:
-            return _jsonable(await invoke(ctx, arguments))
+            try:
+                output = await invoke(ctx, arguments)
+            except Exception as exc:
+                told = safe_to_repeat or isinstance(exc, ModelBehaviorError)
+                if not (told or policy.outcome(exc) == "not_applied"):
+                    raise
+                message = await maybe_invoke_function_tool_failure_error_function(
+                    function_tool=tool, context=ctx, error=exc
+                )
+                if message is None:  # the tool's errors are to be raised
+                    raise
+                return message
+            return _jsonable(output)
 
         try:
             return await session.tool_call(

@@ -18,7 +18,7 @@ from statewright.agents.core import NoEventChosen, current_key
 from statewright.agents.openai_agents import dump_response, load_response, run_agent
 from statewright.definition.machine import Machine
 from statewright.engine.budgets import Budget
-from statewright.errors import InvalidInput, StepOutcomeUnknown
+from statewright.errors import InvalidInput, RequestNotSent, StepOutcomeUnknown
 from statewright.types import WorkflowRow
 from tests.agents.conftest import Opener
 from tests.agents.oai_models import ModelDown, ScriptedModel, response, tool
@@ -376,3 +376,58 @@ async def test_parallel_tool_calls_in_one_response_are_each_a_step(opened: Opene
         f"agent.v{v}.tool.call_0_0.lookup_order",
         f"agent.v{v}.tool.call_0_1.issue_credit",
     ]
+
+
+async def test_a_tool_error_goes_to_the_model_only_when_nothing_was_applied(
+    opened: Opener,
+) -> None:
+    calls: list[str] = []
+    errors: dict[str, Exception | None] = {"card": ValueError("gateway said something odd")}
+
+    @function_tool
+    async def refund_card(amount: int) -> str:
+        """Refund to the card; fails (how is up to the test)."""
+        calls.append(f"card {amount}")
+        if errors["card"] is not None:
+            raise errors["card"]
+        return "refunded"
+
+    def agent(script: list[Any]) -> Agent[Any]:
+        return Agent(name="a", tools=[refund_card], model=ScriptedModel(script))
+
+    wtype = WorkflowType(refund_machine(), {})
+    engine = opened([wtype])
+    await engine.open()
+    # Arguments the tool refuses before it runs: the SDK's message, and the loop goes on.
+    row = await claimed(engine, "w1", open=True)
+    model = ScriptedModel([tool("refund_card", amount="lots"), tool("reject")])
+    chosen = await run_agent(
+        Run(engine.runtime, wtype, row), Agent(name="a", tools=[refund_card], model=model), "hi"
+    )
+    assert chosen == Next("reject", {}) and calls == []
+    [told] = [i["output"] for i in model.inputs[1] if i.get("type") == "function_call_output"]
+    assert "error occurred while running the tool" in told
+    # An error that proves the request never left: the model is told; stored as the result.
+    errors["card"] = RequestNotSent("connection refused")
+    row = await claimed(engine, "w2", open=True)
+    script = [tool("refund_card", amount=3), tool("reject")]
+    for _ in range(2):  # the re-run replays the message; the tool is not called again
+        assert await run_agent(Run(engine.runtime, wtype, row), agent(script), "hi") == Next(
+            "reject", {}
+        )
+    assert calls == ["card 3"]
+    [step] = [s for s in await engine.store.steps("w2") if ".tool." in s.step]
+    assert step.status == "done" and "error occurred while running the tool" in step.result
+    # Any other error may have applied: the step fails (outcome unknown) and so does the
+    # handler, with the tool's own error; the re-run reconciles before anything runs again.
+    errors["card"] = ValueError("gateway said something odd")
+    row = await claimed(engine, "w3", open=True)
+    with pytest.raises(ValueError, match="something odd"):
+        await run_agent(Run(engine.runtime, wtype, row), agent(script), "hi")
+    chosen = await run_agent(
+        Run(engine.runtime, wtype, row),
+        agent(script),
+        "hi",
+        reconcilers={"refund_card": lambda key: Applied("refunded (found)")},
+    )
+    assert chosen == Next("reject", {}) and calls == ["card 3", "card 3"]
