@@ -37,6 +37,7 @@ refused by :class:`DurableModel`; :func:`run_agent` never streams.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import dataclasses
 import inspect
@@ -317,19 +318,24 @@ def durable_tool(
     when nothing can have been applied: the model's arguments were refused before the tool
     ran (``ModelBehaviorError``), the error proves the request never left (the type's
     ``RetryPolicy.outcome``: ``RequestNotSent``, connection refused...), or the tool is
-    ``safe_to_repeat``. Any other error fails the step, its outcome unknown, and the handler
-    with it: the re-run reconciles the step before anything runs again (or parks the
-    workflow), where a message would have let the model call the tool again and apply twice.
+    ``safe_to_repeat``. Any other error (a timeout of the tool's ``timeout_seconds`` too) fails
+    the step, its outcome unknown, and the handler with it: the re-run reconciles the step
+    before anything runs again (or parks the workflow), where a message would have let the
+    model call the tool again and apply twice.
     """
     wrapped = copy.copy(tool)
     set_function_tool_failure_error_function(wrapped, None)  # its errors reach the step
+    # The tool's timeout bounds the call inside the step: the SDK's, around the step, would
+    # cancel the step itself and tell the model, its outcome unknown.
+    timeout, wrapped.timeout_seconds = wrapped.timeout_seconds, None
     invoke = wrapped.on_invoke_tool
     policy = session.run.type.retry
 
     async def on_invoke_tool(ctx: Any, arguments: str) -> Any:
         async def action(key: Any) -> Any:
             try:
-                output = await invoke(ctx, arguments)
+                call = invoke(ctx, arguments)
+                output = await (call if timeout is None else asyncio.wait_for(call, timeout))
             except Exception as exc:
                 told = safe_to_repeat or isinstance(exc, ModelBehaviorError)
                 if not (told or policy.outcome(exc) == "not_applied"):

@@ -5,6 +5,7 @@ events are the agent's only way to move the workflow, and a budget crossed fires
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import sys
 from typing import Any
@@ -431,3 +432,23 @@ async def test_a_tool_error_goes_to_the_model_only_when_nothing_was_applied(
         reconcilers={"refund_card": lambda key: Applied("refunded (found)")},
     )
     assert chosen == Next("reject", {}) and calls == ["card 3", "card 3"]
+
+
+async def test_a_tools_timeout_bounds_the_call_inside_its_step(opened: Opener) -> None:
+    @function_tool(timeout=0.05)
+    async def slow_refund(amount: int) -> str:
+        """Never answers in time."""
+        await asyncio.sleep(5)
+        return "late"
+
+    wtype = WorkflowType(refund_machine(), {})
+    engine = opened([wtype])
+    await engine.open()
+    row = await claimed(engine, "w", open=True)
+    model = ScriptedModel([tool("slow_refund", amount=1), tool("reject")])
+    agent = Agent(name="a", tools=[slow_refund], model=model)
+    with pytest.raises(TimeoutError):  # its outcome unknown: not a message for the model
+        await run_agent(Run(engine.runtime, wtype, row), agent, "hi")
+    assert model.asked == [0]
+    [step] = [s for s in await engine.store.steps("w") if ".tool." in s.step]
+    assert step.status == "failed"
