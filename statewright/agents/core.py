@@ -135,18 +135,19 @@ class AgentSession:
     async def model_call(self, call: ModelCall) -> JSON:
         """Run one model call as a durable step and return its serialised response.
 
-        The call's ordinal in this session names the step. A step already done returns its
+        The ordinal of the response in this session names the step (a failed call asked
+        again is the same step, its next attempt). A step already done returns its
         stored response (no budget check, no call). Otherwise the type's budgets are checked
         first (:class:`BudgetExceeded` when one is used up: the model is not called), then the
         call runs as a step ``safe_to_repeat`` (a call cut by a crash is asked again: nothing
         but tokens was spent) whose stored result is the usage envelope.
         """
         index = self._model_index
-        self._model_index += 1
         name = self.step_name("model", index)
         run = self.run
         found = await run.rt.store.get_step(run.key(name))
         if found is not None and found.status == "done":
+            self._model_index += 1
             return _response(found.result)
         await usage.check_budgets(run)  # BudgetExceeded: the model is not called
         fresh: list[Usage] = []
@@ -163,7 +164,10 @@ class AgentSession:
                 messages=messages,
             )
 
+        # Only a response moves the ordinal on: a call that failed and is asked again (by the
+        # framework's retry) is the same step, so step n is always the n-th response.
         result = await run.step(name, action, safe_to_repeat=True)
+        self._model_index += 1
         if fresh:
             usage.observe(run, fresh[-1])
         return _response(result)

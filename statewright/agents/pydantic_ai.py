@@ -40,7 +40,8 @@ that JSON form. ``ModelRetry`` from a tool is stored too, and raised again on re
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+import re
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -375,15 +376,33 @@ class _DurableToolset(WrapperToolset[Any]):
 
 
 def _event_toolset(session: AgentSession) -> FunctionToolset[Any]:
-    """The state's offered events as tools: calling one is :meth:`AgentSession.choose`."""
+    """The state's offered events as tools: calling one is :meth:`AgentSession.choose`.
+
+    A tool is named as its event where the providers allow (``[A-Za-z0-9_-]{1,64}``), with
+    other characters as ``_`` otherwise (an event name may hold ``.``)."""
     tools: list[Tool[Any]] = []
+    taken: set[str] = set()
     for event in session.event_tools():
+        name = tool_name(event.name, taken)
+        taken.add(name)
 
         def choose(_event: str = event.name, **payload: Any) -> dict[str, Any]:
             return session.choose(_event, payload)
 
-        tools.append(Tool.from_schema(choose, event.name, event.description, event.parameters))
+        schema = dict(event.parameters)
+        schema.setdefault("type", "object")
+        tools.append(Tool.from_schema(choose, name, event.description, schema))
     return FunctionToolset(tools)
+
+
+def tool_name(event: str, taken: Collection[str] = ()) -> str:
+    """The tool name offered for ``event`` (unique among ``taken``)."""
+    base = re.sub(r"[^A-Za-z0-9_-]", "_", event)[:64]
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base[: 64 - len(str(n)) - 1]}_{n}"
+    return name
 
 
 def _budget(exc: BaseException) -> BudgetExceeded | None:
@@ -411,4 +430,4 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
-__all__ = ["StatewrightAgent", "ToolOptions", "neutral", "run_agent"]
+__all__ = ["StatewrightAgent", "ToolOptions", "neutral", "run_agent", "tool_name"]

@@ -121,3 +121,24 @@ async def test_one_session_per_name_in_a_handler_run(opened: Opener) -> None:
     assert AgentSession(run, name="critic").step_name("model", 0) == "critic.v1.model.0"
     with pytest.raises(InvalidInput):
         AgentSession(run, name="a.b")
+
+
+async def test_a_failed_model_call_asked_again_is_the_same_step(opened: Opener) -> None:
+    wtype = WorkflowType(refund_machine(), {})
+    engine = opened([wtype])
+    await engine.open()
+    row = await claimed(engine, "w", open=True)
+    session = AgentSession(Run(engine.runtime, wtype, row))
+
+    async def fails() -> tuple[JSON, list[JSON], Usage]:
+        raise TimeoutError("the provider did not answer")
+
+    async def answers() -> tuple[JSON, list[JSON], Usage]:
+        return {"text": "ok"}, [], Usage("m", 1, 1)
+
+    with pytest.raises(TimeoutError):
+        await session.model_call(fails)
+    assert await session.model_call(answers) == {"text": "ok"}
+    [step] = await engine.store.steps("w")
+    assert (step.step, step.status, step.attempts) == ("agent.v1.model.0", "done", 2)
+    assert session.step_name("model", 1) == "agent.v1.model.1"

@@ -14,7 +14,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from statewright import Engine, Next, Run, Worker, WorkflowType
 from statewright.agents.core import NoEventChosen, current_key
-from statewright.agents.pydantic_ai import StatewrightAgent, ToolOptions, run_agent
+from statewright.agents.pydantic_ai import StatewrightAgent, ToolOptions, run_agent, tool_name
 from statewright.engine.budgets import Budget
 from statewright.types import WorkflowRow
 from tests.agents.conftest import Opener
@@ -220,3 +220,28 @@ async def test_a_crossed_budget_fires_its_event_without_a_model_call(opened: Ope
     assert fired.payload["usage"]["model_calls"] == 2
     assert fired.payload["budget"]["model_calls"] == 2
     assert effects == ["w:agent.v1.tool.0-0.lookup_order"]
+
+
+def test_tool_names_providers_accept() -> None:
+    assert tool_name("request_approval") == "request_approval"
+    assert tool_name("order.ship") == "order_ship"
+    assert tool_name("order.ship", {"order_ship"}) == "order_ship_2"
+    assert len(tool_name("e" * 128)) == 64
+
+
+async def test_a_new_visit_of_the_state_asks_afresh(opened: Opener) -> None:
+    model, effects = Scripted([[("lookup_order", {"order": "A1"})], REFUND[3]]), list[str]()
+    reviewer = StatewrightAgent(make_agent(model, effects))
+
+    async def reviewing(run: Run) -> Next:
+        return await reviewer.run(run, "Review refund A1")
+
+    engine = opened([refund_type(reviewing)])
+    await engine.open()
+    await engine.start("refund", {"open": True}, workflow_id="w")
+    await Worker(engine, concurrency=1).run_until_idle()
+    await engine.send("w", "again")  # back to reviewing: a second visit (version 3)
+    await Worker(engine, concurrency=1).run_until_idle()
+    assert (await engine.get("w")).state == "awaiting_approval"
+    assert model.calls == [0, 1, 0, 1]
+    assert effects == ["w:agent.v1.tool.0-0.lookup_order", "w:agent.v3.tool.0-0.lookup_order"]

@@ -49,6 +49,14 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "['reserve trip-1:reserve', 'charge trip-1:charge', "
                 "'refund ch_1 as trip-1:undo.charge', 'release room 12']",
             ]
+        if "run_agent" in block and "pydantic_ai" in block:  # a PydanticAI agent in a state
+            assert done.stdout.splitlines() == [
+                "awaiting_approval ['$start', 'request_approval']",
+                "agent.v1.model.0",
+                "agent.v1.tool.0-0.lookup_order",
+                "agent.v1.model.1",
+                "agent.v1.model.2",
+            ]
         if "undeliverable" in block:  # the order: a transactional step, compensation, a webhook
             assert done.stdout.splitlines() == [
                 "o-1 shipped",
@@ -70,7 +78,7 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "charged payload.amount > 100 charge 2 5000.0",
             ]
             assert len(done.stdout.splitlines()) == 4, done.stdout
-        if "run_agent" in block and "Offline" in block:  # the OpenAI Agents SDK in a state
+        if "run_agent" in block and "openai_agents" in block:  # an Agents SDK agent in a state
             assert done.stdout.splitlines() == [
                 "awaiting_approval",
                 "agent.v1.model.0 120",
