@@ -42,7 +42,8 @@ import copy
 import dataclasses
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+import re
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from typing import Any
 
 try:
@@ -249,11 +250,23 @@ def durable_tool(
     return wrapped
 
 
+def tool_name(event: str, taken: Collection[str] = ()) -> str:
+    """The tool name offered for ``event``: the event's name where the providers allow
+    (``[A-Za-z0-9_-]{1,64}``), other characters as ``_`` (an event name may hold ``.``), made
+    unique among ``taken``."""
+    base = re.sub(r"[^A-Za-z0-9_-]", "_", event)[:64] or "event"
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base[: 64 - len(str(n)) - 1]}_{n}"
+    return name
+
+
 def event_tool(
-    session: AgentSession, name: str, description: str, parameters: JSON
+    session: AgentSession, name: str, description: str, parameters: JSON, *, tool: str
 ) -> FunctionTool:
-    """The tool that offers event ``name``: its arguments are the payload; its output is
-    :meth:`AgentSession.choose`'s answer (accepted, or a structured refusal)."""
+    """The tool (named ``tool``) that offers event ``name``: its arguments are the payload;
+    its output is :meth:`AgentSession.choose`'s answer (accepted, or a structured refusal)."""
 
     async def on_invoke_tool(ctx: Any, arguments: str) -> str:
         try:
@@ -271,10 +284,12 @@ def event_tool(
             answer = session.choose(name, payload)
         return json.dumps(answer, default=str)
 
+    schema = dict(parameters)
+    schema.setdefault("type", "object")
     return FunctionTool(
-        name=name,
+        name=tool,
         description=description,
-        params_json_schema=dict(parameters),
+        params_json_schema=schema,
         on_invoke_tool=on_invoke_tool,
         strict_json_schema=False,
     )
@@ -410,7 +425,10 @@ async def run_agent(
     _check_agent(agent, run_config)
     session = AgentSession(run, name=name, roles=roles, events=events)
     offered = session.event_tools()
-    event_names = frozenset(t.name for t in offered)
+    names: dict[str, str] = {}  # tool name -> event
+    for t in offered:
+        names[tool_name(t.name, names)] = t.name
+    event_names = frozenset(names)
     clash = sorted(event_names & {t.name for t in agent.tools})
     if clash:
         raise InvalidInput(
@@ -432,7 +450,10 @@ async def run_agent(
         else tool
         for tool in agent.tools
     ]
-    tools += [event_tool(session, t.name, t.description, t.parameters) for t in offered]
+    tools += [
+        event_tool(session, t.name, t.description, t.parameters, tool=name)
+        for name, t in zip(names, offered, strict=True)
+    ]
     bound = agent.clone(
         model=DurableModel(session, model, model_name, failures=failures),
         tools=tools,
@@ -489,4 +510,5 @@ __all__ = [
     "dump_response",
     "load_response",
     "run_agent",
+    "tool_name",
 ]

@@ -16,7 +16,7 @@ from agents.retry import ModelRetrySettings
 
 from statewright import Applied, Engine, MachineBuilder, Next, Run, Worker, WorkflowType
 from statewright.agents.core import NoEventChosen, current_key
-from statewright.agents.openai_agents import dump_response, load_response, run_agent
+from statewright.agents.openai_agents import dump_response, load_response, run_agent, tool_name
 from statewright.definition.machine import Machine
 from statewright.engine.budgets import Budget
 from statewright.errors import InvalidInput, RequestNotSent, StepOutcomeUnknown
@@ -452,3 +452,20 @@ async def test_a_tools_timeout_bounds_the_call_inside_its_step(opened: Opener) -
     assert model.asked == [0]
     [step] = [s for s in await engine.store.steps("w") if ".tool." in s.step]
     assert step.status == "failed"
+
+
+async def test_an_event_whose_name_a_provider_refuses_is_offered_under_a_tool_name(
+    opened: Opener,
+) -> None:
+    b = MachineBuilder("triage")
+    b.state("open", initial=True).state("escalated", terminal=True)
+    b.event("escalate.now", roles=["agent"]).transition("escalate.now", "open", "escalated")
+    wtype = WorkflowType(b.build(), {})
+    engine = opened([wtype])
+    await engine.open()
+    await engine.start("triage", {}, workflow_id="t")
+    [row] = await engine.store.claim_due("me", engine.clock.now(), 30.0, 1)
+    model = ScriptedModel([tool("escalate_now")])
+    chosen = await run_agent(Run(engine.runtime, wtype, row), Agent(name="a", model=model), "hi")
+    assert chosen == Next("escalate.now", {})
+    assert tool_name("escalate.now", {"escalate_now"}) == "escalate_now_2"
