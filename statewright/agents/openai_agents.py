@@ -27,9 +27,10 @@ the workflow's context).
 
 Not supported, and refused with :class:`~statewright.errors.InvalidInput` rather than run
 without durability or with a replay that could differ: handoffs, MCP servers on the agent,
-local tools that are not function tools (computer, shell, apply-patch, custom tools), tools
-that need approval (a person's decision is an approval event), and the SDK's model retries
-(the type's retry policy re-runs the handler instead). Guardrails run as the SDK runs them,
+local tools that are not function tools (computer, shell, apply-patch, custom tools), and
+tools that need approval (a person's decision is an approval event). The SDK's model retries
+(``ModelSettings.retry``) are welcome: a failed call asked again is the same model step, its
+next attempt. Guardrails run as the SDK runs them,
 outside the ledger: keep them free of effects. Hosted tools (web search, file search...)
 run inside the model call and are part of its step. Streaming (``Runner.run_streamed``) is
 refused by :class:`DurableModel`; :func:`run_agent` never streams.
@@ -350,13 +351,6 @@ def _model_of(agent: Agent[Any], run_config: RunConfig | None) -> tuple[Model, s
 
 def _check_agent(agent: Agent[Any], run_config: RunConfig | None) -> None:
     """Refuse what would run outside the ledger or break its replay."""
-    settings = [agent.model_settings, run_config.model_settings if run_config else None]
-    if any(s is not None and s.retry is not None for s in settings):
-        raise InvalidInput(
-            "model retry settings: a retried model call would be a second model step; "
-            "retries belong to the workflow type's retry policy (the re-run replays the "
-            "answered calls)"
-        )
     if agent.handoffs:
         raise InvalidInput(
             f"agent {agent.name!r} has handoffs: run_agent runs one agent in a state "
@@ -473,7 +467,7 @@ async def run_agent(
     except Exception as exc:
         # The SDK wraps a tool's exception (UserError); the statewright one is re-raised as it
         # is, so that the worker sees a lost lease, a cancel or an unknown outcome for what it is.
-        cause = failures[-1] if failures else None
+        cause = _origin(exc, failures)
         if isinstance(cause, BudgetExceeded):
             return session.budget_next(cause)
         if cause is not None and cause is not exc:
@@ -482,6 +476,26 @@ async def run_agent(
     if session.chosen is not None:
         return session.chosen
     return _no_event(session, agent.name, on_no_event, result.final_output)
+
+
+def _origin(exc: BaseException, failures: list[BaseException]) -> BaseException | None:
+    """The failure of a model or tool step that ``exc`` is, or was raised from (the SDK wraps
+    a tool's); None when it comes from elsewhere (a step's error the SDK retried and got past
+    is not it)."""
+    ours = {id(f) for f in failures}
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if id(e) in ours:
+            return e
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+    return None
 
 
 def _no_event(session: AgentSession, agent: str, on_no_event: str | None, output: Any) -> Next:

@@ -272,13 +272,6 @@ async def test_what_cannot_be_durable_is_refused(opened: Opener) -> None:
 
     with pytest.raises(InvalidInput, match="needs approval"):
         await run_agent(run, Agent(name="a", model=model, tools=[pay]), "hi")
-    retrying = ModelSettings(retry=ModelRetrySettings(max_retries=2))
-    with pytest.raises(InvalidInput, match="retry"):
-        await run_agent(run, Agent(name="a", model=model, model_settings=retrying), "hi")
-    with pytest.raises(InvalidInput, match="retry"):
-        await run_agent(
-            run, Agent(name="a", model=model), "hi", run_config=RunConfig(model_settings=retrying)
-        )
     assert model.asked == []
 
 
@@ -469,3 +462,25 @@ async def test_an_event_whose_name_a_provider_refuses_is_offered_under_a_tool_na
     chosen = await run_agent(Run(engine.runtime, wtype, row), Agent(name="a", model=model), "hi")
     assert chosen == Next("escalate.now", {})
     assert tool_name("escalate.now", {"escalate_now"}) == "escalate_now_2"
+
+
+async def test_the_sdks_model_retry_asks_the_same_step_again(opened: Opener) -> None:
+    always = ModelRetrySettings(max_retries=2, policy=lambda context: True)
+    wtype = WorkflowType(refund_machine(), {})
+    engine = opened([wtype])
+    await engine.open()
+    row = await claimed(engine, "w", open=True)
+    shop = Shop()
+    for first in (True, False):  # the second run replays: nothing is asked again
+        model = ScriptedModel(list(SCRIPT), fail_at={1})
+        agent = shop.agent(model, model_settings=ModelSettings(retry=always))
+        chosen = await run_agent(Run(engine.runtime, wtype, row), agent, "hi")
+        assert chosen == Next("request_approval", {"amount": 35})
+        if first:
+            assert model.asked == [0, 1, 1, 2]  # call 1 failed once, asked again by the SDK
+    assert model.asked == []
+    steps = {s.step: s for s in await engine.store.steps("w") if ".model." in s.step}
+    v = row.version
+    assert sorted(steps) == [f"agent.v{v}.model.{n}" for n in range(3)]
+    assert steps[f"agent.v{v}.model.1"].attempts == 2
+    assert len(shop.credits) == 1
