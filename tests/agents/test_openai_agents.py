@@ -17,6 +17,7 @@ from agents.retry import ModelRetrySettings
 from statewright import Applied, Engine, MachineBuilder, Next, Run, Worker, WorkflowType
 from statewright.agents.core import NoEventChosen, current_key
 from statewright.agents.openai_agents import dump_response, load_response, run_agent, tool_name
+from statewright.agents.usage import conversation, totals
 from statewright.definition.machine import Machine
 from statewright.engine.budgets import Budget
 from statewright.errors import InvalidInput, RequestNotSent, StepOutcomeUnknown
@@ -132,6 +133,19 @@ async def test_the_agent_moves_the_workflow_by_the_event_it_chose(opened: Opener
         "tool_call_id": "call_0_0",
     }
     assert steps[f"agent.v{v}.tool.call_1_0.issue_credit"].result == "credited 5"
+    # The conversation, in order, from the model steps; the usage summed from them.
+    said = [(m["role"], m.get("tool_call_id")) for m in conversation(steps.values())]
+    assert said == [
+        ("system", None),
+        ("user", None),
+        ("assistant", None),
+        ("tool", "call_0_0"),
+        ("assistant", None),
+        ("tool", "call_1_0"),
+        ("assistant", None),
+    ]
+    spent = await totals(engine.store, "w")
+    assert (spent.model_calls, spent.input_tokens, spent.output_tokens) == (3, 303, 33)
     # The tool got its step's key (the idempotency key), carrying the claim's fencing token.
     [(key, fence)] = shop.credits
     assert key == f"w:agent.v{v}.tool.call_1_0.issue_credit" and fence >= 1
