@@ -11,6 +11,7 @@ from typing import Any
 
 from statewright import ids
 from statewright.access.principal import ADMIN, OPERATOR, Principal, not_found, public_error
+from statewright.agents import usage as llm_usage
 from statewright.definition.machine import Machine
 from statewright.engine import parked as parking
 from statewright.engine import reads
@@ -299,6 +300,28 @@ class Reads:
             return ChildCounts.of([])  # no read: it never started a child
         found = await self.children(self.public_id(row.id), limit=CHILDREN_COUNTED + 1, row=row)
         return ChildCounts.of(found[:CHILDREN_COUNTED], more=len(found) > CHILDREN_COUNTED)
+
+    async def usage(self, row: WorkflowRow) -> dict[str, Any] | None:
+        """``row``'s token usage, ``{"total", "by_state", "by_model"}`` (see
+        :func:`statewright.agents.usage.report`), or None when it made no model call: one
+        read of its model steps, which the database filters (nothing to decode for a
+        workflow without agents). Numbers and names only: nothing to redact."""
+        return llm_usage.report(await llm_usage.model_records(self.runtime.store, row.id))
+
+    async def conversation(
+        self, workflow_id: str, *, row: WorkflowRow | None = None
+    ) -> list[dict[str, Any]]:
+        """The neutral messages of the workflow's agents' model calls, in order, each with
+        the step, agent, state and visit it came from (:func:`statewright.agents.usage.
+        conversation`); redacted like step results for a caller who does not see secrets
+        (what the type redacts is masked inside the messages' texts)."""
+        row = await self._seen(workflow_id, row)
+        records = await llm_usage.model_records(self.runtime.store, row.id)
+        messages = llm_usage.conversation(records)
+        if self.sees_secrets or not self.redact_paths(row) or not messages:
+            return messages
+        red = self.redactor(row, *(r.result for r in records))
+        return [red.value(m) for m in messages]
 
     async def _seen(self, workflow_id: str, row: WorkflowRow | None) -> WorkflowRow:
         if row is None:

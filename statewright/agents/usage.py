@@ -160,8 +160,9 @@ def sum_usage(records: Iterable[StepRecord], *, visit: int | None = None) -> Tot
     return total
 
 
-async def _model_records(store: Any, workflow_id: str) -> list[StepRecord]:
-    """The workflow's model steps: filtered by the database when ``store`` has the read
+async def model_records(store: Any, workflow_id: str) -> list[StepRecord]:
+    """The workflow's model steps (any status: :func:`model_steps` keeps the done ones):
+    filtered by the database when ``store`` has the read
     model (the built-in stores), else from the whole ledger (a store with the core alone)."""
     read = getattr(store, "model_steps", None)
     found: list[StepRecord] = await (
@@ -172,7 +173,7 @@ async def _model_records(store: Any, workflow_id: str) -> list[StepRecord]:
 
 async def totals(store: Store, workflow_id: str, *, visit: int | None = None) -> Totals:
     """Sums the ``"$llm"`` envelopes of the workflow's done steps (of one visit when given)."""
-    return sum_usage(await _model_records(store, workflow_id), visit=visit)
+    return sum_usage(await model_records(store, workflow_id), visit=visit)
 
 
 def report(records: Iterable[StepRecord]) -> dict[str, Any] | None:
@@ -201,7 +202,7 @@ def report(records: Iterable[StepRecord]) -> dict[str, Any] | None:
 async def usage_report(store: Store, workflow_id: str) -> dict[str, Any]:
     """The workflow's usage: ``{"total", "by_state", "by_model"}`` (zero totals and empty
     maps when it made no model call)."""
-    return report(await _model_records(store, workflow_id)) or {
+    return report(await model_records(store, workflow_id)) or {
         "total": NO_USAGE.to_dict(),
         "by_state": {},
         "by_model": {},
@@ -271,7 +272,7 @@ async def check_budgets(run: Any) -> None:
     if not budgets:
         return
     row = run.workflow
-    records = with_pending(await _model_records(run.rt.store, row.id), run.pending_finish)
+    records = with_pending(await model_records(run.rt.store, row.id), run.pending_finish)
     workflow = sum_usage(records)
     visit = sum_usage(records, visit=row.version)
     budget = crossed(budgets, row.state, workflow, visit)
@@ -287,6 +288,7 @@ __all__ = [
     "check_budgets",
     "conversation",
     "envelope",
+    "model_records",
     "model_steps",
     "observe",
     "report",

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from statewright.cli.loading import DEFINITION_SUFFIXES, load_definition, with_engine
+from statewright.cli.loading import DEFINITION_SUFFIXES, file_type, with_engine
 from statewright.cli.options import Settings
 from statewright.cli.output import emit_json, escape, out
 from statewright.errors import DefinitionError, InvalidInput
@@ -27,7 +27,11 @@ class DiagramFormat(enum.StrEnum):
 def _load_file(path: str) -> Machine:
     if not Path(path).is_file():
         raise InvalidInput(f"no such file {path!r}")
-    return load_definition(path)[0]  # (a file may list its type's redact keys beside)
+    # (a file may list its type's redact keys and budgets beside: checked with the machine)
+    from statewright.engine import WorkflowType
+
+    loaded = file_type(path)
+    return loaded.machine if isinstance(loaded, WorkflowType) else loaded
 
 
 def _is_file(target: str) -> bool:

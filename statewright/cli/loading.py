@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from statewright.clock import Clock
     from statewright.definition import Machine
     from statewright.engine import Engine, WorkflowType
+    from statewright.engine.budgets import Budget
 
 T = TypeVar("T")
 Loaded: TypeAlias = "WorkflowType | Machine"
@@ -51,11 +52,9 @@ def load_app(spec: str | None) -> list[Loaded]:
 
 
 def _load_one(item: str) -> list[Loaded]:
-    from statewright.engine import WorkflowType
 
     if item.lower().endswith(DEFINITION_SUFFIXES):
-        machine, redact = load_definition(_existing(item))
-        return [WorkflowType(machine, redact=redact) if redact else machine]
+        return [file_type(_existing(item))]
     target, _, attr = item.partition(":")
     if target.endswith(".py"):
         module = import_file(_existing(target))
@@ -74,6 +73,13 @@ def _load_one(item: str) -> list[Loaded]:
 
 def load_definition(path: str | Path) -> tuple[Machine, tuple[str, ...]]:
     """A definition file's machine, and the ``redact`` list it may hold beside it."""
+    machine, redact, _ = read_definition(path)
+    return machine, redact
+
+
+def read_definition(path: str | Path) -> tuple[Machine, tuple[str, ...], tuple[Budget, ...]]:
+    """A definition file's machine, and the ``redact`` list and ``budgets`` (see
+    :mod:`statewright.engine.budgets`) it may hold beside it."""
     import yaml
 
     from statewright.definition import from_dict, load_path
@@ -84,12 +90,28 @@ def load_definition(path: str | Path) -> tuple[Machine, tuple[str, ...]]:
         data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError):
         data = None  # load_path says what is wrong
-    if not isinstance(data, dict) or "redact" not in data:
-        return load_path(p), ()
-    redact = data.pop("redact")
+    if not isinstance(data, dict) or ("redact" not in data and "budgets" not in data):
+        return load_path(p), (), ()
+    redact = data.pop("redact", [])
     if not isinstance(redact, list) or not all(isinstance(r, str) for r in redact):
         raise InvalidInput(f"{str(p)!r}: 'redact' must be a list of context keys or dotted paths")
-    return from_dict(data), tuple(redact)
+    budgets: tuple[Budget, ...] = ()
+    if "budgets" in data:
+        from statewright.engine.budgets import budgets_from_json
+
+        budgets = budgets_from_json(data.pop("budgets"))
+    return from_dict(data), tuple(redact), budgets
+
+
+def file_type(path: str | Path) -> Loaded:
+    """The type a definition file declares: its machine, or a WorkflowType with the file's
+    ``redact`` and ``budgets`` (checked against the machine: DefinitionError)."""
+    from statewright.engine import WorkflowType
+
+    machine, redact, budgets = read_definition(path)
+    if not redact and not budgets:
+        return machine
+    return WorkflowType(machine, redact=redact, budgets=budgets)
 
 
 def _existing(path: str) -> Path:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import typer
 
 from statewright.cli import (
+    agents,
     alerts,
     definitions,
     demo,
@@ -78,6 +79,7 @@ _COMMANDS: list[tuple[str, Callable[..., None], str]] = [
     ("send", workflows.send, "error"),
     ("show", workflows.show, "error"),
     ("history", workflows.history, "error"),
+    ("conversation", agents.conversation, "error"),
     ("approve", workflows.approve, "error"),
     ("deny", workflows.deny, "error"),
     ("cancel", workflows.cancel, "error"),

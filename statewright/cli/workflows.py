@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from statewright.cli.agents import usage_lines
 from statewright.cli.loading import with_engine
 from statewright.cli.options import Settings
 from statewright.cli.output import (
@@ -253,12 +254,16 @@ async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
         found = await access.children(workflow_id, limit=CHILDREN_COUNTED + 1, row=row)
         children = [access.child_view(c) for c in found[:CHILDREN_COUNTED]]
         counts = ChildCounts.of(found[:CHILDREN_COUNTED], more=len(found) > CHILDREN_COUNTED)
+    from statewright.agents.usage import report
+
+    steps = await engine.steps(workflow_id)
     return {
         "workflow": row,
         "cancel_request": row.cancel,
         "allowed_events": allowed,
         "timers": await engine.timers(workflow_id),
-        "steps": await engine.steps(workflow_id),
+        "steps": steps,
+        "usage": report(steps),  # its agents' tokens and cost (None: no model call)
         "children": children,
         "children_counts": counts.to_dict(),
         "more_children": counts.more,
@@ -315,6 +320,8 @@ def show(s: Settings, workflow_id: IdArg) -> None:
         lines.append(
             f"[bold red]parked    {escape(row.parked)}[/]: waits for an operator ({todo})"
         )
+    if d["usage"] is not None:
+        lines += [f"usage     {escape(text)}" for text in usage_lines(d["usage"])]
     if row.last_error:
         lines.append(f"[red]error     {escape(row.last_error)}[/]")
     parts: list[Any] = ["\n".join(lines)]

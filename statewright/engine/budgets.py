@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from statewright.errors import Problem
+from statewright.errors import DefinitionError, Problem
 
 if TYPE_CHECKING:
     from statewright.definition.machine import Machine
@@ -77,7 +77,9 @@ class Budget:
     Attributes:
         event: the event the handler's outcome becomes when the budget is crossed (declared
             in the machine; the state where the model would have been called needs an edge
-            for it, or the event is refused like any other illegal one).
+            for it, or the event is refused like any other illegal one and the workflow
+            parks). Its payload is :func:`payload`'s ``{"budget": ..., "usage": ...}``: an
+            event payload schema must accept it.
         tokens / cost / model_calls: the limits (any of them, at least one); reached when the
             totals are ``>=`` the limit. ``cost`` is in the usage's currency units (USD);
             calls whose cost is unknown add nothing to it.
@@ -155,6 +157,39 @@ def payload(budget: Budget, totals: Totals) -> dict[str, Any]:
     return {"budget": budget.to_dict(), "usage": totals.to_dict()}
 
 
+FILE_KEYS = frozenset({"event", "tokens", "cost", "model_calls", "per", "states"})
+"""The keys of a budget in a definition file's ``budgets:`` list."""
+
+
+def budgets_from_json(items: Any) -> tuple[Budget, ...]:
+    """The budgets of a definition file's ``budgets:`` key (a list of ``{event, tokens?,
+    cost?, model_calls?, per?, states?}``); their values are checked with the type
+    (:func:`budget_problems`). Raises DefinitionError for a shape that is no list of them."""
+    if not isinstance(items, list):
+        raise DefinitionError(
+            "'budgets' must be a list of {event, tokens, cost, model_calls, per, states}"
+        )
+    out: list[Budget] = []
+    problems: list[Problem] = []
+    for i, item in enumerate(items):
+        if not isinstance(item, Mapping) or not isinstance(item.get("event"), str):
+            problems.append(
+                Problem("invalid_budget", f"budgets[{i}]: not an object with an event")
+            )
+            continue
+        unknown = sorted(set(item) - FILE_KEYS)
+        states = item.get("states", ())
+        if unknown or not isinstance(states, list | tuple):
+            why = f"unknown keys {unknown}" if unknown else "states must be a list"
+            problems.append(Problem("invalid_budget", f"budgets[{i}]: {why}"))
+            continue
+        rest = {k: v for k, v in item.items() if k not in ("event", "states")}
+        out.append(Budget(item["event"], states=tuple(states), **rest))
+    if problems:
+        raise DefinitionError(problems)
+    return tuple(out)
+
+
 def _limit_problem(name: str, value: Any, integral: bool) -> str | None:
     if value is None:
         return None
@@ -229,6 +264,7 @@ __all__ = [
     "Per",
     "Totals",
     "budget_problems",
+    "budgets_from_json",
     "crossed",
     "payload",
 ]

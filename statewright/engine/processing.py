@@ -312,6 +312,10 @@ async def _run_handler(w: Host, slot: Slot, claim: Claim, handler: Handler) -> W
     except Cancelled as exc:
         tracecontext.note(outcome="cancelled")
         raised = exc
+    except BudgetExceeded as exc:
+        # A budget of the type is reached (an agent's model call was refused): the outcome
+        # is the budget's event, not a failure (see statewright.engine.budgets).
+        result = Next(exc.event, budgets.payload(exc.budget, exc.totals))
     except asyncio.CancelledError:
         me = asyncio.current_task()
         if me is not None and me.cancelling():
@@ -321,10 +325,6 @@ async def _run_handler(w: Host, slot: Slot, claim: Claim, handler: Handler) -> W
     except LeaseLost as exc:
         tracecontext.note(outcome="lease_lost")
         raised = exc
-    except BudgetExceeded as exc:
-        # A budget of the type is reached (an agent's model call was refused): the outcome
-        # is the budget's event, not a failure (see statewright.engine.budgets).
-        result = Next(exc.event, budgets.payload(exc.budget, exc.totals))
     except Exception as exc:
         tracecontext.failed(exc)
         raised = exc

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -270,7 +270,7 @@ class WorkflowType:
                 Problem("invalid_summary", "summary must be a function of the context")
             )
         if self.budgets:
-            if isinstance(self.budgets, list):
+            if isinstance(self.budgets, list | set | frozenset | Iterator):
                 object.__setattr__(self, "budgets", tuple(self.budgets))
             problems += budget_problems(self.machine, self.budgets)
         problems += limit_problems(self.max_concurrent, self.max_per_second, self.burst)

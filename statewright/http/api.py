@@ -353,6 +353,8 @@ async def get_workflow(workflow_id: WorkflowId, access: AccessDep, request: Requ
     # What a parent waits for: its children counted from one page of them, never all.
     counts = await access.child_counts(row)
     view["children"] = None if counts is None else counts.to_dict()
+    if (used := await access.usage(row)) is not None:  # its agents' tokens and cost
+        view["usage"] = used
     if waited is not None:
         view |= waited.fields()
     return _body(view)

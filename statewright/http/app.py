@@ -18,6 +18,7 @@ from statewright.access import TokenRegistry
 from statewright.engine.core import Engine
 from statewright.engine.worker import Worker
 from statewright.http import (
+    agents,
     api,
     dashboard,
     docs,
@@ -128,6 +129,7 @@ def create_app(
     add_routes(app, api.router)
     add_routes(app, operations.router)  # (api's routes continued)
     add_routes(app, family.router)
+    add_routes(app, agents.router)
     add_routes(app, schedules.router)
     add_routes(app, subscriptions.router)
     add_routes(app, health.router)

@@ -286,6 +286,20 @@ class ChildCounts(BaseModel):
     text: str = Field(description="The counts in a few words: `2 of 3 children done`.")
 
 
+class UsageTotals(BaseModel):
+    input_tokens: int
+    output_tokens: int
+    tokens: int = Field(description="Input and output tokens.")
+    cost: float = Field(description="In USD; calls of unknown cost add nothing.")
+    model_calls: int
+
+
+class Usage(BaseModel):
+    total: UsageTotals
+    by_state: dict[str, UsageTotals] = Field(description="By the state the calls were made in.")
+    by_model: dict[str, UsageTotals]
+
+
 class WorkflowOut(BaseModel):
     id: str
     type: str
@@ -354,6 +368,12 @@ class WorkflowOut(BaseModel):
         "many ended (what a parent waits for), counted over its first 100 children; the "
         "children themselves: GET /v1/workflows/{id}/children. Null over a store that keeps "
         "no children.",
+    )
+    usage: Usage | None = Field(
+        default=None,
+        description="Only from GET /v1/workflows/{id}, for a workflow whose agents called a "
+        "model: the tokens, cost and calls of those calls, in total, by state and by model; "
+        "absent otherwise.",
     )
     reached: bool | None = Field(
         default=None,

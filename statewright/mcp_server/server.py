@@ -46,6 +46,7 @@ from statewright.errors import (
     WorkflowNotFound,
 )
 from statewright.mcp_server import catalogue as cat
+from statewright.mcp_server import conversation
 from statewright.mcp_server.catalogue import Catalogue, EventTool, build_catalogue
 from statewright.mcp_server.state import allowed_actions, automatic, brief, state_view
 from statewright.redaction import Redactor
@@ -402,7 +403,9 @@ class _Handlers:
             description="The workflow's machine as a Mermaid diagram, its current state marked.",
             mime_type=DIAGRAM_MIME,
         )
-        return types.ListResourceTemplatesResult(resource_templates=[template])
+        return types.ListResourceTemplatesResult(
+            resource_templates=[template, conversation.TEMPLATE]
+        )
 
     async def read_resource(
         self, ctx: Context, params: types.ReadResourceRequestParams
@@ -419,6 +422,8 @@ class _Handlers:
             elif len(parts) == 3 and parts[0] == "workflows" and parts[2] == "diagram":
                 row = await access.get(parts[1])
                 text, mime = to_mermaid(access.machine_of(row), row.state), DIAGRAM_MIME
+            elif len(parts) == 3 and parts[0] == "workflows" and parts[2] == "conversation":
+                text, mime = await conversation.read(access, parts[1]), "application/json"
             else:
                 raise _no_resource(uri)
         except (UnknownWorkflowType, WorkflowNotFound) as exc:

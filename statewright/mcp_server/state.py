@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from statewright.access import Access
+from statewright.agents import usage as llm_usage
 from statewright.mcp_server.catalogue import WAIT, Catalogue
 from statewright.redaction import Redactor
 from statewright.types import StepRecord, TimerRecord, TransitionRecord, WorkflowRow
@@ -134,6 +135,10 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
         view["unfinished_steps"] = unfinished
     if len(steps) > STEPS_SHOWN:
         view["more_steps"] = f"only the first {STEPS_SHOWN} steps are shown"
+    # Its agents' tokens and cost: from the steps read above when they are all of them.
+    used = llm_usage.report(steps) if len(steps) <= STEPS_SHOWN else await access.usage(row)
+    if used is not None:
+        view["usage"] = used
     view["recent_transitions"] = [transition(r, red, access) for r in recent]
     view["updated_at"] = iso(row.updated_at)
     view["in_state_since"] = iso(row.state_entered_at)

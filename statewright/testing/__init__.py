@@ -21,10 +21,10 @@ from statewright.testing.paths import Cover, Step, format_path, simple_paths, tr
 if TYPE_CHECKING:
     from statewright.engine.core import Engine
     from statewright.engine.workflow_type import WorkflowType
+    from statewright.testing.cover import check_cover
     from statewright.testing.model import (
         Invariant,
         ModelCheckFailure,
-        check_cover,
         check_machine,
         legal_events,
         payloads,
@@ -44,7 +44,6 @@ def memory_engine(
 _MODEL = {
     "Invariant",
     "ModelCheckFailure",
-    "check_cover",
     "check_machine",
     "legal_events",
     "payloads",
@@ -58,6 +57,10 @@ def __getattr__(name: str) -> Any:
         from statewright.testing import model
 
         return getattr(model, name)
+    if name == "check_cover":
+        from statewright.testing import cover
+
+        return cover.check_cover
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -318,6 +318,12 @@ def test_prometheus_scrapes_serve_and_workers_and_runs_every_dashboard_query(
             'error="transient"})': RUN,
             'sum(statewright_failures_total{job="worker", kind="handler", step="", '
             'error="fatal"})': 1,
+            # One model call each (not again when the handler re-runs after "flaky").
+            'sum(statewright_llm_calls_total{job="worker", type="metered", state="running", '
+            'model="metered-model"})': RUN,
+            'sum(statewright_llm_tokens_total{job="worker", kind="input"})': RUN * 100,
+            'sum(statewright_llm_tokens_total{job="worker", kind="output"})': RUN * 20,
+            'sum(statewright_llm_cost_total{job="worker"})': RUN * 0.25,
             'sum(statewright_rejected_transitions_total{job="serve", '
             'code="illegal_transition"})': 1,
             'sum(statewright_events_not_applied_total{job="serve"})': 1,

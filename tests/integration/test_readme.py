@@ -88,3 +88,9 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
         if "hello-ada" in block:
             assert done.stdout.splitlines()[0] == "awaiting_approval"
             assert "approval_granted awaiting_approval -> sent by grace" in done.stdout
+        if "check_budgets" in block:  # a per-visit budget ends a ghost loop
+            assert done.stdout.splitlines() == [
+                "waiting_human 3000",
+                "{'input_tokens': 2700, 'output_tokens': 300, 'tokens': 3000, 'cost': 0.03, "
+                "'model_calls': 3}",
+            ]

@@ -102,6 +102,8 @@ def test_a_type_checks_its_budgets() -> None:
     ok = WorkflowType(_machine(), budgets=[Budget("over_budget", cost=2.5, per="visit")])
     assert ok.budgets == (Budget("over_budget", cost=2.5, per="visit"),)
     assert WorkflowType(_machine()).budgets == ()
+    one = Budget("over_budget", tokens=1)
+    assert WorkflowType(_machine(), budgets=iter([one])).budgets == (one,)  # type: ignore[arg-type]
     bad = [
         Budget("nope", tokens=1),
         Budget("over_budget"),
@@ -313,7 +315,7 @@ async def _drive(budgets: tuple[Budget, ...], drafting: int, checking: int) -> t
         await Worker(engine).run_until_idle()
         row = await engine.get("r1")
         report = await usage.usage_report(engine.runtime.store, "r1")
-        log = await engine.runtime.store.steps("r1")
+        log = await engine.history("r1")
     return row, draft.made + check.made, seen, report, log
 
 
@@ -327,11 +329,23 @@ async def test_without_a_budget_crossed_the_agent_runs_to_its_end() -> None:
 
 
 async def test_a_crossed_budget_fires_its_event_with_no_further_model_call() -> None:
-    row, made, seen, report, _ = await _drive((Budget("over_budget", tokens=400),), 2, 5)
+    row, made, seen, report, log = await _drive((Budget("over_budget", tokens=400),), 2, 5)
     assert row.state == "waiting_human"
     assert made == len(seen) == 4  # 2 in drafting, 2 in checking: 400 tokens, then no call
     assert report["total"]["tokens"] == 400
     assert row.context == {}
+    fired = log[-1]
+    assert (fired.event, fired.from_state) == ("over_budget", "checking")
+    assert fired.payload == {
+        "budget": {"event": "over_budget", "per": "workflow", "tokens": 400},
+        "usage": {
+            "input_tokens": 320,
+            "output_tokens": 80,
+            "tokens": 400,
+            "cost": 0.04,
+            "model_calls": 4,
+        },
+    }
 
 
 async def test_a_per_visit_budget_of_one_state() -> None:
@@ -390,3 +404,62 @@ async def test_a_replayed_model_call_is_neither_made_nor_observed_again() -> Non
         assert (await engine.get("r1")).state == "done"
         report = await usage.usage_report(engine.runtime.store, "r1")
     assert len(seen) == 3 and report["total"]["model_calls"] == 3
+
+
+async def test_a_budget_event_the_state_does_not_allow_is_refused_like_any_other() -> None:
+    """A budget crossed in a state without an edge for its event: the handler's outcome is
+    refused as a handler returning that event would be (the workflow parks for an operator:
+    nothing can fire), and the model is not called again."""
+    machine = (
+        MachineBuilder("narrow")
+        .state("drafting", initial=True)
+        .state("done", terminal=True)
+        .event("drafted")
+        .event("over_budget")
+        .transition("drafted", "drafting", "done")
+        .build()
+    )
+    agent = Agent(3, "drafted")
+    wtype = WorkflowType(
+        machine,
+        {"drafting": agent},
+        budgets=(Budget("over_budget", model_calls=1),),
+        on_fatal=None,
+    )
+    async with memory_engine([wtype], ManualClock(1_000.0)) as engine:
+        await engine.start("narrow", {}, workflow_id="n1")
+        await Worker(engine).run_until_idle()
+        row = await engine.get("n1")
+    assert (row.state, row.parked) == ("drafting", "fatal_error")
+    assert "'over_budget' is not allowed in state 'drafting'" in (row.last_error or "")
+    assert agent.made == 1
+
+
+async def test_a_sync_handler_observes_its_model_calls_too() -> None:
+    machine = (
+        MachineBuilder("plain")
+        .state("thinking", initial=True)
+        .state("done", terminal=True)
+        .event("thought")
+        .transition("thought", "thinking", "done")
+        .build()
+    )
+
+    def thinking(run: Any) -> str:  # a SyncRun: in the worker's thread pool
+        u = Usage("sync-model", 5, 5)
+
+        def call(key: Any) -> Any:
+            usage.observe(run, u)
+            return envelope(u, agent="a", state=run.state, visit=1, response=None, messages=[])
+
+        run.step("a.v1.model.0", call)
+        return "thought"
+
+    async with memory_engine([WorkflowType(machine, {"thinking": thinking})]) as engine:
+        seen: list[ModelCall] = []
+        engine.observers.model_call.append(seen.append)
+        await engine.start("plain", {}, workflow_id="s1")
+        await Worker(engine).run_until_idle()
+        assert (await engine.get("s1")).state == "done"
+        assert (await usage.totals(engine.store, "s1")) == Totals(5, 5, 0.0, 1)
+    assert [(c.model, c.workflow.state) for c in seen] == [("sync-model", "thinking")]

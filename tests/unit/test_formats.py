@@ -27,6 +27,9 @@ from statewright.definition import (
 from statewright.definition.formats import check_document, machine_schema
 from statewright.errors import DefinitionError, InvalidInput
 
+FILE_KEYS = {"subscriptions", "budgets"}
+"""Keys of a definition file that are not the machine's (the type's, or its subscriptions)."""
+
 
 def over_budget(context: Mapping[str, Any], payload: Mapping[str, Any]) -> bool:
     return bool(context.get("spent", 0) > context.get("budget", 0))
@@ -207,8 +210,9 @@ def test_parser_reads_exactly_the_schema_keys() -> None:
     from_dict(doc, guards={"over_budget": over_budget})
 
     schema = machine_schema()
-    # (``subscriptions`` is the file's, not the machine's: see test_subscriptions_in_a_file.)
-    expected = {("machine", k) for k in schema["properties"] if k != "subscriptions"}
+    # (``subscriptions`` and ``budgets`` are the file's, not the machine's: see
+    # test_subscriptions_in_a_file and tests/integration/test_cli_agents.py.)
+    expected = {("machine", k) for k in schema["properties"] if k not in FILE_KEYS}
     for kind in ("state", "event", "transition"):
         expected |= {(kind, k) for k in schema["$defs"][kind]["properties"]}
     assert seen == expected
@@ -264,7 +268,7 @@ def test_to_dict_writes_every_schema_key() -> None:
     for machine in (guarded_machine(), nested_machine(), spawning_machine()):
         data = to_dict(machine)
         check_document(data)
-        assert set(data) == set(schema["properties"]) - {"subscriptions"}
+        assert set(data) == set(schema["properties"]) - FILE_KEYS
         written["state"] |= {k for s in _nested_states(data["states"]) for k in s}
         written["event"] |= {k for e in data["events"] for k in e}
         written["transition"] |= {k for t in data["transitions"] for k in t}

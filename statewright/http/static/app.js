@@ -242,6 +242,29 @@
     );
   }
 
+  // What the workflow's agents' model calls used (GET /v1/workflows/{id} has `usage` only
+  // for a workflow whose agents called a model): tokens, calls and cost, then by state.
+  function usageFacts(usage) {
+    const t = usage.total;
+    const num = (n) => n.toLocaleString();
+    const byState = Object.entries(usage.by_state)
+      .map(([state, u]) => `${state}: ${num(u.tokens)} tokens, ${u.model_calls} calls`)
+      .join("; ");
+    const byModel = Object.entries(usage.by_model)
+      .map(([model, u]) => `${model}: ${num(u.tokens)}`)
+      .join("; ");
+    return h(
+      "span",
+      { id: "wf-usage", "data-tokens": t.tokens, "data-calls": t.model_calls, "data-cost": t.cost },
+      `${num(t.tokens)} tokens (${num(t.input_tokens)} in, ${num(t.output_tokens)} out), ` +
+        `${t.model_calls} model calls, $${t.cost.toFixed(4)}`,
+      h("br"),
+      h("span", { class: "muted", id: "wf-usage-states" }, `By state: ${byState}`),
+      h("br"),
+      h("span", { class: "muted", id: "wf-usage-models" }, `By model: ${byModel}`),
+    );
+  }
+
   function notes(wf) {
     const out = [];
     if (wf.stuck) out.push(h("span", { class: "badge badge-stuck" }, "stuck"));
@@ -766,6 +789,7 @@
         ]);
       }
       if (wf.children && wf.children.total) rows.push(["Children", wf.children.text]);
+      if (wf.usage) rows.push(["Model usage", usageFacts(wf.usage)]);
       if (wf.last_error) rows.push(["Last error", wf.last_error]);
       if (wf.cancel_requested) rows.push(["Cancel", "requested"]);
       fill(this.facts, ...rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
