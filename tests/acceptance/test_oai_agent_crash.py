@@ -6,7 +6,8 @@ Each workflow's agent makes 6 model calls and 4 tool calls (tests/acceptance/cra
 against a service that does not deduplicate. After a final clean run:
 
 - every workflow ended in ``requested``, by ``request_approval``: never by ``approve``, the
-  approval event the model tried (and was told does not exist);
+  approval event the model tried (and was told does not exist), nor by the payload it tried
+  that the event's schema refuses (a structured refusal, which the model read and went on);
 - tool effects at the service: exactly 4 per workflow, one per tool step key;
 - every model step is done, and the model was asked for it at most as often as the ledger
   counts attempts at it: a model call is asked again only when a kill landed inside it, never
@@ -39,6 +40,7 @@ from tests.acceptance.crash.harness import (
 )
 from tests.acceptance.crash.oai_agent import (
     CHARGES,
+    ILLEGAL,
     MODEL_CALLS,
     TYPE,
     AgentZygote,
@@ -171,6 +173,12 @@ async def test_a_killed_agent_asks_nothing_twice_and_repeats_no_tool(
                     f"[seed {seed}] {wid}: {sorted(steps)}"
                 )
                 assert all(s.status == "done" for s in steps.values()), f"[seed {seed}] {wid}"
+                # The two illegal tries came back to the model as refusals (its next step's
+                # new messages), and it went on.
+                [after] = [s for n, s in models.items() if n.endswith(f".model.{ILLEGAL + 1}")]
+                told = {m.get("tool_call_id"): m["content"] for m in after.result["messages"]}
+                assert "not found" in told[f"call_{ILLEGAL}"], f"[seed {seed}] {wid}: {told}"
+                assert '"invalid_payload"' in told[f"call_{ILLEGAL}_b"], f"[seed {seed}] {told}"
                 for name, step in models.items():
                     n = int(name.split(".")[3])
                     calls = asked[(wid, n)]

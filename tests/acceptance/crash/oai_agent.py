@@ -6,8 +6,9 @@ One state, ``reviewing``, whose handler is :func:`run_agent` on an agent of **6 
 :class:`~tests.acceptance.crash.app.Service` in ``count`` mode: it does NOT deduplicate, so
 exactly once can only come from the ledger and the tool's reconcile hook, which looks the
 step's key up at the service); call 3 tries ``approve``, an approval event the agent is never
-offered (the SDK tells the model the tool does not exist; the workflow must never move on it);
-call 5 fires ``request_approval``, the one legal way out.
+offered (the SDK tells the model the tool does not exist), and ``request_approval`` with a
+payload its schema refuses (a structured refusal); the workflow must never move on either.
+Call 5 fires ``request_approval`` rightly, the one legal way out.
 
 The model is offline and scripted; it appends ``<workflow> <call number> <pid>`` to a log file
 (one ``write(2)``: a SIGKILL cannot tear it) every time it is asked, so the test can compare
@@ -60,7 +61,7 @@ def machine() -> Machine:
         "request_approval",
         payload_schema={
             "type": "object",
-            "properties": {"amount": {"type": "integer"}},
+            "properties": {"amount": {"type": "integer", "minimum": 0}},
             "required": ["amount"],
         },
         roles=["agent"],
@@ -72,11 +73,11 @@ def machine() -> Machine:
     return b.build()
 
 
-def _call(n: int, name: str, args: dict[str, Any]) -> ResponseFunctionToolCall:
+def _call(n: int, name: str, args: dict[str, Any], suffix: str = "") -> ResponseFunctionToolCall:
     return ResponseFunctionToolCall(
         type="function_call",
-        id=f"fc_{n}",
-        call_id=f"call_{n}",
+        id=f"fc_{n}{suffix}",
+        call_id=f"call_{n}{suffix}",
         name=name,
         arguments=json.dumps(args),
     )
@@ -107,19 +108,22 @@ class CrashModel(Model):
         append_line(self.log, f"{_WORKFLOW.get()} {n} {os.getpid()}")
         with self.faults.calling():
             await self.faults.around_call()
-            if n == ILLEGAL + 1:  # the refusal came back: the model reads it and goes on
-                [refusal] = [
-                    i["output"]
+            if n == ILLEGAL + 1:  # both refusals came back: the model reads them, goes on
+                told = {
+                    i["call_id"]: i["output"]
                     for i in input
-                    if isinstance(i, dict)
-                    and i.get("call_id") == f"call_{ILLEGAL}"
-                    and i.get("type") == "function_call_output"
-                ]
-                assert "not found" in refusal, refusal
+                    if isinstance(i, dict) and i.get("type") == "function_call_output"
+                }
+                assert "not found" in told[f"call_{ILLEGAL}"], told
+                refused = json.loads(told[f"call_{ILLEGAL}_b"])
+                assert (refused["accepted"], refused["error"]) == (False, "invalid_payload")
             if n in CHARGES:
                 output = [_call(n, "charge", {"part": CHARGES.index(n) + 1})]
-            elif n == ILLEGAL:
-                output = [_call(n, "approve", {})]
+            elif n == ILLEGAL:  # an approval (never offered) and a payload the schema refuses
+                output = [
+                    _call(n, "approve", {}),
+                    _call(n, "request_approval", {"amount": -AMOUNT}, suffix="_b"),
+                ]
             else:
                 output = [_call(n, "request_approval", {"amount": AMOUNT})]
             await self.faults.around_call()
