@@ -76,7 +76,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
     ) from exc
 
 from statewright.agents.core import AgentSession, NoEventChosen
-from statewright.agents.openai_items import Conversation, dump_response, load_response
+from statewright.agents.openai_items import Conversation, dump_response, load_response, price
 from statewright.agents.usage import Usage
 from statewright.engine.steps import Run
 from statewright.engine.workflow_type import Next, Reconciler
@@ -148,10 +148,12 @@ class DurableModel(Model):
                 prompt=prompt,
             )
             messages = self.conversation.new_messages(system_instructions, input, response)
+            used = response.usage
             usage = Usage(
                 model=self.model_name,
-                input_tokens=response.usage.input_tokens,
-                output_tokens=response.usage.output_tokens,
+                input_tokens=used.input_tokens,
+                output_tokens=used.output_tokens,
+                cost=price(self.model_name, used.input_tokens, used.output_tokens),
             )
             return dump_response(response), messages, usage
 

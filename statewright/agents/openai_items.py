@@ -137,4 +137,19 @@ class Conversation:
         self.seen = (1 if isinstance(input, str) else len(input)) + output_items
 
 
-__all__ = ["Conversation", "dump_response", "load_response", "neutral"]
+def price(model: str, input_tokens: int, output_tokens: int) -> float | None:
+    """The call's cost in USD when it can be told: by ``genai-prices`` (installed with
+    PydanticAI; optional here) for an OpenAI model it knows; None otherwise (unknown, not
+    zero)."""
+    try:
+        import genai_prices
+    except ImportError:
+        return None
+    try:
+        used = genai_prices.Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+        return float(genai_prices.calc_price(used, model, provider_id="openai").total_price)
+    except Exception:  # a model it does not know (LookupError), or usage it cannot price
+        return None
+
+
+__all__ = ["Conversation", "dump_response", "load_response", "neutral", "price"]

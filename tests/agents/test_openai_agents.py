@@ -17,6 +17,7 @@ from agents.retry import ModelRetrySettings
 from statewright import Applied, Engine, MachineBuilder, Next, Run, Worker, WorkflowType
 from statewright.agents.core import NoEventChosen, current_key
 from statewright.agents.openai_agents import dump_response, load_response, run_agent, tool_name
+from statewright.agents.openai_items import price
 from statewright.agents.usage import conversation, totals
 from statewright.definition.machine import Machine
 from statewright.engine.budgets import Budget
@@ -287,6 +288,11 @@ async def test_what_cannot_be_durable_is_refused(opened: Opener) -> None:
     with pytest.raises(InvalidInput, match="needs approval"):
         await run_agent(run, Agent(name="a", model=model, tools=[pay]), "hi")
     assert model.asked == []
+
+
+def test_the_cost_of_a_known_model_and_none_for_an_unknown_one() -> None:
+    assert price("gpt-4o", 1000, 100) == pytest.approx(0.0035)
+    assert price("scripted-1", 1000, 100) is None
 
 
 def test_a_model_response_round_trips_through_json() -> None:
