@@ -351,7 +351,7 @@ def _model_of(agent: Agent[Any], run_config: RunConfig | None) -> tuple[Model, s
     return provider.get_model(name), name
 
 
-def _check_agent(agent: Agent[Any], run_config: RunConfig | None) -> None:
+def _check_agent(agent: Agent[Any]) -> None:
     """Refuse what would run outside the ledger or break its replay."""
     if agent.handoffs:
         raise InvalidInput(
@@ -418,7 +418,7 @@ async def run_agent(
     Returns the chosen ``Next(event, payload)``; when a budget of the type is used up, the
     budget's event (:meth:`AgentSession.budget_next`) without calling the model again.
     """
-    _check_agent(agent, run_config)
+    _check_agent(agent)
     session = AgentSession(run, name=name, roles=roles, events=events)
     offered = session.event_tools()
     names: dict[str, str] = {}  # tool name -> event
