@@ -49,7 +49,7 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "['reserve trip-1:reserve', 'charge trip-1:charge', "
                 "'refund ch_1 as trip-1:undo.charge', 'release room 12']",
             ]
-        if "run_agent" in block:  # a PydanticAI agent in a state
+        if "run_agent" in block and "pydantic_ai" in block:  # a PydanticAI agent in a state
             assert done.stdout.splitlines() == [
                 "awaiting_approval ['$start', 'request_approval']",
                 "agent.v1.model.0",
@@ -84,6 +84,13 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "charged payload.amount > 100 charge 2 5000.0",
             ]
             assert len(done.stdout.splitlines()) == 4, done.stdout
+        if "run_agent" in block and "openai_agents" in block:  # an Agents SDK agent in a state
+            assert done.stdout.splitlines() == [
+                "awaiting_approval",
+                "agent.v1.model.0 120",
+                "agent.v1.tool.call_0.read_order {'order': 'o-1', 'total': 40}",
+                "agent.v1.model.1 120",
+            ]
         if "hello-ada" in block:
             assert done.stdout.splitlines()[0] == "awaiting_approval"
             assert "approval_granted awaiting_approval -> sent by grace" in done.stdout
