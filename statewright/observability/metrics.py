@@ -10,7 +10,8 @@ is the name of a type registered with the engine, a state or event label one tha
 declares (or the engine's own ``$start``), and anything else (a refused event name nobody
 declared, a type this process does not know) counts under the one value :data:`UNKNOWN`. So
 hostile input cannot grow the exposition (each new label set is a series a scraper keeps).
-Step names come from handler code, not from the machine: the first :data:`MAX_STEP_NAMES` of
+Step names come from handler code, not from the machine: each is shaped first (visit and call
+numbers dropped, :func:`step_shape`), then the first :data:`MAX_STEP_NAMES` shapes of
 each machine are kept, later ones count as :data:`UNKNOWN` (the step histogram and the
 failures counter share that list; a handler failure that ran no step has an empty step label).
 The workflow gauge's labels come from stored rows, which only an engine that has the type
@@ -110,7 +111,7 @@ class _Names:
         return step
 
 
-_NUMBERED = re.compile(r"\.v?\d+(?:-\d+)*(?=\.|$)|_v\d+$")
+_NUMBERED = re.compile(r"\.v?\d+(?:-\d+)*(?=\.|$)|_v\d+$|(?<=\.tool)\.[^.]+(?=\.[^.]+$)")
 
 
 def step_shape(step: str) -> str:
@@ -118,7 +119,9 @@ def step_shape(step: str) -> str:
     visit (``.v12``, ``_v12``) and ordinal (``.3``, ``.0-1``) parts of names like an agent's
     ``reviewer.v12.model.3`` or ``reviewer.v12.tool.0-1.read_order``, a wait's ``$wait.v4.0``
     or ``ask_approver_v5`` are dropped (``reviewer.model``, ``reviewer.tool.read_order``,
-    ``$wait``, ``ask_approver``), so a label names the kind of step, not each call of it."""
+    ``$wait``, ``ask_approver``), and so is the model's call id in an agent's tool step
+    (``agent.v3.tool.call_Xy7.lookup`` is ``agent.tool.lookup``), so a label names the kind of
+    step, not each call of it."""
     return _NUMBERED.sub("", step) or step
 
 
