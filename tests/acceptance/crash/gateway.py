@@ -44,7 +44,9 @@ class ModelGateway:
 
 
 def reconciled(journal: Path) -> int:
-    """Lookups of the journal that found a response (each a model call reconciled)."""
+    """The model steps a lookup of the journal found a response for (each a call cut after it
+    answered, reconciled; a step asked twice, a kill cutting its reconcile, counts once)."""
     if not journal.exists():
         return 0
-    return sum(1 for line in journal.read_text().splitlines() if line.endswith(" Applied"))
+    lines = journal.read_text().splitlines()
+    return len({line.split()[0] for line in lines if line.endswith(" Applied")})
