@@ -209,6 +209,15 @@ def order_never_cancelled_after_charging(row: WorkflowRow) -> None:
         assert "charge_id" not in row.context, row
 
 
+def refund_agent_pays_only_after_approval(row: WorkflowRow) -> None:
+    # The agent may only request approval; the payout runs in `running` only after a
+    # request, and `paused` goes back to `running` only on an approver's grant.
+    if "payout_id" in row.context:
+        assert "approval_requested" in row.context, row
+    if row.state == "done":
+        assert "payout_id" in row.context, row
+
+
 # (example, type factory, sample inputs, roles that send external events (None: every
 # event, webhooks and operators included), invariant)
 ExampleCase = tuple[str, str, str, tuple[str, ...] | None, Callable[[WorkflowRow], None]]
@@ -226,6 +235,13 @@ EXAMPLE_CASES: list[ExampleCase] = [
         "SAMPLE_ORDERS",
         None,
         order_never_cancelled_after_charging,
+    ),
+    (
+        "refund_agent",
+        "refund_agent_type",
+        "SAMPLE_REQUESTS",
+        ("approver",),
+        refund_agent_pays_only_after_approval,
     ),
 ]
 
