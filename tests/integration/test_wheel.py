@@ -289,3 +289,60 @@ async def test_mcp_over_stdio_lists_tools(installed: Installed, tmp_path: Path) 
                 tools = {t.name for t in (await session.list_tools()).tools}
     assert {"get_workflow_state", "list_workflows", "start_workflow"} <= tools, tools
     assert any(t.startswith("order_fulfilment__") for t in tools), tools
+
+
+def test_extras_are_the_readmes(installed: Installed) -> None:
+    """The wheel's extras are the ones the README's table lists, and each brings its package."""
+    import tomllib
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = set(declared["optional-dependencies"])
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## Installing the package") :].split("\n## ", 1)[0]
+    assert set(re.findall(r"^\| `([a-z-]+)` \|", table, flags=re.MULTILINE)) == extras
+    with zipfile.ZipFile(installed.wheel) as wheel:
+        (meta,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = wheel.read(meta).decode()
+    for extra, needs in {
+        "postgres": "psycopg-pool",
+        "otel": "opentelemetry-sdk",
+        "testing": "hypothesis",
+        "pydantic-ai": "pydantic-ai-slim",
+        "openai-agents": "openai-agents",
+    }.items():
+        assert f"Provides-Extra: {extra}" in metadata
+        assert re.search(rf"^Requires-Dist: {needs}\b.*extra == '{extra}'", metadata, re.M), extra
+    assert "Provides-Extra: all" in metadata
+
+
+def test_testing_extra_brings_check_machine(installed: Installed, tmp_path: Path) -> None:
+    """Without the ``testing`` extra ``check_machine`` names it; with it, the README's
+    ``check_machine`` block runs. (Last in this module: it adds the extra to the venv.)"""
+
+    def python(code: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [installed.python, "-c", code],
+            cwd=installed.cwd,
+            env=installed.env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+
+    bare = python("from statewright.testing import check_machine")
+    assert bare.returncode == 1
+    assert "pip install 'statewright[testing]'" in bare.stderr, bare.stderr
+    proc = subprocess.run(
+        [_uv(), "pip", "install", "--quiet", "--python", installed.python,
+         f"{installed.wheel}[testing]"],
+        env=installed.env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    _check(proc, "uv pip install the wheel with [testing]")
+    readme = (ROOT / "README.md").read_text()
+    (block,) = [
+        b
+        for b in re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+        if "check_machine(" in b and "from hypothesis import settings" in b
+    ]
+    out = _check(python(block), "the README's check_machine block")
+    assert "submitted --approve--> paying --paid_out--> paid" in out
