@@ -248,11 +248,18 @@ def test_serve_answers_and_stops(
     with httpx.Client(base_url=url, timeout=10.0, follow_redirects=True) as client:
         ready = client.get("/ready")
         assert ready.status_code == 200 and ready.json()["status"] == "ok"
-        # The dashboard and the API docs page, from the package's static files.
+        # The dashboard and the API docs pages, from the package's static files.
         page = client.get("/")
         assert page.status_code == 200 and "<html" in page.text.lower()
-        for asset in re.findall(r'(?:src|href)="(/[^"]+\.(?:js|css|svg))"', page.text):
-            assert client.get(asset).status_code == 200, asset
+        assets = re.findall(r'(?:src|href)="([^"#]+\.(?:js|css|svg))"', page.text)
+        assert len(assets) >= 3, page.text
+        for asset in assets:
+            assert client.get(page.url.join(asset)).status_code == 200, asset
+        for docs in ("/docs", "/redoc"):
+            html = client.get(docs)
+            assert html.status_code == 200, docs
+            for asset in re.findall(r'(?:src|href)="(/[^"]+\.(?:js|css))"', html.text):
+                assert client.get(asset).status_code == 200, asset
         assert client.get("/openapi.json").status_code == 200
     # uvicorn shuts down gracefully, then re-raises the signal (as tests/http/test_stream.py).
     _stop(proc, log, codes=(0, -signal.SIGTERM))
