@@ -1,13 +1,14 @@
 """The built wheel, installed in a fresh virtualenv, runs its commands with no checkout.
 
-Once per module: ``uv build --wheel`` from this checkout, ``uv venv`` with Python 3.11 in a
-temporary folder, ``uv pip install`` of the wheel (its dependencies from the package index,
-through uv's cache). Then, from a folder outside the checkout and with no ``PYTHONPATH``, the
-installed console script runs ``demo`` (the examples and their fake services come from the
-wheel), ``serve`` (``/ready``, the dashboard and its static files, stopped by SIGTERM),
-``worker`` (started and stopped by SIGTERM) and ``mcp`` (the SDK's client over stdio
-initializes and lists the tools). Nothing here skips: a missing uv, Python 3.11 or network
-fails the test, as an unusable wheel would.
+Once per module: ``uv build`` from this checkout (the sdist, then the wheel built from it),
+``uv venv`` with Python 3.11 in a temporary folder, ``uv pip install`` of the wheel (its
+dependencies from the package index, through uv's cache). Then, from a folder outside the
+checkout and with no ``PYTHONPATH``, the installed console script runs ``demo`` (the examples
+and their fake services come from the wheel), ``serve`` (``/ready``, the dashboard, ``/docs``
+and their static files; stopped by SIGTERM), ``worker`` (started and stopped by SIGTERM) and
+``mcp`` (the SDK's client over stdio initializes and lists the tools); the extras are the
+README's, and ``testing`` brings ``check_machine``. Nothing here skips: a missing uv, Python
+3.11 or network fails the test, as an unusable wheel would.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 import zipfile
 from collections.abc import Iterator
@@ -42,6 +44,7 @@ DEMO_FILES = {"order_fulfilment.py", "refund_approval.py", "fake_services.py"}
 class Installed:
     """A fresh virtualenv with the wheel installed, and a folder outside the checkout."""
 
+    sdist: Path
     wheel: Path
     venv: Path
     cwd: Path
@@ -112,14 +115,16 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
         )
         return _check(proc, f"uv {' '.join(args)}")
 
-    uv_run("build", "--wheel", "--out-dir", str(dist), str(ROOT))
+    # The sdist, then the wheel built from it (as pip builds one from an sdist).
+    uv_run("build", "--out-dir", str(dist), str(ROOT))
     (wheel,) = dist.glob("statewright-*.whl")
+    (sdist,) = dist.glob("statewright-*.tar.gz")
     venv = base / "venv"
     uv_run("venv", "--quiet", "--python", "3.11", str(venv))
     uv_run("pip", "install", "--quiet", "--python", str(venv / "bin" / "python"), str(wheel))
     cwd = base / "elsewhere"
     cwd.mkdir()
-    return Installed(wheel, venv, cwd, env)
+    return Installed(sdist, wheel, venv, cwd, env)
 
 
 def test_wheel_carries_what_the_commands_read(installed: Installed) -> None:
@@ -138,6 +143,10 @@ def test_wheel_carries_what_the_commands_read(installed: Installed) -> None:
         assert needed in names
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert not [n for n in names if n.startswith(("tests/", "examples/", "bench/"))]
+    with tarfile.open(installed.sdist) as sdist:
+        top = {Path(n).parts[1] for n in sdist.getnames() if len(Path(n).parts) > 1}
+    assert {"statewright", "examples", "pyproject.toml", "README.md"} <= top, top
+    assert not top & {".hypothesis", ".statewright", ".venv", "dist"}, top
 
 
 def test_installed_package_is_the_wheel(installed: Installed) -> None:
