@@ -421,3 +421,26 @@ def test_the_readme_fixture_example_passes_under_pytest_with_the_installed_plugi
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
+
+
+def test_without_hypothesis_the_error_names_the_extra(tmp_path: Path) -> None:
+    """Without hypothesis installed, the pure helpers still import, and ``check_machine``
+    says which extra brings it (a fresh interpreter: this one has imported hypothesis)."""
+    import subprocess
+
+    code = (
+        "import sys; sys.modules['hypothesis'] = None\n"
+        "from statewright.testing import transition_cover, memory_engine\n"
+        "try:\n"
+        "    from statewright.testing import check_machine\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    print(exc.name, exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "hypothesis statewright.testing.check_machine needs hypothesis: "
+        "pip install 'statewright[testing]'"
+    )
