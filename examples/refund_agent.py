@@ -46,6 +46,7 @@ from statewright.engine.budgets import Budget
 HERE = Path(__file__).resolve()
 REFUND_ID = "refund-agent-1"
 REQUEST = {"order_id": "order-1003", "reason": "arrived damaged"}
+SAMPLE_REQUESTS = {REFUND_ID: REQUEST}
 ORDERS = {
     "order-1003": {"amount_cents": 8_900, "customer": "ada@example.com", "delivered": True},
 }

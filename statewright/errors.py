@@ -365,6 +365,15 @@ class CompensationNotFound(FatalError):
         self.details.update(step=step, name=name)
 
 
+class NoEventChosen(FatalError):
+    """An agent finished without choosing one of the state's events.
+
+    Fatal: a re-run replays the same stored responses and ends the same way. An adapter's
+    ``on_no_event`` names an event to fire instead (see :mod:`statewright.agents`)."""
+
+    code = "no_event_chosen"
+
+
 class BudgetExceeded(StatewrightError):
     """A budget of the workflow's type is reached: the model is not called again, and the
     handler's outcome is the budget's event."""

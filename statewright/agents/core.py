@@ -42,6 +42,7 @@ from statewright.errors import (
     IllegalTransition,
     InvalidInput,
     InvalidPayload,
+    NoEventChosen,
     StatewrightError,
 )
 from statewright.types import JSON
@@ -81,15 +82,6 @@ class EventTool:
     description: str
     parameters: JSON
     """A JSON Schema of the event's payload (an object)."""
-
-
-class NoEventChosen(FatalError):
-    """The agent finished without choosing one of the state's events.
-
-    Fatal: a re-run replays the same stored responses and ends the same way. An adapter's
-    ``on_no_event`` names an event to fire instead."""
-
-    code = "no_event_chosen"
 
 
 class AgentSession:

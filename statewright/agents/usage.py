@@ -6,40 +6,7 @@ below the agents use it too (views, budgets, metrics); this is its name for adap
 
 from __future__ import annotations
 
-from statewright.engine.llm_usage import (
-    LLM_KEY,
-    ROLES,
-    Totals,
-    Usage,
-    check_budgets,
-    conversation,
-    envelope,
-    model_records,
-    model_steps,
-    observe,
-    report,
-    sum_usage,
-    totals,
-    usage_of,
-    usage_report,
-    with_pending,
-)
+from statewright.engine import llm_usage as _impl
+from statewright.engine.llm_usage import *  # noqa: F403  # the same names, listed once there
 
-__all__ = [
-    "LLM_KEY",
-    "ROLES",
-    "Totals",
-    "Usage",
-    "check_budgets",
-    "conversation",
-    "envelope",
-    "model_records",
-    "model_steps",
-    "observe",
-    "report",
-    "sum_usage",
-    "totals",
-    "usage_of",
-    "usage_report",
-    "with_pending",
-]
+__all__ = list(_impl.__all__)

@@ -55,13 +55,21 @@ class DemoFiles:
 
 
 def _examples_dir(given: Path | None) -> Path:
-    folder = given or Path(__file__).resolve().parents[2] / "examples"
-    if not (folder / "order_fulfilment.py").is_file():
+    """The folder holding ``order_fulfilment.py`` and its siblings.
+
+    By default the copy the wheel installs under the package (``statewright/_examples``,
+    see ``pyproject.toml``), else the ``examples/`` of the checkout this package runs from.
+    """
+    package = Path(__file__).resolve().parents[1]
+    if given is None:
+        installed = package / "_examples"
+        given = installed if installed.is_dir() else package.parent / "examples"
+    if not (given / "order_fulfilment.py").is_file():
         raise InvalidInput(
-            f"the examples are not in {str(folder)!r}: pass --examples with the examples/ "
+            f"the examples are not in {str(given)!r}: pass --examples with the examples/ "
             "folder of a statewright checkout"
         )
-    return folder
+    return given
 
 
 def _db_file(db: str | None) -> Path:
@@ -111,7 +119,7 @@ def demo(
         typer.Option(
             envvar="STATEWRIGHT_EXAMPLES",
             show_envvar=True,
-            help="The examples/ folder (default: the checkout's).",
+            help="The examples/ folder (default: the installed copy, or the checkout's).",
         ),
     ] = None,
 ) -> None:

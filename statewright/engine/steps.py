@@ -567,7 +567,7 @@ class Run:
         written now (a wait's deadline must be durable before the run suspends on it)."""
         with tracecontext.step_span(self.workflow, name, self.key(name)):
             result = await self._step(name, action, True, None, None)
-        await self.ledger.flush()
+        await self._ready()  # writes the pending done record, as before any store call
         return result
 
 

@@ -53,15 +53,18 @@ _MODEL = {
 def __getattr__(name: str) -> Any:
     # The hypothesis-based helpers load on first use: importing statewright.testing (the
     # pytest plugin does, in every session) must not need hypothesis.
-    if name in _MODEL:
-        from statewright.testing import model
-
-        return getattr(model, name)
-    if name == "check_cover":
-        from statewright.testing import cover
-
-        return cover.check_cover
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _MODEL and name != "check_cover":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        from statewright.testing import cover, model
+    except ModuleNotFoundError as exc:
+        if exc.name != "hypothesis":
+            raise
+        raise ModuleNotFoundError(
+            f"statewright.testing.{name} needs hypothesis: pip install 'statewright[testing]'",
+            name=exc.name,
+        ) from exc
+    return cover.check_cover if name == "check_cover" else getattr(model, name)
 
 
 __all__ = [

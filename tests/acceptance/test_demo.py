@@ -83,3 +83,13 @@ def test_demo_never_wipes_a_database_that_is_not_a_demo(tmp_path: Path) -> None:
     assert done.stderr.startswith("error[invalid_input]: ")
     assert "holds other workflows (agent_task)" in done.stderr
     assert db.exists()
+
+
+def test_demo_refuses_a_folder_without_the_examples(tmp_path: Path) -> None:
+    """``--examples`` names the folder; one without the examples is refused, nothing written.
+    (Without it, the demo runs the copy installed with the package, else the checkout's:
+    tests/integration/test_wheel.py runs it from an installed wheel.)"""
+    done = demo("--examples", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error[invalid_input]: the examples are not in '{tmp_path}'")
+    assert not (tmp_path / ".statewright").exists()

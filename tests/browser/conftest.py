@@ -41,6 +41,7 @@ APPS = [
     Path(__file__).with_name("payment.yaml"),
     ROOT / "tests" / "family_app.py",
     ROOT / "tests" / "agents_app.py",
+    ROOT / "examples" / "refund_agent.py",
 ]
 START_TIMEOUT = 60.0
 """A hang, not a slow start: `serve` imports for seconds on a busy 2-core machine."""

@@ -209,6 +209,15 @@ def order_never_cancelled_after_charging(row: WorkflowRow) -> None:
         assert "charge_id" not in row.context, row
 
 
+def refund_agent_pays_only_after_approval(row: WorkflowRow) -> None:
+    # The agent may only request approval; the payout runs in `running` only after a
+    # request, and `paused` goes back to `running` only on an approver's grant.
+    if "payout_id" in row.context:
+        assert "approval_requested" in row.context, row
+    if row.state == "done":
+        assert "payout_id" in row.context, row
+
+
 # (example, type factory, sample inputs, roles that send external events (None: every
 # event, webhooks and operators included), invariant)
 ExampleCase = tuple[str, str, str, tuple[str, ...] | None, Callable[[WorkflowRow], None]]
@@ -226,6 +235,13 @@ EXAMPLE_CASES: list[ExampleCase] = [
         "SAMPLE_ORDERS",
         None,
         order_never_cancelled_after_charging,
+    ),
+    (
+        "refund_agent",
+        "refund_agent_type",
+        "SAMPLE_REQUESTS",
+        ("approver",),
+        refund_agent_pays_only_after_approval,
     ),
 ]
 
@@ -405,3 +421,26 @@ def test_the_readme_fixture_example_passes_under_pytest_with_the_installed_plugi
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
+
+
+def test_without_hypothesis_the_error_names_the_extra(tmp_path: Path) -> None:
+    """Without hypothesis installed, the pure helpers still import, and ``check_machine``
+    says which extra brings it (a fresh interpreter: this one has imported hypothesis)."""
+    import subprocess
+
+    code = (
+        "import sys; sys.modules['hypothesis'] = None\n"
+        "from statewright.testing import transition_cover, memory_engine\n"
+        "try:\n"
+        "    from statewright.testing import check_machine\n"
+        "except ModuleNotFoundError as exc:\n"
+        "    print(exc.name, exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == (
+        "hypothesis statewright.testing.check_machine needs hypothesis: "
+        "pip install 'statewright[testing]'"
+    )
