@@ -35,7 +35,7 @@ from statewright.engine import llm_usage as usage
 from statewright.engine.ledger import StepKey
 from statewright.engine.llm_usage import Usage
 from statewright.engine.steps import Run
-from statewright.engine.workflow_type import Next, Reconciler
+from statewright.engine.workflow_type import Applied, Next, NotApplied, Reconciler
 from statewright.errors import (
     BudgetExceeded,
     FatalError,
@@ -50,6 +50,11 @@ from statewright.types import JSON
 ModelCall = Callable[[], Awaitable[tuple[JSON, list[JSON], Usage]]]
 """A fresh model call: returns (the serialised response, its new neutral messages, usage)."""
 
+ModelReconcile = Callable[[str], Awaitable[tuple[JSON, list[JSON], Usage] | None]]
+"""An adapter's reconcile of a model call whose outcome is unknown (see
+:meth:`AgentSession.model_call`): given the step's key, the response a gateway recorded for it,
+in :data:`ModelCall`'s form, or None when it has none (the model is asked again)."""
+
 _KEY: contextvars.ContextVar[StepKey | None] = contextvars.ContextVar(
     "statewright_agent_step_key", default=None
 )
@@ -63,8 +68,9 @@ ANY_OBJECT: dict[str, Any] = {"type": "object", "additionalProperties": True}
 
 
 def current_key() -> StepKey | None:
-    """The key of the tool step running now (None outside one): a ``str`` to send as the
-    external system's idempotency key, carrying the claim's fencing token."""
+    """The key of the tool or model step running now (None outside one): a ``str`` to send
+    as the external system's idempotency key (a tool's service, a model gateway that records
+    responses), carrying the claim's fencing token."""
     return _KEY.get()
 
 
@@ -124,15 +130,29 @@ class AgentSession:
 
     # -- model calls ----------------------------------------------------------------------------
 
-    async def model_call(self, call: ModelCall) -> JSON:
+    async def model_call(
+        self, call: ModelCall, *, reconcile: ModelReconcile | None = None
+    ) -> JSON:
         """Run one model call as a durable step and return its serialised response.
 
         The ordinal of the response in this session names the step (a failed call asked
         again is the same step, its next attempt). A step already done returns its
         stored response (no budget check, no call). Otherwise the type's budgets are checked
         first (:class:`BudgetExceeded` when one is used up: the model is not called), then the
-        call runs as a step ``safe_to_repeat`` (a call cut by a crash is asked again: nothing
-        but tokens was spent) whose stored result is the usage envelope.
+        call runs as a step ``safe_to_repeat`` whose stored result is the usage envelope;
+        while it runs :func:`current_key` is the step's key (a model client or gateway can send
+        it as an idempotency key).
+
+        A call whose outcome is unknown (cut by a crash, the step found *executing*) is first
+        reconciled: the adapter asks the user's hook for the response recorded under the
+        step's key; one found becomes the step's result (:class:`Applied`, the same envelope a
+        fresh call builds), the model not asked again. Without a hook, or when it has none, the
+        call is asked again (:class:`NotApplied`): nothing but tokens was spent.
+
+        Usage metrics (:func:`~statewright.engine.llm_usage.observe`) count a response once,
+        in the run that records it in the ledger: a fresh one, or one reconciled (billed by the
+        call a crash cut, whose run died before recording it); never one read back from the
+        ledger.
         """
         index = self._model_index
         name = self.step_name("model", index)
@@ -142,11 +162,11 @@ class AgentSession:
             self._model_index += 1
             return _response(found.result)
         await usage.check_budgets(run)  # BudgetExceeded: the model is not called
-        fresh: list[Usage] = []
+        recorded: list[Usage] = []
 
-        async def action(key: StepKey) -> JSON:
-            response, messages, used = await call()
-            fresh.append(used)
+        def wrap(got: tuple[JSON, list[JSON], Usage]) -> JSON:
+            response, messages, used = got
+            recorded.append(used)
             return usage.envelope(
                 used,
                 agent=self.name,
@@ -156,12 +176,28 @@ class AgentSession:
                 messages=messages,
             )
 
+        async def action(key: StepKey) -> JSON:
+            token = _KEY.set(key)
+            try:
+                return wrap(await call())
+            finally:
+                _KEY.reset(token)
+
+        verdict: Reconciler | None = None
+        if reconcile is not None:
+            ask = reconcile
+
+            async def found_response(key: str) -> Applied | NotApplied:
+                got = await ask(key)
+                return NotApplied() if got is None else Applied(wrap(got))
+
+            verdict = found_response
         # Only a response moves the ordinal on: a call that failed and is asked again (by the
         # framework's retry) is the same step, so step n is always the n-th response.
-        result = await run.step(name, action, safe_to_repeat=True)
+        result = await run.step(name, action, safe_to_repeat=True, reconcile=verdict)
         self._model_index += 1
-        if fresh:
-            usage.observe(run, fresh[-1])
+        if recorded:
+            usage.observe(run, recorded[-1])
         return _response(result)
 
     def budget_next(self, exc: BudgetExceeded) -> Next:
@@ -287,6 +323,45 @@ class AgentSession:
         }
 
 
+async def call_hook(hook: Callable[[str], Any], key: str) -> Any:
+    """Call a user's hook (``async def`` or plain, which runs in a thread with the caller's
+    context) with ``key``; await what it returns when that is awaitable."""
+    if inspect.iscoroutinefunction(hook):
+        result = await hook(key)
+    else:
+        result = await asyncio.to_thread(hook, key)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+def reconciler(
+    hook: Callable[[str], Any] | None,
+    made: Callable[[Any], tuple[JSON, list[JSON], Usage]],
+    kind: type,
+    what: str,
+) -> ModelReconcile | None:
+    """An adapter's :data:`ModelReconcile` from the user's ``model_reconcile(key)`` hook
+    (sync or async): the framework response it found (an instance of ``kind``, named ``what`` in
+    the error) made into a step's result by ``made``, as a fresh one is; None when it found
+    none. A hook returning anything else fails the step's reconcile with InvalidInput."""
+    if hook is None:
+        return None
+    ask = hook
+
+    async def recorded(key: str) -> tuple[JSON, list[JSON], Usage] | None:
+        found = await call_hook(ask, key)
+        if found is None:
+            return None
+        if not isinstance(found, kind):
+            raise InvalidInput(
+                f"model_reconcile returned {type(found).__name__}, not {what} or None"
+            )
+        return made(found)
+
+    return recorded
+
+
 def _response(result: Any) -> JSON:
     if not isinstance(result, dict) or "response" not in result:
         raise FatalError(f"a model step's stored result is not a model envelope: {result!r:.200}")
@@ -300,7 +375,10 @@ __all__ = [
     "BudgetExceeded",
     "EventTool",
     "ModelCall",
+    "ModelReconcile",
     "NoEventChosen",
     "Usage",
+    "call_hook",
     "current_key",
+    "reconciler",
 ]

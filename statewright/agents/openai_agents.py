@@ -6,7 +6,9 @@
   wrapped in :class:`DurableModel`, whose ``get_response`` stores the whole ``ModelResponse``
   (output items, usage, ids) as JSON with the call's usage and new messages. When the handler
   runs again after a crash, the SDK's loop runs again from its start and every call already
-  answered gets its stored response back: the model is not asked again;
+  answered gets its stored response back: the model is not asked again. A call a crash cut
+  is asked again, unless ``model_reconcile`` finds the response a model gateway recorded under
+  the step's key (:func:`statewright.agents.core.current_key`, set during the call);
 - **each function tool call is a durable step** (:meth:`AgentSession.tool_call`, named by the
   tool and the model's call id, which the stored response keeps stable): a completed tool is
   not run again; the tool reads its step key with :func:`statewright.agents.core.current_key`
@@ -75,7 +77,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
         "pip install 'statewright[openai-agents]'"
     ) from exc
 
-from statewright.agents.core import AgentSession, NoEventChosen
+from statewright.agents.core import AgentSession, NoEventChosen, reconciler
 from statewright.agents.openai_items import Conversation, dump_response, load_response, price
 from statewright.agents.usage import Usage
 from statewright.engine.steps import Run
@@ -113,10 +115,12 @@ class DurableModel(Model):
         model_name: str,
         *,
         failures: list[BaseException],
+        reconcile: ModelReconcileHook | None = None,
     ) -> None:
         self.session = session
         self.model = model
         self.model_name = model_name
+        self.reconcile = reconcile
         self.conversation = Conversation()
         self.failures = failures
 
@@ -134,6 +138,17 @@ class DurableModel(Model):
         conversation_id: str | None,
         prompt: Any,
     ) -> ModelResponse:
+        def made(response: ModelResponse) -> tuple[JSON, list[JSON], Usage]:
+            messages = self.conversation.new_messages(system_instructions, input, response)
+            used = response.usage
+            usage = Usage(
+                model=self.model_name,
+                input_tokens=used.input_tokens,
+                output_tokens=used.output_tokens,
+                cost=price(self.model_name, used.input_tokens, used.output_tokens),
+            )
+            return dump_response(response), messages, usage
+
         async def call() -> tuple[JSON, list[JSON], Usage]:
             response = await self.model.get_response(
                 system_instructions,
@@ -147,18 +162,11 @@ class DurableModel(Model):
                 conversation_id=conversation_id,
                 prompt=prompt,
             )
-            messages = self.conversation.new_messages(system_instructions, input, response)
-            used = response.usage
-            usage = Usage(
-                model=self.model_name,
-                input_tokens=used.input_tokens,
-                output_tokens=used.output_tokens,
-                cost=price(self.model_name, used.input_tokens, used.output_tokens),
-            )
-            return dump_response(response), messages, usage
+            return made(response)
 
+        reconcile = reconciler(self.reconcile, made, ModelResponse, "an agents.ModelResponse")
         try:
-            stored = await self.session.model_call(call)
+            stored = await self.session.model_call(call, reconcile=reconcile)
         except BaseException as exc:
             self.failures.append(exc)
             raise
@@ -171,6 +179,11 @@ class DurableModel(Model):
             "a durable model call is not streamed: run the agent with run_agent "
             "(Runner.run), not Runner.run_streamed"
         )
+
+
+ModelReconcileHook = Callable[[str], Awaitable[ModelResponse | None] | ModelResponse | None]
+"""``model_reconcile(key) -> agents.ModelResponse | None``: the response recorded for a model
+step's key (see :func:`run_agent`)."""
 
 
 # -- tools ---------------------------------------------------------------------------------------
@@ -390,6 +403,7 @@ async def run_agent(
     safe_to_repeat: Iterable[str] = (),
     reconcilers: Mapping[str, Reconciler] | None = None,
     on_no_event: str | None = None,
+    model_reconcile: ModelReconcileHook | None = None,
 ) -> Next:
     """Run ``agent`` on ``input`` as this state's handler (``Runner.run`` under the hood) and
     return the event it chose, as the handler's :class:`Next`.
@@ -414,6 +428,13 @@ async def run_agent(
             its schema takes it, when the agent finishes without choosing one; None (the
             default) raises :class:`NoEventChosen` (fatal: a re-run would replay the same
             answers and end the same way).
+        model_reconcile: ``model_reconcile(key) -> agents.ModelResponse | None`` (sync or
+            async), asked for a model call a crash cut (its step found *executing*): the
+            response recorded for the step's key, which the call sent along
+            (:func:`~statewright.agents.core.current_key`, readable by the model client), or
+            None. A response found is the step's result, and the model is not asked again. A
+            real deployment plugs in its model gateway or proxy that records responses by
+            idempotency key; without one (None) a cut call is asked again.
 
     Returns the chosen ``Next(event, payload)``; when a budget of the type is used up, the
     budget's event (:meth:`AgentSession.budget_next`) without calling the model again.
@@ -451,7 +472,9 @@ async def run_agent(
         for name, t in zip(names, offered, strict=True)
     ]
     bound = agent.clone(
-        model=DurableModel(session, model, model_name, failures=failures),
+        model=DurableModel(
+            session, model, model_name, failures=failures, reconcile=model_reconcile
+        ),
         tools=tools,
         tool_use_behavior=_stop_when_chosen(session, event_names, agent.tool_use_behavior),
     )

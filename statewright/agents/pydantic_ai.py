@@ -5,7 +5,9 @@ model is wrapped so that each request is a durable step, and its toolsets so tha
 call is one (:class:`~statewright.agents.core.AgentSession`). After a crash the handler runs
 again from its start: the agent loop replays, every completed model response and tool result
 comes back from the ledger (the model is not asked again, no tool effect repeats), and the
-conversation is rebuilt from them as it was.
+conversation is rebuilt from them as it was. A request a crash cut (its step left *executing*)
+is asked again, unless ``model_reconcile`` finds the response a model gateway recorded under
+the step's key (:func:`~statewright.agents.core.current_key`, set during the request).
 
 What is new is the state: the workflow's events that leave the state, and that the agent's
 roles may fire (approval events never), are offered to the model as tools typed from their
@@ -41,7 +43,7 @@ that JSON form. ``ModelRetry`` from a tool is stored too, and raised again on re
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,12 +80,16 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in the t
         "statewright.agents.pydantic_ai needs PydanticAI: pip install 'statewright[pydantic-ai]'"
     ) from exc
 
-from statewright.agents.core import AgentSession, NoEventChosen
+from statewright.agents.core import AgentSession, NoEventChosen, reconciler
 from statewright.engine.llm_usage import Usage
 from statewright.engine.steps import Run
 from statewright.engine.workflow_type import Next, Reconciler
 from statewright.errors import BudgetExceeded, InvalidInput, InvalidPayload
 from statewright.types import JSON
+
+ModelReconcileHook = Callable[[str], Awaitable[ModelResponse | None] | ModelResponse | None]
+"""``model_reconcile(key) -> ModelResponse | None``: the response recorded for a model step's
+key (see :class:`StatewrightAgent`)."""
 
 RETRY_KEY = "$model_retry"
 """A tool step's stored result when the tool raised ``ModelRetry`` (its message)."""
@@ -111,6 +117,13 @@ class StatewrightAgent:
         tools: per-tool step options, by tool name.
         on_no_event: the event to fire when the agent ends without choosing one (None:
             :class:`NoEventChosen`).
+        model_reconcile: ``model_reconcile(key) -> ModelResponse | None`` (sync or async),
+            asked for a model call a crash cut (its step found *executing*): the response a
+            gateway recorded for the step's key, which the model call sent along
+            (:func:`~statewright.agents.core.current_key`), or None. A response found is the
+            step's result, as if the call had returned it, and the model is not asked again.
+            A real deployment plugs in its model gateway or proxy that records responses by
+            idempotency key; without one (None, the default) a cut call is asked again.
     """
 
     agent: Agent[Any, Any]
@@ -119,6 +132,7 @@ class StatewrightAgent:
     events: Sequence[str] | None = None
     tools: Mapping[str, ToolOptions] = field(default_factory=dict)
     on_no_event: str | None = None
+    model_reconcile: ModelReconcileHook | None = None
 
     async def run(
         self,
@@ -133,7 +147,7 @@ class StatewrightAgent:
         """Run the agent on ``prompt`` in ``run``'s state; return the event it chose."""
         session = AgentSession(run, name=self.name, roles=self.roles, events=self.events)
         base = infer_model(model if model is not None else _agent_model(self.agent))
-        durable = _DurableModel(base, session)
+        durable = _DurableModel(base, session, self.model_reconcile)
         toolsets: list[AbstractToolset[Any]] = [
             _DurableToolset(ts, session, durable, self.tools) for ts in self.agent.toolsets
         ]
@@ -196,12 +210,15 @@ async def run_agent(
     events: Sequence[str] | None = None,
     tools: Mapping[str, ToolOptions] | None = None,
     on_no_event: str | None = None,
+    model_reconcile: ModelReconcileHook | None = None,
     deps: Any = None,
     **options: Any,
 ) -> Next:
     """Run ``agent`` on ``prompt`` in ``run``'s state: :meth:`StatewrightAgent.run` in one
     call."""
-    wrapped = StatewrightAgent(agent, name, roles, events, tools or {}, on_no_event)
+    wrapped = StatewrightAgent(
+        agent, name, roles, events, tools or {}, on_no_event, model_reconcile
+    )
     return await wrapped.run(run, prompt, deps=deps, **options)
 
 
@@ -211,9 +228,15 @@ async def run_agent(
 class _DurableModel(WrapperModel):
     """The agent's model, each request a durable step of the session."""
 
-    def __init__(self, wrapped: Model, session: AgentSession) -> None:
+    def __init__(
+        self,
+        wrapped: Model,
+        session: AgentSession,
+        reconcile: ModelReconcileHook | None = None,
+    ) -> None:
         super().__init__(wrapped)
         self.session = session
+        self.reconcile = reconcile
         self.seen = 0
         """Messages of the history already stored with an earlier model step."""
         self.call_ids: dict[str, str] = {}
@@ -228,13 +251,16 @@ class _DurableModel(WrapperModel):
     ) -> ModelResponse:
         new = messages[self.seen :]
 
-        async def call() -> tuple[JSON, list[JSON], Usage]:
-            response = await self.wrapped.request(
-                messages, model_settings, model_request_parameters
-            )
+        def made(response: ModelResponse) -> tuple[JSON, list[JSON], Usage]:
             return _dump(response), neutral([*new, response]), _usage(response, self.wrapped)
 
-        stored = await self.session.model_call(call)
+        async def call() -> tuple[JSON, list[JSON], Usage]:
+            return made(
+                await self.wrapped.request(messages, model_settings, model_request_parameters)
+            )
+
+        reconcile = reconciler(self.reconcile, made, ModelResponse, "a pydantic_ai ModelResponse")
+        stored = await self.session.model_call(call, reconcile=reconcile)
         response = _load(stored)
         self.seen = len(messages) + 1
         ordinal, self.ordinal = self.ordinal, self.ordinal + 1
@@ -430,4 +456,11 @@ def _jsonable(value: Any) -> Any:
         return repr(value)
 
 
-__all__ = ["StatewrightAgent", "ToolOptions", "neutral", "run_agent", "tool_name"]
+__all__ = [
+    "ModelReconcileHook",
+    "StatewrightAgent",
+    "ToolOptions",
+    "neutral",
+    "run_agent",
+    "tool_name",
+]

@@ -82,8 +82,9 @@ class Failure:
 
 @dataclass(frozen=True)
 class ModelCall:
-    """One fresh model call of an agent in ``workflow``'s state (never one read back from the
-    step ledger): its model, tokens and cost (None: unknown). Counted by the
+    """One fresh model call of an agent in ``workflow``'s state (or one a reconcile found, which
+    no run had counted; never one read back from the step ledger): its model, tokens and cost
+    (None: unknown). Counted by the
     ``statewright_llm_*`` metrics (see :func:`statewright.engine.llm_usage.observe`)."""
 
     workflow: WorkflowRow

@@ -3,15 +3,17 @@ model response and tool result comes from the ledger after a crash, no tool effe
 and the model moves the workflow only through an event that is legal now.
 
 Each workflow's agent (:mod:`tests.acceptance.crash.agent_worker`) makes 6 model calls and 4
-tool calls; worker processes are SIGKILLed about 20 times, from inside (in a model call after
-the fake model recorded it, in a tool before or after its effect) and from outside at a random
-moment. In the end, for every workflow: it is ``submitted`` by the one legal
-``request_approval`` (the refused try over the limit and the approval event it may not fire
-never moved it); the service, which does not deduplicate, holds exactly 4 effects, one per
-tool step key; every model step is done, and the fake model was asked for it no more often
-than the ledger began it (a response recorded is never asked again: only a call a kill cut
-is asked once more, and counted); the conversation in the ledger shows the refusals the
-model got; replay equals the row.
+tool calls; worker processes are SIGKILLed about 20 times, from inside (in a model call before
+or after it answered, in a tool before or after its effect) and from outside at a random
+moment. The fake model is a service: it records each response it gives under the model step's
+key at the :class:`~tests.acceptance.crash.gateway.ModelGateway` as it answers, and the agent
+reconciles a cut call against it (``model_reconcile``). In the end, for every workflow: it is
+``submitted`` by the one legal ``request_approval`` (the refused try over the limit and the
+approval event it may not fire never moved it); the service, which does not deduplicate, holds
+exactly 4 effects, one per tool step key; the gateway holds exactly 6 responses, one per model
+step key (a call cut after it answered was reconciled, not asked again; one cut before it
+answered gave nothing and was asked again, which the test counts); every model step is done;
+the conversation in the ledger shows the refusals the model got; replay equals the row.
 
 Reproduce a run with ``STATEWRIGHT_CRASH_SEED=<seed>``; ``--torture`` kills ten times more.
 """
@@ -30,6 +32,7 @@ from statewright import Engine, store_from_url
 from tests.acceptance.crash.agent_worker import MODEL_CALLS, PATH, TOOL_CALLS, TOOLS, TYPE
 from tests.acceptance.crash.agent_worker import make_type as agent_type
 from tests.acceptance.crash.app import Service
+from tests.acceptance.crash.gateway import ModelGateway, reconciled
 from tests.acceptance.crash.harness import KILLED, crash_seed
 from tests.forkserver import ForkServer
 from tests.torture import torture_enabled
@@ -38,6 +41,8 @@ BATCH = 6
 KILLS = 20
 TORTURE_KILLS = 200
 ROUND_TIMEOUT = 60.0
+BUDGET = 240.0
+"""Seconds the kills may take (ten times as many under ``--torture``, as the kills)."""
 
 
 def _zygote(tmp: Path) -> ForkServer:
@@ -77,7 +82,9 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 async def test_sigkill_never_asks_the_model_again_nor_repeats_a_tool(
     url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    target = TORTURE_KILLS if torture_enabled(request.config) else KILLS
+    torture = torture_enabled(request.config)
+    target = TORTURE_KILLS if torture else KILLS
+    budget = BUDGET * 10 if torture else BUDGET
     seed = crash_seed()
     kind = "postgres" if url.startswith("postgres") else "sqlite"
     tag = f"[agent crash, {kind}, seed {seed}]"
@@ -87,7 +94,11 @@ async def test_sigkill_never_asks_the_model_again_nor_repeats_a_tool(
     service_path, model_log = tmp_path / "service.db", tmp_path / "model.log"
     kill_log = tmp_path / "kills.log"
     service = Service(service_path, mode="count")
-    engine = Engine(store_from_url(url), [agent_type(service, model_log, lambda point: None, rng)])
+    gateway_path = tmp_path / "gateway.db"
+    gateway = ModelGateway(gateway_path)
+    engine = Engine(
+        store_from_url(url), [agent_type(service, model_log, lambda point: None, rng, gateway)]
+    )
     ids: list[str] = []
 
     async def start(n: int) -> None:
@@ -112,6 +123,7 @@ async def test_sigkill_never_asks_the_model_again_nor_repeats_a_tool(
                 argv = [
                     *("--db", url, "--service", str(service_path)),
                     *("--model-log", str(model_log), "--ready", str(ready)),
+                    *("--gateway", str(gateway_path)),
                     *("--kill-log", str(kill_log), "--die", str(die)),
                     *("--seed", str(seed * 10_000 + n), "--concurrency", str(concurrency)),
                 ]
@@ -127,7 +139,7 @@ async def test_sigkill_never_asks_the_model_again_nor_repeats_a_tool(
                 return True
 
             while len(_lines(kill_log)) + outside < target:
-                assert time.monotonic() - started < 240, f"{tag} out of time"
+                assert time.monotonic() - started < budget, f"{tag} out of time"
                 if await unfinished() == 0:
                     await start(BATCH)
                 external = rounds % 2 == 1
@@ -149,6 +161,7 @@ async def test_sigkill_never_asks_the_model_again_nor_repeats_a_tool(
 
         asked = Counter(tuple(line.split()) for line in _lines(model_log))
         per_key = Counter(e["key"] for e in service.effects())
+        answers = gateway.responses()
         assert not service.refusals()
         reasked = 0
         expected: set[str] = set()
@@ -171,11 +184,13 @@ async def test_sigkill_never_asks_the_model_again_nor_repeats_a_tool(
             assert mine == {f"{wid}:{s}": 1 for s in tools}, f"{tag} {wid} effects {mine}"
             assert len(mine) == TOOL_CALLS
             expected.update(mine)
+            # Exactly one response given per model step: none was asked again once answered.
+            given = {k: n for k, n in answers.items() if k.startswith(f"{wid}:")}
+            assert given == {f"{wid}:{s}": 1 for s in models}, f"{tag} {wid} responses {given}"
             for n, name in enumerate(models):
                 calls = asked[wid, str(n)]
                 attempts = steps[name].attempts
-                # A recorded response is never asked for again: each extra call is a begun
-                # attempt a kill cut short.
+                # Each extra call is a begun attempt a kill cut before the model answered.
                 assert 1 <= calls <= attempts, f"{tag} {wid} {name}: {calls} calls, {attempts}"
                 reasked += calls - 1
             assert asked[wid, str(MODEL_CALLS)] == 0, f"{tag} {wid}: asked past the event"
@@ -187,12 +202,17 @@ async def test_sigkill_never_asks_the_model_again_nor_repeats_a_tool(
             got = await engine.check(wid)  # replay equals the row
             assert (got.state, got.version) == (row.state, row.version)
         assert set(per_key) == expected, f"{tag} stray effects {set(per_key) - expected}"
+        assert sum(answers.values()) == MODEL_CALLS * len(ids), f"{tag} {answers}"
         total = sum(asked.values())
         assert total == MODEL_CALLS * len(ids) + reasked
     service.close()
+    gateway.close()
+    found = reconciled(Path(f"{gateway_path}.journal"))
+    assert reasked + found >= 1, f"{tag} no kill landed inside a model call"
     print(
         f"{tag} {sum(inside.values())} SIGKILLs inside ({dict(inside)}), {outside} from "
         f"outside, {len(ids)} workflows: {len(per_key)} tool effects (one each), "
-        f"{total} model calls = {MODEL_CALLS} x {len(ids)} + {reasked} re-asked after a kill "
-        f"cut them, {time.monotonic() - started:.1f}s"
+        f"{sum(answers.values())} model responses (= {MODEL_CALLS} x {len(ids)}), {found} "
+        f"reconciled from the gateway; {total} calls asked = {MODEL_CALLS} x {len(ids)} + "
+        f"{reasked} cut before they answered, {time.monotonic() - started:.1f}s"
     )

@@ -9,9 +9,13 @@ against a service that does not deduplicate. After a final clean run:
   approval event the model tried (and was told does not exist), nor by the payload it tried
   that the event's schema refuses (a structured refusal, which the model read and went on);
 - tool effects at the service: exactly 4 per workflow, one per tool step key;
+- model responses: exactly 6 per workflow, one per model step key. The model answers through
+  a gateway that records each response it gives by the step's key, and the agent reconciles a
+  cut call against it (``model_reconcile``): a call killed after it answered is not asked
+  again; one killed before it answered gave nothing and is asked again (the test reports how
+  many of each);
 - every model step is done, and the model was asked for it at most as often as the ledger
-  counts attempts at it: a model call is asked again only when a kill landed inside it, never
-  once its response was recorded (the test reports how many were asked again).
+  counts attempts at it.
 
 ``STATEWRIGHT_CRASH_SEED=<seed>`` reproduces a run; ``--torture`` makes it 200 kills.
 """
@@ -28,6 +32,7 @@ import pytest
 from statewright import Engine, WorkflowType, store_from_url
 from statewright.types import WorkflowFilter
 from tests.acceptance.crash.app import Faults, InFlight, Service
+from tests.acceptance.crash.gateway import ModelGateway, reconciled
 from tests.acceptance.crash.harness import (
     Child,
     Files,
@@ -84,6 +89,7 @@ async def test_a_killed_agent_asks_nothing_twice_and_repeats_no_tool(
     rng = random.Random(seed)
     files = Files(tmp_path)
     model_log = tmp_path / "model.log"
+    gateway_path = tmp_path / "gateway.db"
     db = (
         str(tmp_path / "statewright.db")
         if backend == "sqlite"
@@ -116,7 +122,7 @@ async def test_a_killed_agent_asks_nothing_twice_and_repeats_no_tool(
                 concurrency=rng.choice([1, 2, 4, 8]),
                 slot=0,
             )
-            argv += ["--model-log", str(model_log)]
+            argv += ["--model-log", str(model_log), "--gateway", str(gateway_path)]
             pid = zygote.spawn(argv, tmp_path / f"worker-{n}.out", err)
             children.append(Child(n, 0, pid, "", ready, err))
             return children[-1]
@@ -154,6 +160,10 @@ async def test_a_killed_agent_asks_nothing_twice_and_repeats_no_tool(
         wid, number, _pid = line.split()
         asked[(wid, int(number))] += 1
     effects = Counter(e["key"] for e in service.effects())
+    gateway = ModelGateway(gateway_path)
+    answers = gateway.responses()
+    gateway.close()
+    found = reconciled(Path(f"{gateway_path}.journal"))
     reasked = reran_tools = 0
     try:
         async with Engine(store_from_url(db), _types(service, model_log)) as engine:
@@ -179,6 +189,8 @@ async def test_a_killed_agent_asks_nothing_twice_and_repeats_no_tool(
                 told = {m.get("tool_call_id"): m["content"] for m in after.result["messages"]}
                 assert "not found" in told[f"call_{ILLEGAL}"], f"[seed {seed}] {wid}: {told}"
                 assert '"invalid_payload"' in told[f"call_{ILLEGAL}_b"], f"[seed {seed}] {told}"
+                given = {k: n for k, n in answers.items() if k.startswith(f"{wid}:")}
+                assert given == {f"{wid}:{m}": 1 for m in models}, f"[seed {seed}] {given}"
                 for name, step in models.items():
                     n = int(name.split(".")[3])
                     calls = asked[(wid, n)]
@@ -197,11 +209,15 @@ async def test_a_killed_agent_asks_nothing_twice_and_repeats_no_tool(
         service.close()
     assert sum(effects.values()) == len(CHARGES) * len(ids)
     assert sum(asked.values()) == MODEL_CALLS * len(ids) + reasked
+    assert sum(answers.values()) == MODEL_CALLS * len(ids), f"[seed {seed}] {answers}"
+    assert reasked + found >= 1, f"[seed {seed}] no kill landed inside a model call"
     print(
         f"agent crash test [{backend}] seed={seed}: {len(ids)} workflows, {tally.total} kills "
         f"({tally.external_in_flight} aimed in flight), {rounds} rounds; "
-        f"{sum(asked.values())} model calls for {MODEL_CALLS * len(ids)} steps "
-        f"({reasked} asked again after a kill inside the call), "
+        f"{sum(answers.values())} model responses for {MODEL_CALLS * len(ids)} steps, "
+        f"{found} reconciled from the gateway (cut after they answered); "
+        f"{sum(asked.values())} model calls asked "
+        f"({reasked} asked again after a kill cut them before they answered), "
         f"{sum(effects.values())} tool effects, {reran_tools} tool steps reconciled or rerun; "
         f"{time.monotonic() - started:.1f}s"
     )

@@ -6,12 +6,17 @@ scripted ``FunctionModel`` of :data:`MODEL_CALLS` responses asking for :data:`TO
 tool calls, one event the guard refuses (``request_approval`` over the limit), one event
 never offered (``approve``, an approval) and at last a legal ``request_approval``, which
 moves the workflow to ``submitted``. The model appends ``<workflow> <ordinal>`` to
-``--model-log`` on every call (outside the workflow's store). The tools' effects go to a
+``--model-log`` on every call it is asked (outside the workflow's store), thinks a moment, and
+records the response it gives at the :class:`~tests.acceptance.crash.gateway.ModelGateway`
+(``--gateway``) under the model step's key (``current_key()``) as it answers; the agent's
+``model_reconcile`` asks the gateway, so a call cut after it answered is not asked again. The
+tools' effects go to a
 :class:`~tests.acceptance.crash.app.Service` in ``count`` mode (no deduplication), keyed by
 the tool step's key (``current_key()``), and the tools reconcile against it (``lookup``).
 
 With ``--die`` the process SIGKILLs itself now and then (after logging a line to
-``--kill-log``): in a model call after it was recorded, in a tool before or after its effect.
+``--kill-log``): in a model call before it answered (``model_asked``) or after
+(``model_answered``), in a tool before or after its effect.
 Runs ``Worker.run`` (recovery first) until every workflow is terminal; exit 0 then, 4 as
 soon as one is parked (nothing should be).
 """
@@ -31,6 +36,7 @@ from typing import Any
 from pydantic_ai import Agent
 from pydantic_ai.messages import (
     ModelMessage,
+    ModelMessagesTypeAdapter,
     ModelRequest,
     ModelResponse,
     TextPart,
@@ -54,6 +60,7 @@ from statewright.agents.pydantic_ai import ToolOptions, run_agent
 from statewright.definition.machine import Machine
 from statewright.types import WorkflowFilter
 from tests.acceptance.crash.app import Service, append_line
+from tests.acceptance.crash.gateway import ModelGateway
 
 TYPE = "agent_refund"
 EXIT_PARKED = 4
@@ -103,21 +110,45 @@ def workflow_of(messages: list[ModelMessage]) -> str:
     raise AssertionError("no prompt naming the workflow")
 
 
+def dump(response: ModelResponse) -> Any:
+    [dumped] = ModelMessagesTypeAdapter.dump_python([response], mode="json")
+    return dumped
+
+
+def load(data: Any) -> ModelResponse:
+    [response] = ModelMessagesTypeAdapter.validate_python([data])
+    assert isinstance(response, ModelResponse)
+    return response
+
+
 def make_type(
-    service: Service, model_log: Path, die: Callable[[str], None], rng: random.Random
+    service: Service,
+    model_log: Path,
+    die: Callable[[str], None],
+    rng: random.Random,
+    gateway: ModelGateway,
 ) -> WorkflowType:
     async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         n = sum(isinstance(m, ModelResponse) for m in messages)
-        await asyncio.sleep(rng.uniform(0.0, 0.02))  # a model thinks (a window for a kill)
+        key = current_key()
+        assert key is not None and key.endswith(f".model.{n}"), key
         append_line(model_log, f"{workflow_of(messages)} {n}")
-        die("model")
+        await asyncio.sleep(rng.uniform(0.0, 0.02))  # a model thinks (a window for a kill)
+        die("model_asked")  # killed before it answered: no response, asked again
         parts: list[Any] = []
         for i, item in enumerate(SCRIPT[n]):
             if isinstance(item, str):
                 parts.append(TextPart(item))
             else:
                 parts.append(ToolCallPart(item[0], item[1], tool_call_id=f"call-{n}-{i}"))
-        return ModelResponse(parts=parts, model_name="scripted")
+        response = ModelResponse(parts=parts, model_name="scripted")
+        gateway.answer(key, dump(response))  # the response given, recorded as it is given
+        die("model_answered")  # killed after it answered: reconciled from the gateway
+        return response
+
+    def model_reconcile(key: str) -> ModelResponse | None:
+        found = gateway.recorded(key)
+        return None if found is None else load(found)
 
     agent: Agent[None, str] = Agent(FunctionModel(respond, model_name="scripted"))
 
@@ -149,7 +180,13 @@ def make_type(
     options = {tool: ToolOptions(reconcile=service.lookup) for tool in TOOLS}
 
     async def reviewing(run: Run) -> Next:
-        return await run_agent(run, agent, f"Review the refund of {run.id}", tools=options)
+        return await run_agent(
+            run,
+            agent,
+            f"Review the refund of {run.id}",
+            tools=options,
+            model_reconcile=model_reconcile,
+        )
 
     return WorkflowType(
         machine(),
@@ -171,8 +208,9 @@ async def run(args: argparse.Namespace) -> int:
             os.kill(os.getpid(), signal.SIGKILL)
 
     service = Service(args.service, mode="count")
+    gateway = ModelGateway(args.gateway, args.gateway + ".journal")
     store = store_from_url(args.db)
-    engine = Engine(store, [make_type(service, Path(args.model_log), die, rng)])
+    engine = Engine(store, [make_type(service, Path(args.model_log), die, rng, gateway)])
     async with engine:
         Path(args.ready).write_text(str(os.getpid()))
         worker = Worker(
@@ -196,6 +234,7 @@ async def run(args: argparse.Namespace) -> int:
         worker.stop()
         await task
     service.close()
+    gateway.close()
     return 0
 
 
@@ -204,6 +243,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--db", required=True)
     p.add_argument("--service", required=True)
     p.add_argument("--model-log", required=True)
+    p.add_argument("--gateway", required=True, help="the model gateway's SQLite file")
     p.add_argument("--ready", required=True)
     p.add_argument("--kill-log", required=True)
     p.add_argument("--die", type=float, default=0.0, help="chance of a SIGKILL at each point")

@@ -12,8 +12,13 @@ Call 5 fires ``request_approval`` rightly, the one legal way out.
 
 The model is offline and scripted; it appends ``<workflow> <call number> <pid>`` to a log file
 (one ``write(2)``: a SIGKILL cannot tear it) every time it is asked, so the test can compare
-the calls made with the ledger's attempts. Service calls and model calls are bracketed by the
-crash app's in-flight counter and random pauses, so kills from outside land inside them.
+the calls made with the ledger's attempts. It answers through the
+:class:`~tests.acceptance.crash.gateway.ModelGateway`, which records the response it gives
+under the model step's key (``current_key()``) as it answers; ``run_agent``'s
+``model_reconcile`` asks the gateway, so a call cut after it answered is not asked again.
+Service calls and model calls are bracketed by the crash app's in-flight counter and random
+pauses (a model call's: one before it answers, one after), so kills from outside land inside
+them.
 """
 
 from __future__ import annotations
@@ -32,10 +37,11 @@ from openai.types.responses import ResponseFunctionToolCall
 
 from statewright import MachineBuilder, Next, Run, WorkflowType
 from statewright.agents.core import current_key
-from statewright.agents.openai_agents import run_agent
+from statewright.agents.openai_agents import dump_response, load_response, run_agent
 from statewright.definition.machine import Machine
 from tests.acceptance.crash import worker
 from tests.acceptance.crash.app import Faults, Service, append_line
+from tests.acceptance.crash.gateway import ModelGateway
 from tests.acceptance.crash.zygote import PRELOAD, Zygote
 from tests.forkserver import ForkServer
 
@@ -98,16 +104,19 @@ def turn_of(input: str | list[Any]) -> int:
 class CrashModel(Model):
     """The scripted model: logs every call it is asked, pauses around it (in flight)."""
 
-    def __init__(self, log: str | Path, faults: Faults) -> None:
+    def __init__(self, log: str | Path, faults: Faults, gateway: ModelGateway | None) -> None:
         self.log = log
         self.faults = faults
+        self.gateway = gateway
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
         input = args[1]
         n = turn_of(input)
+        key = current_key()
+        assert key is not None and key.endswith(f".model.{n}"), key
         append_line(self.log, f"{_WORKFLOW.get()} {n} {os.getpid()}")
         with self.faults.calling():
-            await self.faults.around_call()
+            await self.faults.around_call()  # a kill here: no response, asked again
             if n == ILLEGAL + 1:  # both refusals came back: the model reads them, goes on
                 told = {
                     i["call_id"]: i["output"]
@@ -126,15 +135,26 @@ class CrashModel(Model):
                 ]
             else:
                 output = [_call(n, "request_approval", {"amount": AMOUNT})]
-            await self.faults.around_call()
-        usage = Usage(requests=1, input_tokens=50 + n, output_tokens=5, total_tokens=55 + n)
-        return ModelResponse(output=list(output), usage=usage, response_id=f"resp_{n}")
+            usage = Usage(requests=1, input_tokens=50 + n, output_tokens=5, total_tokens=55 + n)
+            response = ModelResponse(output=list(output), usage=usage, response_id=f"resp_{n}")
+            if self.gateway is not None:  # the response given, recorded as it is given
+                self.gateway.answer(key, dump_response(response))
+            await self.faults.around_call()  # a kill here: reconciled from the gateway
+        return response
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
 
 
-def make_type(service: Service, faults: Faults, model_log: str | Path) -> WorkflowType:
+def make_type(
+    service: Service,
+    faults: Faults,
+    model_log: str | Path,
+    gateway: ModelGateway | None = None,
+) -> WorkflowType:
+    """The workflow type; ``gateway``: the model gateway the model answers through and the
+    agent reconciles against (None in the test's own engine, which runs no handler)."""
+
     @function_tool
     async def charge(part: int) -> dict[str, Any]:
         """Charge one part of the refund back to the merchant (an effect)."""
@@ -150,13 +170,22 @@ def make_type(service: Service, faults: Faults, model_log: str | Path) -> Workfl
         name="refunder",
         instructions="Charge the four parts, then ask for approval.",
         tools=[charge],
-        model=CrashModel(model_log, faults),
+        model=CrashModel(model_log, faults, gateway),
     )
+
+    def model_reconcile(key: str) -> ModelResponse | None:
+        assert gateway is not None
+        found = gateway.recorded(key)
+        return None if found is None else load_response(found)
 
     async def reviewing(run: Run) -> Next:
         _WORKFLOW.set(run.id)
         return await run_agent(
-            run, agent, f"Refund {run.id}.", reconcilers={"charge": service.lookup}
+            run,
+            agent,
+            f"Refund {run.id}.",
+            reconcilers={"charge": service.lookup},
+            model_reconcile=None if gateway is None else model_reconcile,
         )
 
     return WorkflowType(machine(), handlers={"reviewing": reviewing})
@@ -165,6 +194,7 @@ def make_type(service: Service, faults: Faults, model_log: str | Path) -> Workfl
 def parser() -> argparse.ArgumentParser:
     p = worker.parser()
     p.add_argument("--model-log", required=True)
+    p.add_argument("--gateway", required=True, help="the model gateway's SQLite file")
     return p
 
 
@@ -175,14 +205,18 @@ def child_main(argv: Sequence[str]) -> int:
     args = parser().parse_args(list(argv))
 
     def types(service: Service, faults: Faults, a: argparse.Namespace) -> list[WorkflowType]:
-        return [make_type(service, faults, a.model_log)]
+        gateway = ModelGateway(a.gateway, a.gateway + ".journal")
+        return [make_type(service, faults, a.model_log, gateway)]
 
     return asyncio.run(worker.run(args, types))
 
 
 def prepare() -> None:
     parser().parse_args(
-        ["--db", "x", "--service", "x", "--ready", "x", "--kill-log", "x", "--model-log", "x"]
+        [
+            *("--db", "x", "--service", "x", "--ready", "x", "--kill-log", "x"),
+            *("--model-log", "x", "--gateway", "x"),
+        ]
     )
 
 
