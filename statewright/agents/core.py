@@ -24,8 +24,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import re
 import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,6 +201,25 @@ class AgentSession:
             usage.observe(run, recorded[-1])
         return _response(result)
 
+    def no_event(self, on_no_event: str | None, output: JSON) -> Next:
+        """The outcome of an agent run that ended without choosing an event (``output``: its
+        final output as JSON): ``on_no_event`` with ``{"output": ...}`` as payload when the
+        event's schema takes it (else none), or :class:`NoEventChosen` when it names none."""
+        if on_no_event is None:
+            raise NoEventChosen(
+                f"agent {self.name!r} ended in state {self.state!r} without choosing an event "
+                f"(offered: {', '.join(self.offered()) or 'none'})",
+                output=output,
+            )
+        payload: dict[str, Any] = {"output": output}
+        event = self.run.type.machine.events.get(on_no_event)
+        if event is not None:
+            try:
+                event.validate_payload(payload)
+            except InvalidPayload:
+                payload = {}
+        return Next(on_no_event, payload)
+
     def budget_next(self, exc: BudgetExceeded) -> Next:
         """The handler's outcome for a reached budget: the budget's event, with what it
         counted as payload (the same as the worker's for a BudgetExceeded it catches)."""
@@ -369,6 +389,18 @@ def _response(result: Any) -> JSON:
     return response
 
 
+def tool_name(event: str, taken: Collection[str] = ()) -> str:
+    """The tool name offered for ``event``: the event's name where the providers allow
+    (``[A-Za-z0-9_-]{1,64}``), other characters as ``_`` (an event name may hold ``.``), made
+    unique among ``taken``."""
+    base = re.sub(r"[^A-Za-z0-9_-]", "_", event)[:64] or "event"
+    name, n = base, 1
+    while name in taken:
+        n += 1
+        name = f"{base[: 64 - len(str(n)) - 1]}_{n}"
+    return name
+
+
 __all__ = [
     "ANY_OBJECT",
     "AgentSession",
@@ -381,4 +413,5 @@ __all__ = [
     "call_hook",
     "current_key",
     "reconciler",
+    "tool_name",
 ]

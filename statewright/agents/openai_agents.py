@@ -45,8 +45,7 @@ import copy
 import dataclasses
 import inspect
 import json
-import re
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 try:
@@ -77,12 +76,12 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
         "pip install 'statewright[openai-agents]'"
     ) from exc
 
-from statewright.agents.core import AgentSession, NoEventChosen, reconciler
+from statewright.agents.core import AgentSession, NoEventChosen, reconciler, tool_name
 from statewright.agents.openai_items import Conversation, dump_response, load_response, price
 from statewright.agents.usage import Usage
 from statewright.engine.steps import Run
 from statewright.engine.workflow_type import Next, Reconciler
-from statewright.errors import BudgetExceeded, InvalidInput, InvalidPayload
+from statewright.errors import BudgetExceeded, InvalidInput
 from statewright.types import JSON
 
 DEFAULT_MAX_TURNS = 10
@@ -264,18 +263,6 @@ def durable_tool(
 
     wrapped.on_invoke_tool = on_invoke_tool
     return wrapped
-
-
-def tool_name(event: str, taken: Collection[str] = ()) -> str:
-    """The tool name offered for ``event``: the event's name where the providers allow
-    (``[A-Za-z0-9_-]{1,64}``), other characters as ``_`` (an event name may hold ``.``), made
-    unique among ``taken``."""
-    base = re.sub(r"[^A-Za-z0-9_-]", "_", event)[:64] or "event"
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base[: 64 - len(str(n)) - 1]}_{n}"
-    return name
 
 
 def event_tool(
@@ -500,7 +487,7 @@ async def run_agent(
         raise
     if session.chosen is not None:
         return session.chosen
-    return _no_event(session, agent.name, on_no_event, result.final_output)
+    return session.no_event(on_no_event, _jsonable(result.final_output))
 
 
 def _origin(exc: BaseException, failures: list[BaseException]) -> BaseException | None:
@@ -521,25 +508,6 @@ def _origin(exc: BaseException, failures: list[BaseException]) -> BaseException 
             todo.extend(e.exceptions)
         todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
     return None
-
-
-def _no_event(session: AgentSession, agent: str, on_no_event: str | None, output: Any) -> Next:
-    """The outcome of a run that ended without an event: ``on_no_event`` with the output (as
-    payload when the event's schema takes it, else none), or :class:`NoEventChosen`."""
-    if on_no_event is None:
-        raise NoEventChosen(
-            f"agent {agent!r} ended in state {session.state!r} without choosing an event "
-            f"(offered: {', '.join(session.offered()) or 'none'})",
-            output=_jsonable(output),
-        )
-    payload: dict[str, Any] = {"output": _jsonable(output)}
-    event = session.run.type.machine.events.get(on_no_event)
-    if event is not None:
-        try:
-            event.validate_payload(payload)
-        except InvalidPayload:
-            payload = {}
-    return Next(on_no_event, payload)
 
 
 __all__ = [

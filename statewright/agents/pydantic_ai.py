@@ -42,8 +42,7 @@ that JSON form. ``ModelRetry`` from a tool is stored too, and raised again on re
 
 from __future__ import annotations
 
-import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,11 +79,11 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in the t
         "statewright.agents.pydantic_ai needs PydanticAI: pip install 'statewright[pydantic-ai]'"
     ) from exc
 
-from statewright.agents.core import AgentSession, NoEventChosen, reconciler
+from statewright.agents.core import AgentSession, reconciler, tool_name
 from statewright.engine.llm_usage import Usage
 from statewright.engine.steps import Run
 from statewright.engine.workflow_type import Next, Reconciler
-from statewright.errors import BudgetExceeded, InvalidInput, InvalidPayload
+from statewright.errors import BudgetExceeded, InvalidInput
 from statewright.types import JSON
 
 ModelReconcileHook = Callable[[str], Awaitable[ModelResponse | None] | ModelResponse | None]
@@ -165,7 +164,7 @@ class StatewrightAgent:
             return session.budget_next(found)
         if session.chosen is not None:
             return session.chosen
-        return self._no_event(session, output)
+        return session.no_event(self.on_no_event, _jsonable(output))
 
     async def _loop(
         self,
@@ -182,22 +181,6 @@ class StatewrightAgent:
                 if session.chosen is not None and Agent.is_model_request_node(node):
                     return None  # an event was accepted: the model is not asked again
             return None if agent_run.result is None else agent_run.result.output
-
-    def _no_event(self, session: AgentSession, output: Any) -> Next:
-        if self.on_no_event is None:
-            raise NoEventChosen(
-                f"agent {self.name!r} ended in state {session.state!r} without choosing an "
-                f"event (offered: {', '.join(session.offered()) or 'none'})",
-                output=_jsonable(output),
-            )
-        payload: dict[str, Any] = {"output": _jsonable(output)}
-        event = session.run.type.machine.events.get(self.on_no_event)
-        if event is not None:
-            try:
-                event.validate_payload(payload)
-            except InvalidPayload:
-                payload = {}
-        return Next(self.on_no_event, payload)
 
 
 async def run_agent(
@@ -419,16 +402,6 @@ def _event_toolset(session: AgentSession) -> FunctionToolset[Any]:
         schema.setdefault("type", "object")
         tools.append(Tool.from_schema(choose, name, event.description, schema))
     return FunctionToolset(tools)
-
-
-def tool_name(event: str, taken: Collection[str] = ()) -> str:
-    """The tool name offered for ``event`` (unique among ``taken``)."""
-    base = re.sub(r"[^A-Za-z0-9_-]", "_", event)[:64]
-    name, n = base, 1
-    while name in taken:
-        n += 1
-        name = f"{base[: 64 - len(str(n)) - 1]}_{n}"
-    return name
 
 
 def _budget(exc: BaseException) -> BudgetExceeded | None:
