@@ -401,6 +401,27 @@ def tool_name(event: str, taken: Collection[str] = ()) -> str:
     return name
 
 
+def find_raised(
+    exc: BaseException, match: Callable[[BaseException], bool], *, context: bool = False
+) -> BaseException | None:
+    """The exception ``exc`` is, or was raised from, that ``match`` picks: walking groups'
+    members and ``__cause__`` (and ``__context__`` when ``context``), each once. A framework
+    wraps what a step raised (in its own error, in a task group's): this finds it again."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if match(e):
+            return e
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        todo.extend(x for x in (e.__cause__, e.__context__ if context else None) if x is not None)
+    return None
+
+
 __all__ = [
     "ANY_OBJECT",
     "AgentSession",
@@ -412,6 +433,7 @@ __all__ = [
     "Usage",
     "call_hook",
     "current_key",
+    "find_raised",
     "reconciler",
     "tool_name",
 ]

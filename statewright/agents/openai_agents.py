@@ -76,7 +76,13 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
         "pip install 'statewright[openai-agents]'"
     ) from exc
 
-from statewright.agents.core import AgentSession, NoEventChosen, reconciler, tool_name
+from statewright.agents.core import (
+    AgentSession,
+    NoEventChosen,
+    find_raised,
+    reconciler,
+    tool_name,
+)
 from statewright.agents.openai_items import Conversation, dump_response, load_response, price
 from statewright.agents.usage import Usage
 from statewright.engine.steps import Run
@@ -495,19 +501,7 @@ def _origin(exc: BaseException, failures: list[BaseException]) -> BaseException 
     a tool's); None when it comes from elsewhere (a step's error the SDK retried and got past
     is not it)."""
     ours = {id(f) for f in failures}
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        e = todo.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if id(e) in ours:
-            return e
-        if isinstance(e, BaseExceptionGroup):
-            todo.extend(e.exceptions)
-        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
-    return None
+    return find_raised(exc, lambda e: id(e) in ours, context=True)
 
 
 __all__ = [

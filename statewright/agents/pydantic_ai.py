@@ -79,7 +79,7 @@ except ImportError as exc:  # pragma: no cover - the extra is installed in the t
         "statewright.agents.pydantic_ai needs PydanticAI: pip install 'statewright[pydantic-ai]'"
     ) from exc
 
-from statewright.agents.core import AgentSession, reconciler, tool_name
+from statewright.agents.core import AgentSession, find_raised, reconciler, tool_name
 from statewright.engine.llm_usage import Usage
 from statewright.engine.steps import Run
 from statewright.engine.workflow_type import Next, Reconciler
@@ -406,20 +406,8 @@ def _event_toolset(session: AgentSession) -> FunctionToolset[Any]:
 
 def _budget(exc: BaseException) -> BudgetExceeded | None:
     """The BudgetExceeded ``exc`` is or was raised from (directly, or in a group)."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        e = todo.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, BudgetExceeded):
-            return e
-        if isinstance(e, BaseExceptionGroup):
-            todo.extend(e.exceptions)
-        if e.__cause__ is not None:
-            todo.append(e.__cause__)
-    return None
+    found = find_raised(exc, lambda e: isinstance(e, BudgetExceeded))
+    return found if isinstance(found, BudgetExceeded) else None
 
 
 def _jsonable(value: Any) -> Any:
