@@ -38,7 +38,8 @@ from statewright.engine.compensation_names import SEEN, UNDO_PREFIX, undo_name
 from statewright.engine.compensation_owed import HAND_OVER_KEY, owed
 from statewright.engine.failures import PARKED_FATAL, describe
 from statewright.engine.ledger import Begun, StepKey
-from statewright.engine.outcome import (
+from statewright.engine.outcome import decide
+from statewright.engine.outcome_kinds import (
     Advance,
     CancelRun,
     Claim,
@@ -49,7 +50,6 @@ from statewright.engine.outcome import (
     Outcome,
     Park,
     Retry,
-    decide,
 )
 from statewright.engine.steps import Run
 from statewright.engine.transitions import Defer, Fire

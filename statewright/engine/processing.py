@@ -20,14 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from statewright.engine import budgets, tracecontext
 from statewright.engine.cancel import pending
 from statewright.engine.looplag import user_code
-from statewright.engine.outcome import (
-    Claim,
-    Ended,
-    FireTimer,
-    LetGo,
-    Release,
-    cancel_outcome,
-)
+from statewright.engine.outcome import cancel_outcome
+from statewright.engine.outcome_kinds import Claim, Ended, FireTimer, LetGo, Release
 from statewright.engine.settle import settle
 from statewright.engine.steps import Run, is_async
 from statewright.engine.suspend import Suspended

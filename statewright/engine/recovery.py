@@ -9,7 +9,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from statewright.engine.outcome import Claim, Failed
+from statewright.engine.outcome_kinds import Claim, Failed
 from statewright.engine.settle import deliver_pending, settle
 from statewright.errors import (
     FatalError,

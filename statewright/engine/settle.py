@@ -18,8 +18,8 @@ from statewright.engine import compensation, transactional
 from statewright.engine.cancel import pending
 from statewright.engine.compensation_owed import HandOver, hand_over
 from statewright.engine.hooks import NO_STEP
-from statewright.engine.outcome import (
-    PARKED_CANCEL_REFUSED,
+from statewright.engine.outcome import PARKED_CANCEL_REFUSED, cancel_outcome, decide
+from statewright.engine.outcome_kinds import (
     REFUSALS,
     Advance,
     CancelRun,
@@ -39,8 +39,6 @@ from statewright.engine.outcome import (
     Refused,
     Release,
     Retry,
-    cancel_outcome,
-    decide,
 )
 from statewright.engine.transitions import Defer, Fire
 from statewright.engine.workflow_type import WorkflowType

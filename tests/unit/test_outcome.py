@@ -20,7 +20,8 @@ import pytest
 from statewright import Engine, MachineBuilder, ManualClock, Next, RetryPolicy, WorkflowType
 from statewright.engine import outcome as outcome_module
 from statewright.engine.failures import PARKED_FATAL, PARKED_REFUSED
-from statewright.engine.outcome import (
+from statewright.engine.outcome import decide
+from statewright.engine.outcome_kinds import (
     Advance,
     Claim,
     Drop,
@@ -31,7 +32,6 @@ from statewright.engine.outcome import (
     Refused,
     Release,
     Retry,
-    decide,
 )
 from statewright.engine.retry import backoff
 from statewright.engine.steps import Run
