@@ -17,6 +17,7 @@ from statewright import ids
 from statewright.definition.machine import Machine
 from statewright.engine import cancel as cancelling
 from statewright.engine.hooks import TransitionEvent
+from statewright.engine.input_schema import check_input
 from statewright.engine.nesting import start_timers
 from statewright.engine.reads import get
 from statewright.engine.runtime import Runtime
@@ -112,6 +113,8 @@ async def start(
     if input is not None and not isinstance(input, Mapping):
         raise InvalidInput(f"input must be a JSON object, got {type(input).__name__}")
     rt.limits.check(dict(input or {}), "input")
+    if wtype.input_validator is not None:
+        check_input(wtype.name, wtype.input_validator, input or {})
     check_idempotency_key(idempotency_key)
     ids.check_id(tenant, "tenant")
     if workflow_id is None and idempotency_key is not None:

@@ -19,9 +19,10 @@ from fastapi.responses import PlainTextResponse
 
 from statewright import paging
 from statewright.access import Access
+from statewright.definition.data import plain
 from statewright.definition.machine import Machine
 from statewright.definition.render.mermaid import to_mermaid
-from statewright.engine.workflow_type import Applied, NotApplied
+from statewright.engine.workflow_type import Applied, NotApplied, WorkflowType
 from statewright.errors import UnknownState
 from statewright.http import longpoll
 from statewright.http.deps import AccessDep, KnownQuery
@@ -178,8 +179,10 @@ def _body(content: Any, status_code: int = 200, *, replayed: bool = False) -> JS
     return JSONBody(content, status_code)
 
 
-def _type_out(access: Access, machine: Machine) -> TypeOut:
+def _type_out(access: Access, wtype: WorkflowType) -> TypeOut:
+    machine = wtype.machine
     return TypeOut(
+        input_schema=None if wtype.input_schema is None else plain(wtype.input_schema),
         name=machine.name,
         version=machine.version,
         description=machine.description,
@@ -214,12 +217,12 @@ def _machine(access: Access, name: str, version: int | None) -> Machine:
 
 @router.get("/types", summary="The registered workflow types")
 async def list_types(access: AccessDep) -> list[TypeOut]:
-    return [_type_out(access, t.machine) for t in access.types]
+    return [_type_out(access, t) for t in access.types]
 
 
 @router.get("/types/{name}", summary="One workflow type: states, events and who may fire them")
 async def get_type(access: AccessDep, name: TypeName, version: TypeVersion = None) -> TypeOut:
-    return _type_out(access, _machine(access, name, version))
+    return _type_out(access, access.type_of(name, version))
 
 
 @router.get(

@@ -551,6 +551,11 @@ class TypeOut(BaseModel):
     description: str
     states: list[StateInfo]
     events: list[EventInfo]
+    input_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="The JSON Schema a start's `input` must satisfy (null: any object); a "
+        "start that fails it is refused with 422 invalid_input listing its `errors`.",
+    )
 
 
 class EventOut(WorkflowOut):

@@ -21,6 +21,7 @@ current state is checked on every call, never assumed from the list.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -227,7 +228,12 @@ def _list_tool(wtypes: list[WorkflowType]) -> types.Tool:
 
 
 def _start_tool(wtypes: list[WorkflowType]) -> types.Tool:
-    lines = [f"- {t.name}: {t.machine.description or '(no description)'}" for t in wtypes]
+    lines = [
+        f"- {t.name}: {t.machine.description or '(no description)'}"
+        # A type's input schema (a start that fails it is refused with the schema's errors).
+        + ("" if t.input_schema is None else f" Input schema: {_compact(t.input_schema)}")
+        for t in wtypes
+    ]
     props: dict[str, Any] = {
         "type": {
             "type": "string",
@@ -264,6 +270,10 @@ def _start_tool(wtypes: list[WorkflowType]) -> types.Tool:
             read_only_hint=False, destructive_hint=False, idempotent_hint=True
         ),
     )
+
+
+def _compact(schema: Any) -> str:
+    return json.dumps(plain(schema), separators=(",", ":"), sort_keys=True)
 
 
 def _post_input_tool() -> types.Tool:
