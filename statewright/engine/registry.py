@@ -55,7 +55,9 @@ class Registry:
         found = self._versions.get(name, {}).get(version)
         if found is None:
             versions = self._versions.get(name)
-            known = [f"version {v}" for v in sorted(versions)] if versions else sorted(self._latest)
+            known = (
+                [f"version {v}" for v in sorted(versions)] if versions else sorted(self._latest)
+            )
             raise UnknownWorkflowType(name, version, known)
         return found
 
