@@ -406,7 +406,8 @@ async def patch_context(
     summary="Fire an event",
     description="With `if_allowed=true`, an event the workflow's state does not allow now "
     "(no transition from it, a finished workflow, no guard passed) is not an error: 200 with "
-    "`applied: false`, the state, the events allowed and the workflow, and nothing changes "
+    "the workflow as it is (its `state` and `allowed_events` among its fields, the same shape "
+    "as when applied), `applied: false` and the `refusal` (the event and why); nothing changes "
     "(it is not counted as a rejected transition). An unknown event, an invalid payload, a "
     "version conflict or a role that may not fire the event are refused either way.",
     responses=_replay_doc(
@@ -438,18 +439,9 @@ async def send_event(
         if_allowed=if_allowed,
     )
     view = _view(access, sent.row)
-    if not sent.applied:
-        refusal = sent.refusal
-        return _body(
-            {
-                "applied": False,
-                "event": body.event,
-                "state": sent.row.state,
-                "reason": None if refusal is None else refusal.reason,
-                "allowed_events": view.get("allowed_events", []),
-                "workflow": view,
-            }
-        )
+    if not sent.applied:  # the same shape: the workflow, applied: false and why
+        why = {"event": body.event, "reason": sent.refusal and sent.refusal.reason}
+        return _body(view | {"applied": False, "refusal": why})
     return _body(view | {"applied": True}, replayed=sent.replayed)
 
 
