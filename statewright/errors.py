@@ -160,6 +160,28 @@ class InputNotAccepted(InvalidInput):
         )
 
 
+class InputNotExpected(InvalidInput):
+    """An input posted to a workflow that no handler would ever read: neither its state nor
+    any state reachable from it has one. Refused, nothing written (it would wait in the inbox
+    unread). Inputs are for handlers that wait for them (``run.wait_input`` /
+    ``run.next_input``); a workflow in states without handlers moves on events."""
+
+    code = "input_not_expected"
+
+    def __init__(self, workflow_id: str, state: str, name: str) -> None:
+        self.workflow_id = workflow_id
+        self.state = state
+        self.name = name
+        super().__init__(
+            f"workflow {workflow_id!r} is in state {state!r}: neither it nor any state "
+            f"after it has a handler to take input {name!r} (send the workflow an event "
+            "instead)",
+            workflow_id=workflow_id,
+            state=state,
+            input=name,
+        )
+
+
 class UnknownState(InvalidInput):
     """The machine has no such state (a move by hand, a diagram of a state, a migration map
     naming a state the target version lacks)."""

@@ -31,6 +31,7 @@ from statewright.engine.transitions import (
 from statewright.errors import (
     ActionFailed,
     IdempotencyKeyReused,
+    InputNotExpected,
     InvalidInput,
     UnknownWorkflowType,
     WorkflowExists,
@@ -363,7 +364,10 @@ async def post_input(
     ``row``: a fresh read of the workflow the caller already made (saves a read).
 
     Raises WorkflowNotFound, WorkflowFinished (a terminal workflow takes no inputs),
-    InvalidInput, IdempotencyKeyReused.
+    InputNotExpected (no handler would ever read it: neither the workflow's state nor any
+    state reachable from it has one, when this process knows the type's handlers:
+    :meth:`WorkflowType.takes_inputs`), InvalidInput,
+    IdempotencyKeyReused.
     """
     if not isinstance(name, str) or not _EVENT.fullmatch(name):
         raise InvalidInput(f"invalid input name {name!r}")
@@ -378,9 +382,16 @@ async def post_input(
     wake: str | None = None
     if not row.terminal:
         try:
-            known = rt.registry.type_of(row.type, row.machine_version).has_work(row.state)
+            wtype = rt.registry.type_of(row.type, row.machine_version)
+            known, takes = wtype.has_work(row.state), wtype.takes_inputs(row.state)
         except UnknownWorkflowType:
-            known = True  # another deployment's type: its workers decide
+            known = takes = True  # another deployment's type: its workers decide
+        if not takes:  # no handler here or further on would ever read it
+            earlier = None
+            if idempotency_key is not None:  # a retry of a post taken before: answered
+                earlier = await rt.store.input_by_key(workflow_id, idempotency_key)
+            if earlier is None:
+                raise InputNotExpected(workflow_id, row.state, name)
         wake = row.state if known else None
     item, created = await rt.store.post_input(
         workflow_id,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
+from statewright.definition.graph import can_reach
 from statewright.definition.joins import CHILD_DONE, CHILD_FAILED, FAILED_STATES
 from statewright.definition.machine import Machine
 from statewright.definition.model import Spawn
@@ -328,6 +330,20 @@ class WorkflowType:
         input or event). See :func:`~statewright.engine.transitions.run_at_for`.
         """
         return state in self.handlers or not self._decides
+
+    def takes_inputs(self, state: str) -> bool:
+        """Whether an input posted to a workflow in ``state`` may ever be read: some state
+        with a handler is ``state`` or reachable from it (an input waits in the inbox for the
+        handler that takes it). Always True when this process cannot tell (see
+        :meth:`has_work`)."""
+        return not self._decides or state in self._input_states
+
+    @cached_property
+    def _input_states(self) -> frozenset[str]:
+        """The states from which a state with a handler is reachable (computed once)."""
+        machine = self.machine
+        names = list(machine.states)
+        return frozenset(can_reach(names, machine.transitions, self.handlers))
 
     def child_result(self, context: Mapping[str, Any]) -> Any:
         """What a child of this type reports to its parent as it ends (``result``; default

@@ -518,6 +518,9 @@ async def cancel(
     response_model=InputPosted,
     status_code=201,
     summary="Post an input to the workflow's inbox",
+    description="For a handler that waits for it. 409 `input_not_expected` (nothing "
+    "written) when no handler would ever read it: neither the workflow's state nor any "
+    "state after it has one (known when this service registers the type's handlers).",
     responses=_replay_doc(
         "A retry of an input already posted with the same Idempotency-Key: that input.",
         InputPosted,

@@ -38,6 +38,8 @@ STATUS = {
     "steps_would_rerun": 409,
     # A start of the id of a workflow pruned since: its steps must not run again.
     "workflow_pruned": 409,
+    # An input to a state with no handler to take it (it would never be read).
+    "input_not_expected": 409,
     "invalid_payload": 422,
     "action_failed": 422,
     "invalid_input": 422,

@@ -294,7 +294,8 @@ def _post_input_tool() -> types.Tool:
             "Post an input (a name and a JSON object) into a workflow's inbox, for a step that "
             "waits for it (e.g. a document, a reply, a human's answer). It moves nothing by "
             "itself: the workflow's worker takes it. Returns the input's id and the workflow's "
-            "state. Refused for a finished workflow (workflow_finished)." + RETRY_NOTE
+            "state. Refused for a finished workflow (workflow_finished), and when no step of the "
+            "workflow would ever take it (input_not_expected)." + RETRY_NOTE
         ),
         input_schema=_object(props, ["workflow_id", "name", "payload"]),
         annotations=types.ToolAnnotations(

@@ -384,6 +384,10 @@ class Store(Protocol):
         checked in the same statement or transaction as the post).
         """
 
+    async def input_by_key(self, workflow_id: str, idempotency_key: str) -> InboxItem | None:
+        """The input posted to the workflow under ``idempotency_key``, if any (consumed or
+        not): a retried post the engine no longer takes answers with it."""
+
     async def next_input(
         self, workflow_id: str, name: str | None = None, skip: Sequence[int] = ()
     ) -> InboxItem | None:

@@ -134,6 +134,10 @@ def test_an_example_app_runs_under_the_cli_worker(cli: Cli) -> None:
     assert shown["workflow"]["state"] == "fulfillment_triggered"
     assert [s["step"] for s in shown["steps"]] == ["reserve", "authorize", "capture", "fulfil"]
     assert shown["allowed_events"] == ["ship"]
+    # No handler in fulfillment_triggered nor after it: an input would never be read.
+    line = cli.error("--app", ORDERS, "input", "o1", "label", code=2)
+    assert line.startswith("error[input_not_expected]: workflow 'o1' is in state ")
+    assert cli.json("input", "o1", "label")["input_id"]  # without the handlers: taken
     line = cli.error("--app", ORDERS, "send", "o1", "ship", "--payload", "{}", code=2)
     assert line.startswith("error[invalid_payload]: ") and "tracking_number" in line
     cli("--app", ORDERS, "send", "o1", "ship", "--payload", '{"tracking_number": "T1"}')
