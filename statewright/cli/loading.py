@@ -99,17 +99,20 @@ def read_definition(path: str | Path) -> tuple[Machine, dict[str, Any]]:
         data = None  # load_path says what is wrong
     if not isinstance(data, dict) or not any(k in data for k in TYPE_OPTIONS):
         return load_path(p), {}
-    machine = from_dict(data)  # the document checked whole, the options' shape with it
+    given = {k: data.pop(k) for k in TYPE_OPTIONS if k in data}
     options: dict[str, Any] = {}
-    if data.get("redact"):
-        options["redact"] = tuple(data["redact"])
-    if data.get("budgets"):
+    redact = given.get("redact", [])
+    if not isinstance(redact, list) or not all(isinstance(r, str) for r in redact):
+        raise InvalidInput(f"{str(p)!r}: 'redact' must be a list of context keys or dotted paths")
+    if redact:
+        options["redact"] = tuple(redact)
+    if "budgets" in given:  # (checked here, by name, rather than by the document's schema)
         from statewright.engine.budgets import budgets_from_json
 
-        options["budgets"] = budgets_from_json(data["budgets"])
-    if data.get("input_schema") is not None:
-        options["input_schema"] = data["input_schema"]
-    return machine, options
+        options["budgets"] = budgets_from_json(given["budgets"])
+    if given.get("input_schema") is not None:  # checked as a schema by WorkflowType
+        options["input_schema"] = given["input_schema"]
+    return from_dict(data), options
 
 
 def file_type(path: str | Path) -> Loaded:
