@@ -140,6 +140,7 @@ async def test_agents_see_the_summary_and_never_a_redacted_key(engine: Engine) -
                 )
             )
             assert refused["code"] == "input_not_expected"
+            assert refused["workflow_id"] == "p-ok" and "'p-ok'" in refused["message"]
             if who == "ops":
                 shipped = data(await call("payment__ship", {"workflow_id": "p-ok"}))
                 assert shipped["state"] == "shipped"
