@@ -37,6 +37,7 @@ from statewright.errors import (
     WorkflowExists,
     WorkflowPruned,
 )
+from statewright.store.protocol import ReadModel
 from statewright.types import (
     InboxItem,
     NewWorkflow,
@@ -388,7 +389,8 @@ async def post_input(
             known = takes = True  # another deployment's type: its workers decide
         if not takes:  # no handler here or further on would ever read it
             earlier = None
-            if idempotency_key is not None:  # a retry of a post taken before: answered
+            if idempotency_key is not None and isinstance(rt.store, ReadModel):
+                # A retry of a post taken before the workflow moved on: answered with it.
                 earlier = await rt.store.input_by_key(workflow_id, idempotency_key)
             if earlier is None:
                 raise InputNotExpected(workflow_id, row.state, name)
