@@ -144,7 +144,7 @@ class InputNotAccepted(InvalidInput):
     written. ``errors`` lists each failure as ``{"path", "message"}`` (``path`` as in
     :class:`InvalidPayload`: ``/``-separated, empty for the input itself)."""
 
-    code = "invalid_input"
+    code = "input_not_accepted"
 
     def __init__(self, workflow_type: str, errors: Sequence[Mapping[str, str]]) -> None:
         self.workflow_type = workflow_type

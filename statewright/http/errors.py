@@ -43,6 +43,7 @@ STATUS = {
     "invalid_payload": 422,
     "action_failed": 422,
     "invalid_input": 422,
+    "input_not_accepted": 422,  # a start's input fails its type's input_schema
     "value_too_deep": 422,
     "value_too_large": 413,
     "payload_too_large": 413,

@@ -554,7 +554,7 @@ class TypeOut(BaseModel):
     input_schema: dict[str, Any] | None = Field(
         default=None,
         description="The JSON Schema a start's `input` must satisfy (null: any object); a "
-        "start that fails it is refused with 422 invalid_input listing its `errors`.",
+        "start that fails it is refused with 422 input_not_accepted listing its `errors`.",
     )
 
 

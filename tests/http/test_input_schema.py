@@ -1,5 +1,5 @@
 """A type's ``input_schema`` over HTTP on both stores: ``GET /v1/types/{name}`` shows it; a
-start that fails it is 422 ``invalid_input`` listing the schema's errors and writes nothing;
+start that fails it is 422 ``input_not_accepted`` listing the schema's errors and writes nothing;
 an unknown type's 404 names the known ones."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ async def test_a_start_that_fails_the_schema_is_422_and_writes_nothing(
     r = await client.post("/v1/workflows", json=body, headers=auth("agent"))
     assert r.status_code == 422, r.text
     error = r.json()["error"]
-    assert error["code"] == "invalid_input"
+    assert error["code"] == "input_not_accepted"
     assert error["workflow_type"] == "parcel"
     assert sorted(error["errors"], key=lambda e: e["path"]) == [
         {"path": "", "message": "'order_number' is a required property"},

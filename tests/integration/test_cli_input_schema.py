@@ -58,7 +58,7 @@ def test_a_start_that_fails_the_files_schema_is_refused(cli: Cli, tmp_path: Path
     )
     lines = result.stderr.splitlines()
     assert lines[0] == (
-        "error[invalid_input]: input of workflow type 'parcel' is invalid at weight: "
+        "error[input_not_accepted]: input of workflow type 'parcel' is invalid at weight: "
         "0 is less than or equal to the minimum of 0"
     )
     assert lines[1] == "  at weight: 0 is less than or equal to the minimum of 0"

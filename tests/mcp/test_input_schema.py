@@ -51,7 +51,7 @@ async def test_a_start_that_fails_the_schema_is_a_tool_error(engine: Engine) -> 
         )
         args = {"type": "parcel", "id": "p1", "input": {"order_number": 7}}
         error = tool_error(await c.call_tool("start_workflow", args))
-        assert error["code"] == "invalid_input"
+        assert error["code"] == "input_not_accepted"
         assert error["errors"] == [
             {"path": "order_number", "message": "7 is not of type 'string'"}
         ]

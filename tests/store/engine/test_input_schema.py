@@ -56,7 +56,7 @@ async def test_a_bad_start_is_refused_with_the_schemas_errors_and_writes_nothing
     with pytest.raises(InputNotAccepted) as caught:
         await engine.start("order", bad, workflow_id="o1")
     exc = caught.value
-    assert isinstance(exc, InvalidInput) and exc.code == "invalid_input"
+    assert isinstance(exc, InvalidInput) and exc.code == "input_not_accepted"
     assert exc.workflow_type == "order"
     assert sorted((e["path"], e["message"]) for e in exc.errors) == [
         ("amount", "-1 is less than the minimum of 0"),
