@@ -7,7 +7,7 @@ callers never parse messages.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -137,6 +137,49 @@ class InvalidInput(StatewrightError):
     """An argument is malformed."""
 
     code = "invalid_input"
+
+
+class InputNotAccepted(InvalidInput):
+    """A start's input does not satisfy its workflow type's ``input_schema``: nothing was
+    written. ``errors`` lists each failure as ``{"path", "message"}`` (``path`` as in
+    :class:`InvalidPayload`: ``/``-separated, empty for the input itself)."""
+
+    code = "input_not_accepted"
+
+    def __init__(self, workflow_type: str, errors: Sequence[Mapping[str, str]]) -> None:
+        self.workflow_type = workflow_type
+        self.errors = [dict(e) for e in errors]
+        first = self.errors[0] if self.errors else {"path": "", "message": "invalid"}
+        where = f" at {first['path']}" if first["path"] else ""
+        more = f" (and {len(self.errors) - 1} more)" if len(self.errors) > 1 else ""
+        super().__init__(
+            f"input of workflow type {workflow_type!r} is invalid{where}: "
+            f"{first['message']}{more}",
+            workflow_type=workflow_type,
+            errors=self.errors,
+        )
+
+
+class InputNotExpected(InvalidInput):
+    """An input posted to a workflow that no handler would ever read: neither its state nor
+    any state reachable from it has one. Refused, nothing written (it would wait in the inbox
+    unread). Inputs are for handlers that wait for them (``run.wait_input`` /
+    ``run.next_input``); a workflow in states without handlers moves on events."""
+
+    code = "input_not_expected"
+
+    def __init__(self, workflow_id: str, state: str, name: str) -> None:
+        self.workflow_id = workflow_id
+        self.state = state
+        self.name = name
+        super().__init__(
+            f"workflow {workflow_id!r} is in state {state!r}: neither it nor any state "
+            f"after it has a handler to take input {name!r} (send the workflow an event "
+            "instead)",
+            workflow_id=workflow_id,
+            state=state,
+            input=name,
+        )
 
 
 class UnknownState(InvalidInput):
@@ -272,11 +315,16 @@ class UnknownWorkflowType(StatewrightError):
 
     code = "unknown_workflow_type"
 
-    def __init__(self, name: str, version: int | None = None) -> None:
+    def __init__(
+        self, name: str, version: int | None = None, known: Sequence[str] | None = None
+    ) -> None:
         self.name = name
         self.version = version
         v = f" version {version}" if version is not None else ""
-        super().__init__(f"unknown workflow type {name!r}{v}", name=name, version=version)
+        # What is registered, so a typo is seen at once: the types (any caller may read
+        # them), or the versions of this one.
+        hint = f" (known: {', '.join(known)})" if known else ""
+        super().__init__(f"unknown workflow type {name!r}{v}{hint}", name=name, version=version)
 
 
 class TransientError(StatewrightError):

@@ -25,13 +25,21 @@ class DiagramFormat(enum.StrEnum):
 
 
 def _load_file(path: str) -> Machine:
+    return _load_type(path)[0]
+
+
+def _load_type(path: str) -> tuple[Machine, bool]:
+    """A definition file's machine, and whether it declares an ``input_schema``."""
     if not Path(path).is_file():
         raise InvalidInput(f"no such file {path!r}")
-    # (a file may list its type's redact keys and budgets beside: checked with the machine)
+    # (a file may list its type's redact keys, budgets and input schema beside: checked with
+    # the machine)
     from statewright.engine import WorkflowType
 
     loaded = file_type(path)
-    return loaded.machine if isinstance(loaded, WorkflowType) else loaded
+    if isinstance(loaded, WorkflowType):
+        return loaded.machine, loaded.input_schema is not None
+    return loaded, False
 
 
 def _is_file(target: str) -> bool:
@@ -101,7 +109,7 @@ def check(
 ) -> None:
     """Validate a machine definition file: OK with a summary, or every problem (exit 1)."""
     try:
-        machine = _load_file(file)
+        machine, has_input_schema = _load_type(file)
     except DefinitionError as exc:
         problems = [
             {"code": p.code, "message": p.message, "state": p.state, "event": p.event}
@@ -126,8 +134,12 @@ def check(
         "initial": machine.initial.name,
         "terminal": list(machine.terminal_states),
         "guarded": sum(1 for t in machine.transitions if t.guard is not None),
-        "timers": sum(len(st.after) for st in (*machine.states.values(), *compounds)),
+        # Both kinds: one-shot (after) and recurring (every).
+        "timers": sum(
+            len(st.after) + len(st.every) for st in (*machine.states.values(), *compounds)
+        ),
         "compound_states": list(machine.tree.compounds if machine.tree is not None else ()),
+        "input_schema": has_input_schema,
     }
     if s.json:
         emit_json(summary)
@@ -140,5 +152,6 @@ def check(
             f"{summary['timers']} timer(s); initial {machine.initial.name}, "
             + (f"compound {', '.join(machine.tree.compounds)}, " if machine.tree else "")
             + f"terminal {', '.join(machine.terminal_states)}"
+            + ("; input schema" if has_input_schema else "")
         )
     )

@@ -9,7 +9,9 @@
   timers fire; what this process writes is due for the workers that have the handlers:
   :meth:`WorkflowType.has_work`). Next to the machine it may list the context keys
   its workflows keep from agents and non-operators (:attr:`WorkflowType.redact`), a top-level
-  ``redact: [stripe_secret_ref, customer.card.number]``: the one type option a file can hold.
+  ``redact: [stripe_secret_ref, customer.card.number]``; the JSON Schema its starts' input
+  must satisfy (:attr:`WorkflowType.input_schema`), ``input_schema: {...}``; and its
+  ``budgets`` (:mod:`statewright.engine.budgets`).
 
 The built-in ``agent_task`` machine is always registered (an app may replace it).
 """
@@ -35,7 +37,6 @@ if TYPE_CHECKING:
     from statewright.clock import Clock
     from statewright.definition import Machine
     from statewright.engine import Engine, WorkflowType
-    from statewright.engine.budgets import Budget
 
 T = TypeVar("T")
 Loaded: TypeAlias = "WorkflowType | Machine"
@@ -73,13 +74,19 @@ def _load_one(item: str) -> list[Loaded]:
 
 def load_definition(path: str | Path) -> tuple[Machine, tuple[str, ...]]:
     """A definition file's machine, and the ``redact`` list it may hold beside it."""
-    machine, redact, _ = read_definition(path)
-    return machine, redact
+    machine, options = read_definition(path)
+    return machine, tuple(options.get("redact", ()))
 
 
-def read_definition(path: str | Path) -> tuple[Machine, tuple[str, ...], tuple[Budget, ...]]:
-    """A definition file's machine, and the ``redact`` list and ``budgets`` (see
-    :mod:`statewright.engine.budgets`) it may hold beside it."""
+TYPE_OPTIONS = ("redact", "budgets", "input_schema")
+"""The type options a definition file may hold beside its machine (``load_path`` reads the
+machine alone and ignores them; :func:`file_type` makes them a :class:`WorkflowType`)."""
+
+
+def read_definition(path: str | Path) -> tuple[Machine, dict[str, Any]]:
+    """A definition file's machine, and the type options it holds beside it, as
+    :class:`WorkflowType` arguments: ``redact``, ``budgets`` (see
+    :mod:`statewright.engine.budgets`) and ``input_schema``."""
     import yaml
 
     from statewright.definition import from_dict, load_path
@@ -90,28 +97,34 @@ def read_definition(path: str | Path) -> tuple[Machine, tuple[str, ...], tuple[B
         data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError):
         data = None  # load_path says what is wrong
-    if not isinstance(data, dict) or ("redact" not in data and "budgets" not in data):
-        return load_path(p), (), ()
-    redact = data.pop("redact", [])
+    if not isinstance(data, dict) or not any(k in data for k in TYPE_OPTIONS):
+        return load_path(p), {}
+    given = {k: data.pop(k) for k in TYPE_OPTIONS if k in data}
+    options: dict[str, Any] = {}
+    redact = given.get("redact", [])
     if not isinstance(redact, list) or not all(isinstance(r, str) for r in redact):
         raise InvalidInput(f"{str(p)!r}: 'redact' must be a list of context keys or dotted paths")
-    budgets: tuple[Budget, ...] = ()
-    if "budgets" in data:
+    if redact:
+        options["redact"] = tuple(redact)
+    if "budgets" in given:  # (checked here, by name, rather than by the document's schema)
         from statewright.engine.budgets import budgets_from_json
 
-        budgets = budgets_from_json(data.pop("budgets"))
-    return from_dict(data), tuple(redact), budgets
+        options["budgets"] = budgets_from_json(given["budgets"])
+    if given.get("input_schema") is not None:  # checked as a schema by WorkflowType
+        options["input_schema"] = given["input_schema"]
+    return from_dict(data), options
 
 
 def file_type(path: str | Path) -> Loaded:
     """The type a definition file declares: its machine, or a WorkflowType with the file's
-    ``redact`` and ``budgets`` (checked against the machine: DefinitionError)."""
+    ``redact``, ``budgets`` and ``input_schema`` (checked against the machine:
+    DefinitionError)."""
     from statewright.engine import WorkflowType
 
-    machine, redact, budgets = read_definition(path)
-    if not redact and not budgets:
+    machine, options = read_definition(path)
+    if not options:
         return machine
-    return WorkflowType(machine, redact=redact, budgets=budgets)
+    return WorkflowType(machine, **options)
 
 
 def _existing(path: str) -> Path:

@@ -246,7 +246,7 @@ def worker(
     prune_period = parse_duration(prune_every)
     use_log_format(log_format)
     # Imported here: OpenTelemetry is only needed by this command.
-    from statewright.engine import Worker, recover
+    from statewright.engine import Worker
     from statewright.observability.otel_setup import configure_from_env
     from statewright.observability.tracing import attach_tracing
 
@@ -276,7 +276,8 @@ def worker(
             None if metrics_port is None else _serve_metrics(engine, w, metrics_host, metrics_port)
         )
         try:
-            recovered = await recover(engine, worker_id=w.id, lease_seconds=lease_seconds)
+            if once or until_idle:  # (run() recovers first, and then every lease_seconds)
+                await w.recover()
             if endpoint is not None:
                 endpoint.running(True)
             # w.processed counts handler runs (and timers fired), a chain's each: the claims
@@ -291,7 +292,13 @@ def worker(
             if endpoint is not None:
                 endpoint.running(False)
                 endpoint.close()
-        return {"worker_id": w.id, "recovered": len(recovered), "processed": w.processed}
+        # Every round's, not only the first's: a long-running worker recovers as it goes.
+        return {
+            "worker_id": w.id,
+            "recovered": w.recovered,
+            "orphans_cancelled": w.orphans_cancelled,
+            "processed": w.processed,
+        }
 
     def _serve_metrics(engine: Engine, w: Worker, host: str, port: int) -> WorkerEndpoint:
         # Imported here: only a worker with --metrics-port needs the endpoint.
@@ -314,9 +321,11 @@ def worker(
     if s.json:
         emit_json(result)
     else:
+        orphans = result["orphans_cancelled"]
         out.print(
             f"worker stopped: recovered {result['recovered']}, "
-            f"processed {result['processed']} workflow step(s)"
+            + (f"cancelled {orphans} orphaned child workflow(s), " if orphans else "")
+            + f"processed {result['processed']} workflow step(s)"
         )
 
 

@@ -24,6 +24,7 @@ from statewright import jsonvalue
 from statewright.errors import (
     IdempotencyKeyReused,
     IllegalTransition,
+    InputNotAccepted,
     InvalidInput,
     InvalidPayload,
     OutcomeUnknown,
@@ -115,6 +116,9 @@ def fail(exc: BaseException, *, as_json: bool) -> int:
         sys.stderr.write(json.dumps(data, default=str) + "\n")
     else:
         err.print(f"error[{data['code']}]: {data['message']}", markup=False)
+        if isinstance(exc, InputNotAccepted):  # every error of the input, one a line
+            for e in exc.errors:
+                err.print(f"  at {e['path'] or '(input)'}: {e['message']}", markup=False)
         for cause in causes:
             err.print(f"  caused by: {cause}", style="dim", markup=False)
     return exit_code(exc)

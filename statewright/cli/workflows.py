@@ -218,7 +218,8 @@ def input_(
 ) -> None:
     """Post an input into a workflow's inbox (a running handler may be waiting for it).
 
-    Refused (exit code 2) once the workflow has finished.
+    Refused (exit code 2) once the workflow has finished, and when no handler would ever
+    read it (neither the workflow's state nor any state after it has one).
     """
     data = parse_json_object(payload, "--payload")
     done = with_engine(s, lambda e: e.post_input(workflow_id, name, data, idempotency_key=key))

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from statewright.definition.model import State, Transition
 
-__all__ = ["Edge", "can_reach_terminal", "edges", "reachable", "successors"]
+__all__ = ["Edge", "can_reach", "can_reach_terminal", "edges", "reachable", "successors"]
 
 Edge = tuple[str, str, str]
 """``(source, event, target)``."""
@@ -53,9 +53,15 @@ def reachable(
 
 def can_reach_terminal(states: Sequence[State], transitions: Iterable[Transition]) -> set[str]:
     """States from which some terminal state is reachable (terminal states included)."""
-    names = [s.name for s in states]
+    return can_reach([s.name for s in states], transitions, [s.name for s in states if s.terminal])
+
+
+def can_reach(
+    names: Sequence[str], transitions: Iterable[Transition], goals: Iterable[str]
+) -> set[str]:
+    """States (of ``names``) from which one of ``goals`` is reachable (``goals`` included)."""
     reverse: dict[str, list[str]] = {n: [] for n in names}
     for source, targets in successors(names, transitions).items():
         for target in targets:
             reverse[target].append(source)
-    return _closure([s.name for s in states if s.terminal], reverse)
+    return _closure([g for g in goals if g in reverse], reverse)

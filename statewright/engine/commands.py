@@ -17,6 +17,7 @@ from statewright import ids
 from statewright.definition.machine import Machine
 from statewright.engine import cancel as cancelling
 from statewright.engine.hooks import TransitionEvent
+from statewright.engine.input_schema import check_input
 from statewright.engine.nesting import start_timers
 from statewright.engine.reads import get
 from statewright.engine.runtime import Runtime
@@ -30,11 +31,13 @@ from statewright.engine.transitions import (
 from statewright.errors import (
     ActionFailed,
     IdempotencyKeyReused,
+    InputNotExpected,
     InvalidInput,
     UnknownWorkflowType,
     WorkflowExists,
     WorkflowPruned,
 )
+from statewright.store.protocol import ReadModel
 from statewright.types import (
     InboxItem,
     NewWorkflow,
@@ -112,6 +115,8 @@ async def start(
     if input is not None and not isinstance(input, Mapping):
         raise InvalidInput(f"input must be a JSON object, got {type(input).__name__}")
     rt.limits.check(dict(input or {}), "input")
+    if wtype.input_validator is not None:
+        check_input(wtype.name, wtype.input_validator, input or {})
     check_idempotency_key(idempotency_key)
     ids.check_id(tenant, "tenant")
     if workflow_id is None and idempotency_key is not None:
@@ -360,7 +365,10 @@ async def post_input(
     ``row``: a fresh read of the workflow the caller already made (saves a read).
 
     Raises WorkflowNotFound, WorkflowFinished (a terminal workflow takes no inputs),
-    InvalidInput, IdempotencyKeyReused.
+    InputNotExpected (no handler would ever read it: neither the workflow's state nor any
+    state reachable from it has one, when this process knows the type's handlers:
+    :meth:`WorkflowType.takes_inputs`), InvalidInput,
+    IdempotencyKeyReused.
     """
     if not isinstance(name, str) or not _EVENT.fullmatch(name):
         raise InvalidInput(f"invalid input name {name!r}")
@@ -375,9 +383,17 @@ async def post_input(
     wake: str | None = None
     if not row.terminal:
         try:
-            known = rt.registry.type_of(row.type, row.machine_version).has_work(row.state)
+            wtype = rt.registry.type_of(row.type, row.machine_version)
+            known, takes = wtype.has_work(row.state), wtype.takes_inputs(row.state)
         except UnknownWorkflowType:
-            known = True  # another deployment's type: its workers decide
+            known = takes = True  # another deployment's type: its workers decide
+        if not takes:  # no handler here or further on would ever read it
+            earlier = None
+            if idempotency_key is not None and isinstance(rt.store, ReadModel):
+                # A retry of a post taken before the workflow moved on: answered with it.
+                earlier = await rt.store.input_by_key(workflow_id, idempotency_key)
+            if earlier is None:
+                raise InputNotExpected(workflow_id, row.state, name)
         wake = row.state if known else None
     item, created = await rt.store.post_input(
         workflow_id,

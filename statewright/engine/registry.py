@@ -50,11 +50,15 @@ class Registry:
         """A type's latest version, or the one asked; raises UnknownWorkflowType."""
         if version is None:
             if name not in self._latest:
-                raise UnknownWorkflowType(name)
+                raise UnknownWorkflowType(name, known=sorted(self._latest))
             return self._latest[name]
         found = self._versions.get(name, {}).get(version)
         if found is None:
-            raise UnknownWorkflowType(name, version)
+            versions = self._versions.get(name)
+            known = (
+                [f"version {v}" for v in sorted(versions)] if versions else sorted(self._latest)
+            )
+            raise UnknownWorkflowType(name, version, known)
         return found
 
     def known_machine(self, name: str, version: int) -> Machine | None:

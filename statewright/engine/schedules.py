@@ -45,6 +45,7 @@ from cronsim import CronSim, CronSimError
 
 from statewright import ids
 from statewright.engine.commands import start
+from statewright.engine.input_schema import check_input
 from statewright.engine.transitions import same_json
 from statewright.errors import (
     InvalidSchedule,
@@ -198,7 +199,7 @@ def check_definition(
     tenant: str,
 ) -> tuple[Cron, dict[str, Any]]:
     """Every check a start would make, at schedule time: typed errors, nothing stored."""
-    rt.registry.type_of(workflow_type)  # UnknownWorkflowType
+    wtype = rt.registry.type_of(workflow_type)  # UnknownWorkflowType
     parsed = parse(cron, timezone)
     if catch_up not in CATCH_UP:
         raise InvalidSchedule(
@@ -212,6 +213,8 @@ def check_definition(
         )
     body = dict(input or {})
     rt.limits.check(body, "input")
+    if wtype.input_validator is not None:  # InputNotAccepted: every tick would be refused
+        check_input(wtype.name, wtype.input_validator, body)
     return parsed, body
 
 

@@ -118,6 +118,10 @@ class Worker:
         self.id = worker_id or new_worker_id()
         live_here(self)
         self.processed = 0
+        self.recovered = 0
+        """Workflows this worker's recovery rounds took over from dead or expired workers."""
+        self.orphans_cancelled = 0
+        """Live children of ended parents that its recovery rounds cancelled."""
         self.chain_limit = chain_limit
         self.chain_seconds = chain_seconds
         check_worker_options(prune_terminal_older_than, prune_every)
@@ -300,12 +304,24 @@ class Worker:
                 if task is not None:
                     task.cancel()
 
+    async def recover(self) -> None:
+        """One recovery round (what :meth:`run` does every ``lease_seconds``): the work of
+        dead or expired workers, and a page of orphaned children; counted in
+        :attr:`recovered` and :attr:`orphans_cancelled`. A store failure is logged."""
+        await self._recover()
+
     async def _recover(self) -> None:
         try:
-            await recover_stale(self.rt, worker_id=self.id, lease_seconds=self.lease_seconds)
+            found = await recover_stale(
+                self.rt, worker_id=self.id, lease_seconds=self.lease_seconds
+            )
+            self.recovered += len(found)
             # Live children of a parent whose process died before cancelling them (a page
             # a round, going on where the last round stopped).
-            _, self._orphans_after = await cancel_orphans(self.rt, after=self._orphans_after)
+            cancelled, self._orphans_after = await cancel_orphans(
+                self.rt, after=self._orphans_after
+            )
+            self.orphans_cancelled += cancelled
         except StoreError:
             log.exception("recovery failed", extra={"action": "recovery_failed"})
 

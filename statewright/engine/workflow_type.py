@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
+from statewright.definition.graph import can_reach
 from statewright.definition.joins import CHILD_DONE, CHILD_FAILED, FAILED_STATES
 from statewright.definition.machine import Machine
 from statewright.definition.model import Spawn
 from statewright.engine.budgets import Budget, budget_problems
 from statewright.engine.compensation_names import callable_name
 from statewright.engine.fanout import fan_out
+from statewright.engine.input_schema import compile_schema, schema_problems
 from statewright.engine.limits import limit_problems
 from statewright.engine.retry import RetryPolicy
 from statewright.errors import DefinitionError, Problem
@@ -159,6 +162,10 @@ class WorkflowType:
         budgets: limits on what the type's model calls spend (tokens, cost, calls; per
             workflow or per visit of a state), each with the event fired instead of calling
             the model again once it is reached (:mod:`statewright.engine.budgets`).
+        input_schema: a JSON Schema (Draft 2020-12) the input of every start must satisfy
+            (the workflow's initial context); a start that fails it is refused with the
+            schema's errors and writes nothing (:mod:`statewright.engine.input_schema`).
+            None: any JSON object.
     """
 
     machine: Machine
@@ -187,6 +194,9 @@ class WorkflowType:
     compensations: Sequence[Callable[..., Any]] | Mapping[str, Callable[..., Any]] = ()
     compensate_on: tuple[Literal["cancel", "fatal"], ...] = ()
     budgets: Sequence[Budget] = ()
+    input_schema: Mapping[str, Any] | None = None
+    input_validator: Any = field(init=False, repr=False, compare=False)
+    """``input_schema`` compiled once (None without one: a start checks nothing)."""
     _decides: bool = field(init=False, repr=False, compare=False)
     """``runs_here`` resolved (read by every write that enters a state)."""
     compensators: Mapping[str, Callable[..., Any]] = field(init=False, repr=False, compare=False)
@@ -274,6 +284,10 @@ class WorkflowType:
                 object.__setattr__(self, "budgets", tuple(self.budgets))
             problems += budget_problems(self.machine, self.budgets)
         problems += limit_problems(self.max_concurrent, self.max_per_second, self.burst)
+        schema_wrong = schema_problems(self.input_schema)
+        problems += schema_wrong
+        validator = None if schema_wrong else compile_schema(self.input_schema)
+        object.__setattr__(self, "input_validator", validator)
         if self.runs_here is not None and not isinstance(self.runs_here, bool):
             problems.append(Problem("invalid_runs_here", "runs_here must be True, False or None"))
         event = self.step_outcome_unknown
@@ -316,6 +330,20 @@ class WorkflowType:
         input or event). See :func:`~statewright.engine.transitions.run_at_for`.
         """
         return state in self.handlers or not self._decides
+
+    def takes_inputs(self, state: str) -> bool:
+        """Whether an input posted to a workflow in ``state`` may ever be read: some state
+        with a handler is ``state`` or reachable from it (an input waits in the inbox for the
+        handler that takes it). Always True when this process cannot tell (see
+        :meth:`has_work`)."""
+        return not self._decides or state in self._input_states
+
+    @cached_property
+    def _input_states(self) -> frozenset[str]:
+        """The states from which a state with a handler is reachable (computed once)."""
+        machine = self.machine
+        names = list(machine.states)
+        return frozenset(can_reach(names, machine.transitions, self.handlers))
 
     def child_result(self, context: Mapping[str, Any]) -> Any:
         """What a child of this type reports to its parent as it ends (``result``; default

@@ -19,9 +19,10 @@ from fastapi.responses import PlainTextResponse
 
 from statewright import paging
 from statewright.access import Access
+from statewright.definition.data import plain
 from statewright.definition.machine import Machine
 from statewright.definition.render.mermaid import to_mermaid
-from statewright.engine.workflow_type import Applied, NotApplied
+from statewright.engine.workflow_type import Applied, NotApplied, WorkflowType
 from statewright.errors import UnknownState
 from statewright.http import longpoll
 from statewright.http.deps import AccessDep, KnownQuery
@@ -178,8 +179,10 @@ def _body(content: Any, status_code: int = 200, *, replayed: bool = False) -> JS
     return JSONBody(content, status_code)
 
 
-def _type_out(access: Access, machine: Machine) -> TypeOut:
+def _type_out(access: Access, wtype: WorkflowType) -> TypeOut:
+    machine = wtype.machine
     return TypeOut(
+        input_schema=None if wtype.input_schema is None else plain(wtype.input_schema),
         name=machine.name,
         version=machine.version,
         description=machine.description,
@@ -214,12 +217,12 @@ def _machine(access: Access, name: str, version: int | None) -> Machine:
 
 @router.get("/types", summary="The registered workflow types")
 async def list_types(access: AccessDep) -> list[TypeOut]:
-    return [_type_out(access, t.machine) for t in access.types]
+    return [_type_out(access, t) for t in access.types]
 
 
 @router.get("/types/{name}", summary="One workflow type: states, events and who may fire them")
 async def get_type(access: AccessDep, name: TypeName, version: TypeVersion = None) -> TypeOut:
-    return _type_out(access, _machine(access, name, version))
+    return _type_out(access, access.type_of(name, version))
 
 
 @router.get(
@@ -403,7 +406,8 @@ async def patch_context(
     summary="Fire an event",
     description="With `if_allowed=true`, an event the workflow's state does not allow now "
     "(no transition from it, a finished workflow, no guard passed) is not an error: 200 with "
-    "`applied: false`, the state, the events allowed and the workflow, and nothing changes "
+    "the workflow as it is (its `state` and `allowed_events` among its fields, the same shape "
+    "as when applied), `applied: false` and the `refusal` (the event and why); nothing changes "
     "(it is not counted as a rejected transition). An unknown event, an invalid payload, a "
     "version conflict or a role that may not fire the event are refused either way.",
     responses=_replay_doc(
@@ -435,18 +439,9 @@ async def send_event(
         if_allowed=if_allowed,
     )
     view = _view(access, sent.row)
-    if not sent.applied:
-        refusal = sent.refusal
-        return _body(
-            {
-                "applied": False,
-                "event": body.event,
-                "state": sent.row.state,
-                "reason": None if refusal is None else refusal.reason,
-                "allowed_events": view.get("allowed_events", []),
-                "workflow": view,
-            }
-        )
+    if not sent.applied:  # the same shape: the workflow, applied: false and why
+        why = {"event": body.event, "reason": sent.refusal and sent.refusal.reason}
+        return _body(view | {"applied": False, "refusal": why})
     return _body(view | {"applied": True}, replayed=sent.replayed)
 
 
@@ -523,6 +518,9 @@ async def cancel(
     response_model=InputPosted,
     status_code=201,
     summary="Post an input to the workflow's inbox",
+    description="For a handler that waits for it. 409 `input_not_expected` (nothing "
+    "written) when no handler would ever read it: neither the workflow's state nor any "
+    "state after it has one (known when this service registers the type's handlers).",
     responses=_replay_doc(
         "A retry of an input already posted with the same Idempotency-Key: that input.",
         InputPosted,

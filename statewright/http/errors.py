@@ -38,9 +38,12 @@ STATUS = {
     "steps_would_rerun": 409,
     # A start of the id of a workflow pruned since: its steps must not run again.
     "workflow_pruned": 409,
+    # An input to a state with no handler to take it (it would never be read).
+    "input_not_expected": 409,
     "invalid_payload": 422,
     "action_failed": 422,
     "invalid_input": 422,
+    "input_not_accepted": 422,  # a start's input fails its type's input_schema
     "value_too_deep": 422,
     "value_too_large": 413,
     "payload_too_large": 413,

@@ -551,6 +551,11 @@ class TypeOut(BaseModel):
     description: str
     states: list[StateInfo]
     events: list[EventInfo]
+    input_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="The JSON Schema a start's `input` must satisfy (null: any object); a "
+        "start that fails it is refused with 422 input_not_accepted listing its `errors`.",
+    )
 
 
 class EventOut(WorkflowOut):
@@ -561,35 +566,39 @@ class EventOut(WorkflowOut):
     )
 
 
-class EventNotApplied(BaseModel):
+class Refusal(BaseModel):
+    """Why an event sent with ``?if_allowed=true`` was not applied."""
+
+    event: str
+    reason: str | None = Field(
+        description="`terminal state`, `no guard passed: ...`, or null (no edge from the "
+        "workflow's state)."
+    )
+
+
+class EventNotApplied(WorkflowOut):
     """An event sent with ``?if_allowed=true`` that the workflow's state did not allow: nothing
-    changed (a late webhook, a duplicate callback)."""
+    changed (a late webhook, a duplicate callback). The workflow as it is, in the shape of
+    every other answer, with ``applied: false`` and the ``refusal``: the event and why (the
+    ``state`` and the ``allowed_events`` are the workflow's own fields)."""
 
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
                 {
-                    "applied": False,
-                    "event": "payment_captured",
+                    "id": "order-1001",
                     "state": "cancelled",
-                    "reason": "terminal state",
                     "allowed_events": [],
-                    "workflow": {"id": "order-1001", "state": "cancelled", "...": "..."},
+                    "...": "...",
+                    "applied": False,
+                    "refusal": {"event": "payment_captured", "reason": "terminal state"},
                 }
             ]
         }
     )
 
-    applied: Literal[False]
-    event: str
-    state: str = Field(description="The workflow's state, which does not allow the event.")
-    reason: str | None = Field(
-        description="Why: `terminal state`, `no guard passed: ...`, or null (no edge)."
-    )
-    allowed_events: list[str] = Field(
-        description="Events that could fire now and that the caller may fire."
-    )
-    workflow: WorkflowOut
+    applied: Literal[False] = Field(description="The event was not applied (always false here).")
+    refusal: Refusal
 
 
 class InputPosted(BaseModel):

@@ -21,6 +21,7 @@ current state is checked on every call, never assumed from the list.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -227,7 +228,12 @@ def _list_tool(wtypes: list[WorkflowType]) -> types.Tool:
 
 
 def _start_tool(wtypes: list[WorkflowType]) -> types.Tool:
-    lines = [f"- {t.name}: {t.machine.description or '(no description)'}" for t in wtypes]
+    lines = [
+        f"- {t.name}: {t.machine.description or '(no description)'}"
+        # A type's input schema (a start that fails it is refused with the schema's errors).
+        + ("" if t.input_schema is None else f" Input schema: {_compact(t.input_schema)}")
+        for t in wtypes
+    ]
     props: dict[str, Any] = {
         "type": {
             "type": "string",
@@ -266,6 +272,10 @@ def _start_tool(wtypes: list[WorkflowType]) -> types.Tool:
     )
 
 
+def _compact(schema: Any) -> str:
+    return json.dumps(plain(schema), separators=(",", ":"), sort_keys=True)
+
+
 def _post_input_tool() -> types.Tool:
     props: dict[str, Any] = {
         "workflow_id": _WORKFLOW_ID,
@@ -284,7 +294,8 @@ def _post_input_tool() -> types.Tool:
             "Post an input (a name and a JSON object) into a workflow's inbox, for a step that "
             "waits for it (e.g. a document, a reply, a human's answer). It moves nothing by "
             "itself: the workflow's worker takes it. Returns the input's id and the workflow's "
-            "state. Refused for a finished workflow (workflow_finished)." + RETRY_NOTE
+            "state. Refused for a finished workflow (workflow_finished), and when no step of the "
+            "workflow would ever take it (input_not_expected)." + RETRY_NOTE
         ),
         input_schema=_object(props, ["workflow_id", "name", "payload"]),
         annotations=types.ToolAnnotations(

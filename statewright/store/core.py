@@ -553,6 +553,12 @@ class CoreSQL(SQLStore):
         }
         return await self._post(params)
 
+    async def input_by_key(self, workflow_id: str, idempotency_key: str) -> InboxItem | None:
+        row = await self._one(
+            self.queries["input_by_key"], {"id": workflow_id, "key": idempotency_key}
+        )
+        return None if row is None else self.rows.inbox(row)
+
     async def next_input(
         self, workflow_id: str, name: str | None = None, skip: Sequence[int] = ()
     ) -> InboxItem | None:

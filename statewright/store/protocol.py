@@ -414,6 +414,10 @@ class ReadModel(Protocol):
         status, in ``(started_at, key)`` order; the other steps are filtered out by the
         database. Nothing (one index probe) for a workflow without model calls."""
 
+    async def input_by_key(self, workflow_id: str, idempotency_key: str) -> InboxItem | None:
+        """The input posted to the workflow under ``idempotency_key``, if any (consumed or
+        not): a retried post the engine no longer takes answers with it."""
+
     async def list_workflows(self, where: WorkflowFilter) -> list[WorkflowRow]:
         """Workflows matching ``where`` in ``(state_entered_at, id)`` order, at most
         ``where.limit``; ``where.after`` continues after a row (keyset paging: each page is

@@ -1,5 +1,6 @@
 """``POST /v1/workflows/{id}/events?if_allowed=true`` on both stores: a late webhook gets 200
-``applied: false`` and changes nothing (version, log, rejections log), counted apart from
+``applied: false`` (in the shape of every answer: the workflow, ``applied`` and, when not
+applied, the ``refusal``) and changes nothing (version, log, rejections log), counted apart from
 refusals; without the flag it is still a 409."""
 
 from __future__ import annotations
@@ -43,18 +44,15 @@ async def test_a_late_webhook_gets_200_not_applied(
     )
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body == {
-        "applied": False,
-        "event": "complete",
-        "state": "done",
-        "reason": "terminal state",
-        "allowed_events": [],
-        "workflow": body["workflow"],
-    }
-    assert body["workflow"]["version"] == before["version"]
+    # One shape, applied or not: the workflow's fields at the top (its state and allowed
+    # events among them), with applied and, when not, the refusal.
+    assert body.pop("applied") is False
+    assert body.pop("refusal") == {"event": "complete", "reason": "terminal state"}
+    assert (body["state"], body["allowed_events"]) == ("done", [])
+    assert body["version"] == before["version"]
     # (The children counts are GET /v1/workflows/{id}'s alone.)
     assert before.pop("children")["total"] == 0
-    assert body["workflow"] == {**before, "stuck": body["workflow"]["stuck"]}
+    assert body == {**before, "stuck": body["stuck"]}
     # Nothing changed, nothing logged as a rejection, counted apart.
     assert (await client.get("/v1/workflows/t1/history", headers=auth("agent"))).json() == history
     assert await engine.store.rejections(0.0) == []
@@ -91,7 +89,8 @@ async def test_if_allowed_with_idempotency_keys_roles_and_bad_requests(
         url, json={"event": "start"}, headers={**auth("agent"), IDEMPOTENCY_KEY: "hook-2"}
     )
     assert r.status_code == 200 and r.json()["applied"] is False
-    assert r.json()["reason"] is None and "complete" in r.json()["allowed_events"]
+    assert r.json()["refusal"] == {"event": "start", "reason": None}
+    assert r.json()["state"] == "running" and "complete" in r.json()["allowed_events"]
     # Still refused: an unknown event, a role that may not fire it, a stale version.
     r = await client.post(url, json={"event": "nope"}, headers=auth("agent"))
     assert r.status_code == 409 and r.json()["error"]["code"] == "illegal_transition"

@@ -154,7 +154,7 @@ def test_unknown_workflow_or_type_exits_1(cli: Cli) -> None:
     ):
         assert cli.error(*args, code=1) == "error[workflow_not_found]: no workflow with id 'nope'"
     assert cli.error("start", "nope", code=1) == (
-        "error[unknown_workflow_type]: unknown workflow type 'nope'"
+        "error[unknown_workflow_type]: unknown workflow type 'nope' (known: agent_task)"
     )
     assert json.loads(cli("--json", "show", "nope", code=1).stderr) == {
         "code": "workflow_not_found",

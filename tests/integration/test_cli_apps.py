@@ -134,6 +134,10 @@ def test_an_example_app_runs_under_the_cli_worker(cli: Cli) -> None:
     assert shown["workflow"]["state"] == "fulfillment_triggered"
     assert [s["step"] for s in shown["steps"]] == ["reserve", "authorize", "capture", "fulfil"]
     assert shown["allowed_events"] == ["ship"]
+    # No handler in fulfillment_triggered nor after it: an input would never be read.
+    line = cli.error("--app", ORDERS, "input", "o1", "label", code=2)
+    assert line.startswith("error[input_not_expected]: workflow 'o1' is in state ")
+    assert cli.json("input", "o1", "label")["input_id"]  # without the handlers: taken
     line = cli.error("--app", ORDERS, "send", "o1", "ship", "--payload", "{}", code=2)
     assert line.startswith("error[invalid_payload]: ") and "tracking_number" in line
     cli("--app", ORDERS, "send", "o1", "ship", "--payload", '{"tracking_number": "T1"}')
@@ -222,10 +226,37 @@ def test_worker_modes(cli: Cli) -> None:
     assert cli.json("worker", "--once") | {"worker_id": "w"} == {
         "worker_id": "w",
         "recovered": 0,
+        "orphans_cancelled": 0,
         "processed": 0,
     }
     assert "processed 0" in cli("worker", "--until-idle").stdout
     assert cli.error("worker", "--once", "--until-idle", code=2).startswith("error[invalid_input]")
+
+
+def test_the_worker_counts_what_it_recovered(cli: Cli) -> None:
+    """It said "recovered 0" after recovering the work of a dead worker."""
+    import asyncio
+    import socket
+    import subprocess
+
+    from statewright import Engine, SQLiteStore
+    from statewright.engine import agent_task_type
+
+    dead = subprocess.Popen(["true"])  # a worker process that has exited
+    dead.wait()
+    owner = f"{socket.gethostname()}:{dead.pid}:dead"
+
+    async def leave_leased() -> None:
+        async with Engine(SQLiteStore(cli.db), [agent_task_type()]) as engine:
+            for n in (1, 2):
+                await engine.start("agent_task", {}, workflow_id=f"t{n}")
+            now = engine.runtime.clock.now()
+            claimed = await engine.store.claim_due(owner, now, 300.0, 10, ["agent_task"])
+            assert len(claimed) == 2
+
+    asyncio.run(leave_leased())
+    assert cli.json("worker", "--until-idle")["recovered"] == 2
+    assert "worker stopped: recovered 0," in cli("worker", "--until-idle").stdout
 
 
 def _text(path: Path) -> str:

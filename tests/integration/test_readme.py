@@ -32,6 +32,12 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
         assert done.returncode == 0, done.stderr
         if "spawn: {type: read_file" in block:
             assert done.stdout.splitlines() == ["summarised [('0', 4), ('1', 7)]"]
+        if "InputNotAccepted" in block:  # an input schema refuses a bad start
+            assert done.stdout.splitlines() == [
+                "number - '42' does not match '^INV-[0-9]+$'",
+                "amount - 0 is less than or equal to the minimum of 0",
+                "open",
+            ]
         if "fan_out" in block:
             assert done.stdout.splitlines() == [
                 "shipped {'0': 'book', '1': 'lamp', '2': 'mug'}",

@@ -132,12 +132,15 @@ async def test_agents_see_the_summary_and_never_a_redacted_key(engine: Engine) -
             assert set(started["summary"]) == {"amount", "currency", "customer"}
             assert HIDDEN not in json.dumps(started["summary"])
             assert "summary_text" not in started
-            data(
+            # (No handler would read it: refused, the card in its payload not repeated.)
+            refused = tool_error(
                 await call(
                     "post_input",
                     {"workflow_id": "p-ok", "name": "note", "payload": {"card": CARD}},
                 )
             )
+            assert refused["code"] == "input_not_expected"
+            assert refused["workflow_id"] == "p-ok" and "'p-ok'" in refused["message"]
             if who == "ops":
                 shipped = data(await call("payment__ship", {"workflow_id": "p-ok"}))
                 assert shipped["state"] == "shipped"

@@ -27,7 +27,7 @@ from statewright.definition import (
 from statewright.definition.formats import check_document, machine_schema
 from statewright.errors import DefinitionError, InvalidInput
 
-FILE_KEYS = {"subscriptions", "budgets"}
+FILE_KEYS = {"subscriptions", "budgets", "redact", "input_schema"}
 """Keys of a definition file that are not the machine's (the type's, or its subscriptions)."""
 
 
@@ -210,8 +210,9 @@ def test_parser_reads_exactly_the_schema_keys() -> None:
     from_dict(doc, guards={"over_budget": over_budget})
 
     schema = machine_schema()
-    # (``subscriptions`` and ``budgets`` are the file's, not the machine's: see
-    # test_subscriptions_in_a_file and tests/integration/test_cli_agents.py.)
+    # (``subscriptions``, ``budgets``, ``redact`` and ``input_schema`` are the file's, not the
+    # machine's: see test_subscriptions_in_a_file, tests/integration/test_cli_agents.py and
+    # test_cli_input_schema.py.)
     expected = {("machine", k) for k in schema["properties"] if k not in FILE_KEYS}
     for kind in ("state", "event", "transition"):
         expected |= {(kind, k) for k in schema["$defs"][kind]["properties"]}

@@ -83,7 +83,12 @@ def load_path(
     guards: Mapping[str, GuardFn] | None = None,
     actions: Mapping[str, AssignFn] | None = None,
 ) -> Machine:
-    """Read a machine from a ``.json``, ``.yaml`` or ``.yml`` file."""
+    """Read a machine from a ``.json``, ``.yaml`` or ``.yml`` file.
+
+    The file may hold its type's options beside the machine (``redact``, ``budgets``,
+    ``input_schema``: checked for shape by the document's schema, read by ``--app``), which
+    the machine leaves out: give them to the :class:`~statewright.engine.WorkflowType` that
+    binds it."""
     p = Path(path)
     loader = _LOADERS[_suffix(p)]
     try:
