@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import weakref
@@ -114,6 +115,7 @@ class _Names:
 _NUMBERED = re.compile(r"\.v?\d+(?:-\d+)*(?=\.|$)|_v\d+$|(?<=\.tool)\.[^.]+(?=\.[^.]+$)")
 
 
+@functools.lru_cache(maxsize=4096)  # a regex per observed step otherwise; names repeat
 def step_shape(step: str) -> str:
     """A step's name without the numbers that tell one visit or call from the next: the
     visit (``.v12``, ``_v12``) and ordinal (``.3``, ``.0-1``) parts of names like an agent's
