@@ -30,25 +30,20 @@ from statewright._version import __version__
 from statewright.access import LOCAL_AGENT, Access, Principal, waits
 from statewright.definition.formats.document import to_dict
 from statewright.definition.render.mermaid import to_mermaid
-from statewright.engine.core import Engine, check_idempotency_key
+from statewright.engine.core import Engine
 from statewright.engine.transitions import Dispatched
 from statewright.errors import (
-    Forbidden,
-    IdempotencyKeyReused,
     IllegalTransition,
     InvalidInput,
-    OutcomeUnknown,
     StatewrightError,
     UnknownState,
-    UnknownTool,
     UnknownWorkflowType,
-    VersionConflict,
     WorkflowNotFound,
 )
+from statewright.mcp_server import arguments, conversation, refusals
 from statewright.mcp_server import catalogue as cat
-from statewright.mcp_server import conversation
 from statewright.mcp_server.catalogue import Catalogue, EventTool, build_catalogue
-from statewright.mcp_server.state import allowed_actions, automatic, brief, state_view
+from statewright.mcp_server.state import automatic, brief, state_view
 from statewright.redaction import Redactor
 from statewright.types import WorkflowFilter, WorkflowRow
 
@@ -148,7 +143,7 @@ class _Handlers:
         try:
             body = await self._call(ctx, access, catalogue, params.name, args)
         except StatewrightError as exc:
-            error = await _error_body(access, catalogue, exc, args.get("workflow_id"))
+            error = await refusals.error_body(access, catalogue, exc, args.get("workflow_id"))
             return _result({"error": error}, is_error=True)
         except Exception:
             log.exception("MCP tool %r failed", params.name, extra={"action": "mcp_tool_failed"})
@@ -165,8 +160,8 @@ class _Handlers:
         args: dict[str, Any],
     ) -> dict[str, Any]:
         if name == cat.GET_STATE:
-            _only(args, "workflow_id")
-            row = await access.get(_text(args, "workflow_id"))
+            arguments.only(args, "workflow_id")
+            row = await access.get(arguments.text(args, "workflow_id"))
             return await state_view(access, catalogue, row)
         if name == cat.LIST:
             return await self._list(access, catalogue, args)
@@ -178,23 +173,23 @@ class _Handlers:
             return await self._post_input(access, catalogue, args)
         spec = catalogue.events.get(name)
         if spec is None:
-            raise _unknown_tool(access, name)
+            raise refusals.unknown_tool(access, name)
         return await self._fire(access, catalogue, spec, args)
 
     async def _list(
         self, access: Access, catalogue: Catalogue, args: dict[str, Any]
     ) -> dict[str, Any]:
-        _only(args, "type", "state", "terminal", "limit", "offset", "cursor")
+        arguments.only(args, "type", "state", "terminal", "limit", "offset", "cursor")
         terminal = args.get("terminal")
         if terminal is not None and not isinstance(terminal, bool):
             raise InvalidInput("'terminal' must be true or false")
-        limit = _int(args, "limit", 1, cat.MAX_LIST) or 20
-        offset = _int(args, "offset", 0, cat.MAX_OFFSET) or 0
-        cursor = _opt_text(args, "cursor")
+        limit = arguments.integer(args, "limit", 1, cat.MAX_LIST) or 20
+        offset = arguments.integer(args, "offset", 0, cat.MAX_OFFSET) or 0
+        cursor = arguments.opt_text(args, "cursor")
         rows = await access.list_workflows(
             WorkflowFilter(
-                type=_opt_text(args, "type"),
-                state=_opt_text(args, "state"),
+                type=arguments.opt_text(args, "type"),
+                state=arguments.opt_text(args, "state"),
                 terminal=terminal,
                 limit=limit + 1,  # one more: is there a next page?
                 offset=offset,
@@ -213,13 +208,16 @@ class _Handlers:
     async def _start(
         self, access: Access, catalogue: Catalogue, args: dict[str, Any]
     ) -> dict[str, Any]:
-        _only(args, "type", "input", "id", "idempotency_key")
+        arguments.only(args, "type", "input", "id", "idempotency_key")
         data = args.get("input", {})
         if not isinstance(data, Mapping):
             raise InvalidInput("'input' must be a JSON object")
-        key = _key(args)
+        key = arguments.idempotency_key(args)
         started = await access.start(
-            _text(args, "type"), data, workflow_id=_opt_text(args, "id"), idempotency_key=key
+            arguments.text(args, "type"),
+            data,
+            workflow_id=arguments.opt_text(args, "id"),
+            idempotency_key=key,
         )
         replayed = key is not None and not started.created
         return {
@@ -231,13 +229,15 @@ class _Handlers:
     async def _post_input(
         self, access: Access, catalogue: Catalogue, args: dict[str, Any]
     ) -> dict[str, Any]:
-        _only(args, "workflow_id", "name", "payload", "idempotency_key")
-        workflow_id = _text(args, "workflow_id")
-        name = _text(args, "name")
+        arguments.only(args, "workflow_id", "name", "payload", "idempotency_key")
+        workflow_id = arguments.text(args, "workflow_id")
+        name = arguments.text(args, "name")
         payload = args.get("payload")
         if not isinstance(payload, Mapping):
             raise InvalidInput("'payload' must be a JSON object")
-        posted = await access.post_input(workflow_id, name, payload, idempotency_key=_key(args))
+        posted = await access.post_input(
+            workflow_id, name, payload, idempotency_key=arguments.idempotency_key(args)
+        )
         item, created = posted.item, posted.created
         if created:
             done = f"input {name!r} #{item.id} posted"
@@ -252,14 +252,14 @@ class _Handlers:
     async def _wait(
         self, ctx: Context, access: Access, catalogue: Catalogue, args: dict[str, Any]
     ) -> dict[str, Any]:
-        _only(args, "workflow_id", "states", "after_version", "timeout")
-        workflow_id = _text(args, "workflow_id")
+        arguments.only(args, "workflow_id", "states", "after_version", "timeout")
+        workflow_id = arguments.text(args, "workflow_id")
         states = args.get("states")
         if states is not None and (
             not isinstance(states, list) or not all(isinstance(s, str) for s in states)
         ):
             raise InvalidInput("'states' must be a list of state names")
-        after_version = _int(args, "after_version", 0, 2**62)
+        after_version = arguments.integer(args, "after_version", 0, 2**62)
         timeout = args.get("timeout", cat.DEFAULT_WAIT)
         if isinstance(timeout, bool) or not isinstance(timeout, int | float):
             raise InvalidInput("'timeout' must be a number of seconds")
@@ -302,17 +302,17 @@ class _Handlers:
         self, access: Access, catalogue: Catalogue, spec: EventTool, args: dict[str, Any]
     ) -> dict[str, Any]:
         if spec.kind == "decide":
-            _only(args, "workflow_id", "comment", "expected_version", "idempotency_key")
+            arguments.only(args, "workflow_id", "comment", "expected_version", "idempotency_key")
         else:  # send and cancel
-            _only(
+            arguments.only(
                 args, "workflow_id", "payload", "expected_version", "idempotency_key", "if_allowed"
             )
         if_allowed = args.get("if_allowed", False)
         if not isinstance(if_allowed, bool):
             raise InvalidInput("'if_allowed' must be true or false")
-        workflow_id = _text(args, "workflow_id")
-        expected = _int(args, "expected_version", 1, 2**62)
-        key = _key(args)
+        workflow_id = arguments.text(args, "workflow_id")
+        expected = arguments.integer(args, "expected_version", 1, 2**62)
+        key = arguments.idempotency_key(args)
         before = await access.get(workflow_id)
         if before.type != spec.machine:
             raise InvalidInput(
@@ -321,7 +321,7 @@ class _Handlers:
                 workflow_id=workflow_id,
             )
         if spec.kind == "decide":
-            comment = _opt_text(args, "comment")
+            comment = arguments.opt_text(args, "comment")
             decided = await access.decide(
                 workflow_id,
                 spec.approve,
@@ -495,106 +495,6 @@ async def _not_applied(
         "replayed": False,
         **await state_view(access, catalogue, row),
     }
-
-
-async def _error_body(
-    access: Access, catalogue: Catalogue, exc: StatewrightError, workflow_id: Any
-) -> dict[str, Any]:
-    """The error with the workflow's current state and what the caller may do now."""
-    # Worded for this caller: a tenant's workflows by the ids it knows them by.
-    body = {k: v for k, v in access.public_error(exc).items() if v is not None}
-    # The machine's allowed events include ones this caller may not fire (approvals):
-    # report only the caller's own.
-    body.pop("allowed", None)
-    if isinstance(workflow_id, str) and not isinstance(exc, WorkflowNotFound):
-        try:
-            row = await access.get(workflow_id)
-        except StatewrightError:
-            row = None
-        if row is not None:
-            # An error's text may quote a value the workflow's type redacts.
-            body = access.redactor(row).value(body)
-            body.update(
-                workflow_id=access.public_id(row.id),
-                state=row.state,
-                version=row.version,
-                terminal=row.terminal,
-                allowed_actions=allowed_actions(access, catalogue, row),
-            )
-    if isinstance(exc, OutcomeUnknown):
-        # The one error after which something may have changed.
-        body["hint"] = (
-            "The outcome is unknown: it may or may not have been done. Call the same tool "
-            "again with the same arguments and the same idempotency_key: if it was done, "
-            "nothing is done twice (replayed: true). Without an idempotency_key, call "
-            "get_workflow_state before deciding whether to call it again."
-        )
-    elif isinstance(exc, IdempotencyKeyReused):
-        body["hint"] = (
-            "Nothing was changed. This idempotency_key was used for a different request: "
-            "use a new key for a new request."
-        )
-    elif isinstance(exc, IllegalTransition | VersionConflict):
-        body["hint"] = (
-            "Nothing was changed. Call get_workflow_state, then pick from allowed_actions."
-        )
-    else:
-        body.setdefault("hint", "Nothing was changed.")
-    return body
-
-
-def _unknown_tool(access: Access, name: str) -> StatewrightError:
-    """Forbidden for an event the caller's roles may not fire, else an unknown tool."""
-    machine, sep, event = name.partition(cat.SEP)
-    if sep:
-        try:
-            declared = access.type_of(machine).machine.events.get(event)
-        except UnknownWorkflowType:
-            declared = None
-        if declared is not None:
-            return Forbidden(
-                f"{access.principal.actor!r} may not fire {event!r}: it is not one of your tools",
-                event=event,
-            )
-    return UnknownTool(f"no tool named {name!r}", tool=name)
-
-
-def _only(args: Mapping[str, Any], *names: str) -> None:
-    extra = sorted(set(args) - set(names))
-    if extra:
-        raise InvalidInput(
-            f"unknown argument(s) {', '.join(map(repr, extra))}; expected: {', '.join(names)}"
-        )
-
-
-def _text(args: Mapping[str, Any], name: str) -> str:
-    value = _opt_text(args, name)
-    if value is None:
-        raise InvalidInput(f"{name!r} is required")
-    return value
-
-
-def _opt_text(args: Mapping[str, Any], name: str) -> str | None:
-    value = args.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str) or not value or len(value) > 10_000:
-        raise InvalidInput(f"{name!r} must be a non-empty string")
-    return value
-
-
-def _key(args: Mapping[str, Any]) -> str | None:
-    """The optional ``idempotency_key``, checked before anything is looked up by it."""
-    return check_idempotency_key(_opt_text(args, "idempotency_key"))
-
-
-def _int(args: Mapping[str, Any], name: str, low: int, high: int) -> int | None:
-    value = args.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise InvalidInput(f"{name!r} must be an integer from {low} to {high}")
-    return value
 
 
 def _progress_message(row: WorkflowRow, red: Redactor) -> str:
