@@ -71,17 +71,11 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "statewright.db")
-    return str(request.getfixturevalue("pg_dsn"))
-
-
 @pytest.mark.acceptance
 async def test_sigkill_never_asks_the_model_again_nor_repeats_a_tool(
-    url: str, tmp_path: Path, request: pytest.FixtureRequest
+    store_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    url = store_url
     torture = torture_enabled(request.config)
     target = TORTURE_KILLS if torture else KILLS
     budget = BUDGET * 10 if torture else BUDGET

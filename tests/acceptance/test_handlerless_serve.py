@@ -64,17 +64,10 @@ def _until(what: str, check: Callable[[], Any], procs: dict[str, Path]) -> Any:
         time.sleep(0.05)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "shared.db")
-    dsn: str = request.getfixturevalue("pg_dsn")
-    return dsn
-
-
 def test_a_service_with_the_definition_file_and_a_worker_with_the_app_finish_it(
-    db: str, tmp_path: Path, cli_forks: ForkServer
+    store_url: str, tmp_path: Path, cli_forks: ForkServer
 ) -> None:
+    db = store_url
     port = _free_port()
     logs = {"serve": tmp_path / "serve.log", "worker": tmp_path / "worker.log"}
     serve = ["--db", db, "--app", str(APPS / "parcel.yaml"), "serve", "--port", str(port)]

@@ -175,17 +175,11 @@ def _tail(err: Path) -> str:
     return err.read_text(errors="replace")[-4000:] if err.exists() else ""
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return str(tmp_path / "statewright.db")
-    return str(request.getfixturevalue("pg_dsn"))
-
-
 @pytest.mark.acceptance
 async def test_sigkill_leaves_exactly_the_rows_of_the_committed_transitions(
-    url: str, tmp_path: Path, request: pytest.FixtureRequest
+    store_url: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
+    url = store_url
     target = TORTURE_KILLS if torture_enabled(request.config) else KILLS
     seed = crash_seed()
     kind = "postgres" if url.startswith("postgres") else "sqlite"
