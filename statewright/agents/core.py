@@ -196,6 +196,7 @@ class AgentSession:
         # Only a response moves the ordinal on: a call that failed and is asked again (by the
         # framework's retry) is the same step, so step n is always the n-th response.
         result = await run.step(name, action, safe_to_repeat=True, reconcile=verdict)
+        usage.recorded(run, result)  # the budgets' totals of this run count it from now
         self._model_index += 1
         if recorded:
             usage.observe(run, recorded[-1])

@@ -15,6 +15,7 @@ build :class:`Usage` from their framework's own usage objects.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -263,21 +264,45 @@ def with_pending(records: list[StepRecord], finish: StepFinish | None) -> list[S
     return [*(r for r in records if r.key != finish.key), done]
 
 
+_RUN_TOTALS: weakref.WeakKeyDictionary[Any, tuple[Totals, Totals]] = weakref.WeakKeyDictionary()
+"""Each handler run's usage so far, of the workflow and of this visit: read from the ledger at
+its first fresh model call, then counted on as its model steps are recorded (one handler runs
+a workflow at a time, under its lease), so a run of n calls reads the model steps once, not
+n times."""
+
+
 async def check_budgets(run: Any) -> None:
     """Raises :class:`~statewright.errors.BudgetExceeded` when a budget of ``run``'s type
     that applies to its state is reached by the workflow's recorded usage (of this visit for
     a per-visit budget); nothing to read when the type declares none. Called before a fresh
-    model call."""
+    model call; the model steps are read at the run's first (see :func:`recorded`)."""
     budgets = run.type.budgets
     if not budgets:
         return
     row = run.workflow
-    records = with_pending(await model_records(run.rt.store, row.id), run.pending_finish)
-    workflow = sum_usage(records)
-    visit = sum_usage(records, visit=row.version)
+    known = _RUN_TOTALS.get(run)
+    if known is None:
+        records = with_pending(await model_records(run.rt.store, row.id), run.pending_finish)
+        known = _RUN_TOTALS[run] = (sum_usage(records), sum_usage(records, visit=row.version))
+    workflow, visit = known
     budget = crossed(budgets, row.state, workflow, visit)
     if budget is not None:
         raise BudgetExceeded(budget, visit if budget.per == "visit" else workflow, row.state)
+
+
+def recorded(run: Any, result: Any) -> None:
+    """Count a model step ``run`` has just recorded (a fresh call's envelope, or one
+    reconciled) into its totals, once :func:`check_budgets` has read them."""
+    known = _RUN_TOTALS.get(run)
+    found = usage_of(result)
+    if known is None or found is None:
+        return
+    used, llm = found
+    workflow, visit = known
+    add = (used.input_tokens, used.output_tokens, used.cost)
+    if llm.get("visit") == run.workflow.version:
+        visit = visit.plus(*add)
+    _RUN_TOTALS[run] = (workflow.plus(*add), visit)
 
 
 __all__ = [
@@ -291,6 +316,7 @@ __all__ = [
     "model_records",
     "model_steps",
     "observe",
+    "recorded",
     "report",
     "sum_usage",
     "totals",

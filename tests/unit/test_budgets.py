@@ -20,6 +20,7 @@ from statewright import (
 )
 from statewright.agents import usage
 from statewright.agents.usage import LLM_KEY, Usage, envelope, usage_of
+from statewright.engine import llm_usage
 from statewright.engine.budgets import Budget, Totals, crossed
 from statewright.engine.hooks import ModelCall
 from statewright.errors import BudgetExceeded, DefinitionError, InvalidInput
@@ -282,7 +283,7 @@ class Agent:
                     messages=messages,
                 )
 
-            await run.step(f"agent.v{visit}.model.{i}", call)
+            usage.recorded(run, await run.step(f"agent.v{visit}.model.{i}", call))
         if self.flaky:
             self.flaky = False
             raise TransientError("the tool's API said 503")
@@ -326,6 +327,26 @@ async def test_without_a_budget_crossed_the_agent_runs_to_its_end() -> None:
     assert seen[0].workflow.id == "r1" and (seen[0].model, seen[0].input_tokens) == ("fake", 80)
     assert report["total"]["model_calls"] == 5
     assert report["by_state"]["checking"]["tokens"] == 300
+
+
+async def test_the_budgets_read_the_model_steps_once_per_handler_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Counted on as each call is recorded, not read again before every call: two handler
+    # runs (drafting: 2 calls; checking: 4, then the budget of 6 is reached) read the ledger
+    # once each, not before each of their 7 checks.
+    reads: list[str] = []
+    real = usage.model_records
+
+    async def counted(store: Any, workflow_id: str) -> Any:
+        reads.append(workflow_id)
+        return await real(store, workflow_id)
+
+    monkeypatch.setattr(llm_usage, "model_records", counted)
+    row, made, *_ = await _drive((Budget("over_budget", model_calls=6),), 2, 6)
+    assert row.state == "waiting_human"
+    assert made == 6
+    assert reads == ["r1", "r1", "r1"]  # drafting, checking, and the report _drive reads
 
 
 async def test_a_crossed_budget_fires_its_event_with_no_further_model_call() -> None:
