@@ -11,6 +11,7 @@ applied action is one logged transition with the actor and ``{"reason": reason}`
 
 from __future__ import annotations
 
+import math
 import re
 import uuid
 from collections.abc import Awaitable, Callable
@@ -171,7 +172,7 @@ async def bulk(
     apply = _action(rt, action, key, reason, actor, to_state)
     # Workflows that enter a state after the operation starts (a moved one, a new one) are
     # not its: the listing stops at its start.
-    now = rt.clock.now()
+    now = math.nextafter(rt.clock.now(), math.inf)  # one started this instant is matched
     before = now if where.entered_before is None else min(where.entered_before, now)
     result.entered_before = before
     listing = replace(where.listing(batch), entered_before=before)

@@ -123,7 +123,10 @@ async def test_move_resume_retry_fork_and_filters(store: Store) -> None:
     retried = await engine.bulk("retry", BulkFilter(state="running"), reason="r", actor="ops")
     assert retried.applied == 2
     assert (await engine.history("j0"))[-1].event == "$resume"
-    forked = await engine.bulk("fork", BulkFilter(state="queued"), reason="r", actor="ops")
+    cutoff = engine.clock.now()  # (a manual clock: the forks are made at this very instant)
+    queued = BulkFilter(state="queued", entered_before=cutoff)
+    forked = await engine.bulk("fork", queued, reason="r", actor="ops")
+    assert forked.entered_before == cutoff
     assert forked.applied == 1
     engine.clock.advance(5)  # type: ignore[attr-defined]
     forked_again = await engine.bulk(  # the first run's cutoff: not the fork it made
