@@ -4,7 +4,7 @@ caller's tenant (:meth:`statewright.access.Access.bulk`, :mod:`statewright.engin
 from __future__ import annotations
 
 import time
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
@@ -52,7 +52,7 @@ class BulkIn(_In):
         }
     )
 
-    action: Literal["cancel", "resume", "retry", "move", "fork"]
+    action: Literal["cancel", "resume", "retry", "fork"]
     filter: BulkFilterIn = Field(default_factory=BulkFilterIn)
     reason: str = Field(
         min_length=1, max_length=MAX_REASON, pattern=NONBLANK, description="Why (in each log)."
@@ -63,9 +63,28 @@ class BulkIn(_In):
         pattern=r"^[A-Za-z0-9_.\-]{1,100}$",
         description="Names the operation: sending it again applies nothing twice.",
     )
-    to_state: str | None = Field(default=None, max_length=200, description="For move.")
     batch: int = Field(default=500, ge=1, le=MAX_BATCH)
     sample: int = Field(default=10, ge=0, le=MAX_SAMPLE)
+
+
+class BulkMoveIn(BulkIn):
+    """A bulk move names the state to move the workflows to."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "action": "move",
+                    "filter": {"type": "order", "state": "stuck"},
+                    "to_state": "retrying",
+                    "reason": "handler fixed",
+                }
+            ]
+        }
+    )
+
+    action: Literal["move"]  # type: ignore[assignment]
+    to_state: str = Field(min_length=1, max_length=200, description="The state to move to.")
 
 
 class BulkOut(BaseModel):
@@ -94,7 +113,9 @@ class BulkOut(BaseModel):
     "(`skipped`: not allowed now; `failed`), not an error. Needs the operator or admin role "
     "(a bulk `move`: admin).",
 )
-async def bulk(body: BulkIn, access: AccessDep) -> Response:
+async def bulk(
+    body: Annotated[BulkIn | BulkMoveIn, Field(discriminator="action")], access: AccessDep
+) -> Response:
     f = body.filter
     where = BulkFilter(
         type=f.type,
@@ -111,7 +132,7 @@ async def bulk(body: BulkIn, access: AccessDep) -> Response:
         reason=body.reason,
         dry_run=body.dry_run,
         operation_id=body.operation_id,
-        to_state=body.to_state,
+        to_state=body.to_state if isinstance(body, BulkMoveIn) else None,
         batch=body.batch,
         sample=body.sample,
     )

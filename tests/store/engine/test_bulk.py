@@ -166,3 +166,12 @@ async def test_access_needs_an_operator_and_scopes_to_the_tenant(store: Store) -
     assert {r.state for r in acme} == {"cancelled"}
     last = (await engine.history(acme[0].id))[-1]
     assert (last.event, last.actor) == ("cancel", "olga")
+
+
+async def test_a_type_whose_machine_lacks_its_cancel_event_is_skipped(store: Store) -> None:
+    engine = Engine(store, [WorkflowType(machine(), cancel_event="stop")], clock=ManualClock())
+    await engine.start("job", {}, workflow_id="s1")
+    done = await engine.bulk("cancel", BulkFilter(), reason="r", actor="ops")
+    assert (done.matched, done.skipped, done.failed) == (1, 1, 0)
+    assert "stop" in done.errors["s1"]
+    assert (await engine.get("s1")).state == "queued"
