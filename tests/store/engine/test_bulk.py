@@ -175,3 +175,24 @@ async def test_a_type_whose_machine_lacks_its_cancel_event_is_skipped(store: Sto
     assert (done.matched, done.skipped, done.failed) == (1, 1, 0)
     assert "stop" in done.errors["s1"]
     assert (await engine.get("s1")).state == "queued"
+
+
+async def test_resume_and_retry_by_parked_reason(store: Store) -> None:
+    from tests.store.engine.test_parked import _parked
+
+    engine, clock, _ = await _parked(store)  # p-unknown: step_outcome_unknown; p-fatal: fatal
+    clock.advance(5)
+    fatal = BulkFilter(parked_reason="fatal_error")
+    dry = await engine.bulk("resume", fatal, reason="printer fixed", actor="ops", dry_run=True)
+    assert (dry.matched, dry.sample) == (1, ["p-fatal"])
+    done = await engine.bulk("resume", fatal, reason="printer fixed", actor="ops")
+    assert (done.applied, (await engine.get("p-fatal")).parked) == (1, None)
+    # A plain resume of a step whose outcome is unknown is refused: skipped, not failed.
+    unknown = BulkFilter(parked=True)
+    refused = await engine.bulk("resume", unknown, reason="r", actor="ops", operation_id="u1")
+    assert (refused.matched, refused.skipped, refused.failed) == (1, 1, 0)
+    assert "p-unknown" in refused.errors
+    retried = await engine.bulk("retry", unknown, reason="r", actor="ops", operation_id="u2")
+    assert retried.applied == 1
+    last = (await engine.history("p-unknown"))[-1]
+    assert (last.event, last.payload) == ("$resume", {"reason": "r", "reconcile": True})
