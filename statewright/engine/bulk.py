@@ -73,11 +73,13 @@ class BulkFilter:
 
     def listing(self, limit: int) -> WorkflowFilter:
         """The store listing of these workflows (version and parked reason are checked on
-        each row: they have no index, and the listing reads the rows anyway)."""
+        each row: they have no index, and the listing reads the rows anyway). With a state,
+        whether it is terminal is too: its index (by state) is the one to read, not the one
+        of all live workflows."""
         return WorkflowFilter(
             type=self.type,
             state=self.state,
-            terminal=self.terminal,
+            terminal=self.terminal if self.state is None else None,
             tenant=self.tenant,
             entered_before=self.entered_before,
             entered_after=self.entered_after,
@@ -88,6 +90,8 @@ class BulkFilter:
     def matches(self, row: WorkflowRow) -> bool:
         """Whether ``row`` passes what the listing does not filter."""
         if self.version is not None and row.machine_version != self.version:
+            return False
+        if self.terminal is not None and row.terminal != self.terminal:
             return False
         return self.parked_reason is None or row.parked == self.parked_reason
 
