@@ -41,7 +41,16 @@ MAX_BATCH = 5000
 MAX_SAMPLE = 100
 _OPERATION = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
 
+
+class NotParked(StatewrightError):
+    """A bulk resume met a workflow that is not parked: nothing to resume (skipped; never
+    raised out of :func:`bulk`)."""
+
+    code = "not_parked"
+
+
 NOT_NOW: tuple[type[StatewrightError], ...] = (
+    NotParked,
     IllegalTransition,
     WorkflowFinished,
     WorkflowBusy,
@@ -113,7 +122,7 @@ class BulkResult:
     sample: list[str] = field(default_factory=list)
     """Some of the matching workflows' ids."""
     errors: dict[str, str] = field(default_factory=dict)
-    """Why each skipped or failed workflow was (up to ``sample`` of them)."""
+    """Why each skipped or failed workflow was (``code: message``, up to ``sample`` of them)."""
     entered_before: float | None = None
     """The cutoff the run listed by: the filter's, or the time the run started (workflows
     entering a state later are not its). A re-run of a bulk fork or move without a state
@@ -215,11 +224,11 @@ async def _one(
     except NOT_NOW as exc:
         result.skipped += 1
         if len(result.errors) < sample:
-            result.errors[row.id] = str(exc)
+            result.errors[row.id] = f"{exc.code}: {exc}"
     except StatewrightError as exc:
         result.failed += 1
         if len(result.errors) < sample:
-            result.errors[row.id] = str(exc)
+            result.errors[row.id] = f"{exc.code}: {exc}"
 
 
 def _action(
@@ -237,7 +246,7 @@ def _action(
 
     async def resume(row: WorkflowRow) -> bool:
         if action == "resume" and row.parked is None:
-            raise WorkflowBusy(f"workflow {row.id!r} is not parked: nothing to resume")
+            raise NotParked(f"workflow {row.id!r} is not parked: nothing to resume")
         await operating.resume(
             rt,
             row.id,

@@ -120,6 +120,7 @@ async def test_move_resume_retry_fork_and_filters(store: Store) -> None:
     assert none.matched == 0
     resumed = await engine.bulk("resume", BulkFilter(state="running"), reason="r", actor="ops")
     assert (resumed.matched, resumed.skipped, resumed.applied) == (2, 2, 0)  # none parked
+    assert all(why.startswith("not_parked: ") for why in resumed.errors.values())
     retried = await engine.bulk("retry", BulkFilter(state="running"), reason="r", actor="ops")
     assert retried.applied == 2
     assert (await engine.history("j0"))[-1].event == "$resume"
