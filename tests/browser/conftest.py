@@ -39,6 +39,7 @@ APPS = [
     ROOT / "examples" / "refund_approval.py",
     Path(__file__).with_name("support_ticket.yaml"),
     Path(__file__).with_name("payment.yaml"),
+    Path(__file__).with_name("desk_order.yaml"),
     ROOT / "tests" / "family_app.py",
     ROOT / "tests" / "agents_app.py",
     ROOT / "examples" / "refund_agent.py",
