@@ -71,6 +71,7 @@ class Caller:
 APPROVER = Caller("approver-token-maria", "maria", ("approver", "operator"))
 AGENT = Caller("agent-token-agent-7", "agent-7", ("agent",))
 ADMIN = Caller("admin-token-root", "root", ("admin",))
+VIEWER = Caller("viewer-token-vic", "vic", ("viewer",))
 
 
 @dataclass(frozen=True)
@@ -214,9 +215,9 @@ def server(tmp_path: Path, service_port: int, cli_forks: ForkServer) -> Iterator
 
 @pytest.fixture
 def ops_server(tmp_path: Path, service_port: int, cli_forks: ForkServer) -> Iterator[Server]:
-    """The service with an operator's (maria: approver and operator), an agent's and an
-    admin's token."""
-    with serve(cli_forks, tmp_path, (APPROVER, AGENT, ADMIN), service_port) as running:
+    """The service with an operator's (maria: approver and operator), an agent's, an
+    admin's and a viewer's (read-only) token."""
+    with serve(cli_forks, tmp_path, (APPROVER, AGENT, ADMIN, VIEWER), service_port) as running:
         yield running
 
 

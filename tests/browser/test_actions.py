@@ -7,7 +7,8 @@ errors listed next to the form, a good one opens the new workflow. There it sees
 for ``note`` (no roles) only: neither ``ship`` nor Cancel (operators), and the API refuses its
 ``ship`` with 403 all the same. The operator fires ``ship`` from the payload form (an
 invalid payload shown, then a good one) and cancels another order with a reason; each is a
-row of the history under the caller's name.
+row of the history under the caller's name. A viewer (read-only) gets no start panel and no
+actions, and the API refuses its start and its ``note`` with 403.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import re
 import httpx
 from playwright.sync_api import BrowserContext, expect
 
-from tests.browser.conftest import AGENT, APPROVER, BROWSER_GROUP, Server
+from tests.browser.conftest import AGENT, APPROVER, BROWSER_GROUP, VIEWER, Server
 from tests.browser.test_dashboard import _start, _workflow, dashboard, history_row
 
 pytestmark = BROWSER_GROUP
@@ -98,3 +99,25 @@ def test_start_fire_and_cancel_with_the_callers_roles(
             expect(history_row(page, "cancel", "maria")).to_contain_text("customer called")
             w.errors[:] = [e for e in w.errors if "status of 422" not in e]
         assert _workflow(api, "desk-2")["state"] == "cancelled"
+
+        _start(api, "desk-3", "desk_order", {"customer": "cy", "quantity": 3})
+        with dashboard(profile, server, VIEWER) as w:
+            page = w.page
+            expect(page.locator("#whoami")).to_contain_text("read-only")
+            expect(page.locator("#state-counts")).not_to_be_empty()
+            expect(page.locator("#start-panel")).to_have_count(0)
+            page.goto(f"{server.url}/ui/#/workflows/desk-3")
+            expect(page.locator("#wf-state")).to_have_text("open")
+            expect(page.locator("#facts")).to_contain_text("You may firenothing")
+            expect(page.locator("#workflow-actions")).to_have_count(0)
+        refused = api.post(
+            "/v1/workflows",
+            json={"type": "desk_order", "input": {"customer": "vic", "quantity": 1}},
+            headers=VIEWER.headers,
+        )
+        assert refused.status_code == 403, refused.text
+        refused = api.post(
+            "/v1/workflows/desk-3/events", json={"event": "note"}, headers=VIEWER.headers
+        )
+        assert refused.status_code == 403, refused.text
+        assert _workflow(api, "desk-3")["version"] == 1

@@ -449,13 +449,14 @@
                   fill(formSlot);
                   fill(status);
                   showBanner(`Fired ${e.name}: ${after.id} is now in ${after.state}.`, "ok");
+                  detail.version = null; // re-render from the server's answer
+                  await refresh();
                 } catch (exc) {
+                  // Nothing changed: the form stays as typed, with the refusal under it.
                   fill(status, refusalList(exc));
                   reportError(exc);
                 } finally {
                   busy(false);
-                  detail.version = null;
-                  await refresh();
                 }
               },
             },
