@@ -452,9 +452,19 @@
                   detail.version = null; // re-render from the server's answer
                   await refresh();
                 } catch (exc) {
-                  // Nothing changed: the form stays as typed, with the refusal under it.
+                  // Nothing changed: the form stays as typed, with the refusal under it
+                  // (a version conflict: the page shows the workflow as it is now).
                   fill(status, refusalList(exc));
-                  reportError(exc);
+                  if (exc instanceof ApiError && exc.code === "version_conflict") {
+                    showBanner(
+                      "The workflow changed while you were looking at it: check it again.",
+                      "warn",
+                    );
+                    detail.version = null;
+                    await refresh();
+                  } else {
+                    reportError(exc);
+                  }
                 } finally {
                   busy(false);
                 }
