@@ -18,10 +18,12 @@ import re
 import httpx
 from playwright.sync_api import BrowserContext, expect
 
-from tests.browser.conftest import AGENT, APPROVER, BROWSER_GROUP, VIEWER, Server
+from tests.browser.conftest import AGENT, APPROVER, BROWSER_GROUP, ROOT, VIEWER, Server
 from tests.browser.test_dashboard import _start, _workflow, dashboard, history_row
 
 pytestmark = BROWSER_GROUP
+
+SCREENSHOT = ROOT / "artifacts" / "dashboard-actions.png"
 
 
 def test_start_fire_and_cancel_with_the_callers_roles(
@@ -83,6 +85,8 @@ def test_start_fire_and_cancel_with_the_callers_roles(
             page.fill("#event-f-tracking", "x")
             page.click("#event-send")
             expect(page.locator("#event-errors")).to_contain_text("invalid_payload")
+            SCREENSHOT.parent.mkdir(exist_ok=True)
+            page.screenshot(path=str(SCREENSHOT), full_page=False)
             assert _workflow(api, "desk-1")["state"] == "open"
             page.fill("#event-f-tracking", "JD0001")
             page.click("#event-send")
