@@ -51,6 +51,7 @@ def test_start_fire_and_cancel_with_the_callers_roles(
             expect(page).to_have_url(re.compile(r"#/workflows/desk-1$"))
             expect(page.locator("#banner")).to_contain_text("Started desk-1")
             expect(page.locator("#wf-state")).to_have_text("open")
+            history_row(page, "$start", "agent-7")
             # The agent may fire note (no roles), not ship nor cancel (operators).
             expect(page.locator("#fire-note")).to_be_visible()
             expect(page.locator("#fire-ship")).to_have_count(0)
