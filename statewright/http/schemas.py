@@ -556,6 +556,12 @@ class TypeOut(BaseModel):
         description="The JSON Schema a start's `input` must satisfy (null: any object); a "
         "start that fails it is refused with 422 input_not_accepted listing its `errors`.",
     )
+    cancel_event: str | None = Field(
+        default=None, description="The event a cancel fires (null: the type cannot be cancelled)."
+    )
+    may_start: bool = Field(
+        default=False, description="Whether the caller may start workflows of this type."
+    )
 
 
 class EventOut(WorkflowOut):

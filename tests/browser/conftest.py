@@ -39,6 +39,7 @@ APPS = [
     ROOT / "examples" / "refund_approval.py",
     Path(__file__).with_name("support_ticket.yaml"),
     Path(__file__).with_name("payment.yaml"),
+    Path(__file__).with_name("desk_order.yaml"),
     ROOT / "tests" / "family_app.py",
     ROOT / "tests" / "agents_app.py",
     ROOT / "examples" / "refund_agent.py",
@@ -70,6 +71,7 @@ class Caller:
 APPROVER = Caller("approver-token-maria", "maria", ("approver", "operator"))
 AGENT = Caller("agent-token-agent-7", "agent-7", ("agent",))
 ADMIN = Caller("admin-token-root", "root", ("admin",))
+VIEWER = Caller("viewer-token-vic", "vic", ("viewer",))
 
 
 @dataclass(frozen=True)
@@ -213,9 +215,9 @@ def server(tmp_path: Path, service_port: int, cli_forks: ForkServer) -> Iterator
 
 @pytest.fixture
 def ops_server(tmp_path: Path, service_port: int, cli_forks: ForkServer) -> Iterator[Server]:
-    """The service with an operator's (maria: approver and operator), an agent's and an
-    admin's token."""
-    with serve(cli_forks, tmp_path, (APPROVER, AGENT, ADMIN), service_port) as running:
+    """The service with an operator's (maria: approver and operator), an agent's, an
+    admin's and a viewer's (read-only) token."""
+    with serve(cli_forks, tmp_path, (APPROVER, AGENT, ADMIN, VIEWER), service_port) as running:
         yield running
 
 

@@ -112,3 +112,21 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "{'input_tokens': 2700, 'output_tokens': 300, 'tokens': 3000, 'cost': 0.03, "
                 "'model_calls': 3}",
             ]
+
+
+def test_readme_definition_files_check(tmp_path: Path) -> None:
+    """A YAML block that is a type's definition file (``states:`` at the top) passes
+    ``statewright check``, as a user would save and check it."""
+    blocks = re.findall(r"```yaml\n(.*?)```", README.read_text(), flags=re.DOTALL)
+    definitions = [b for b in blocks if re.search(r"^states:", b, flags=re.M)]
+    assert definitions
+    for i, block in enumerate(definitions):
+        path = tmp_path / f"definition{i}.yaml"
+        path.write_text(block)
+        done = subprocess.run(
+            [sys.executable, "-m", "statewright.cli", "check", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr

@@ -89,10 +89,11 @@
   // -- API client ----------------------------------------------------------------------------
 
   class ApiError extends Error {
-    constructor(status, code, message) {
+    constructor(status, code, message, errors = null) {
       super(message);
       this.status = status;
       this.code = code;
+      this.errors = errors; // a schema's errors (422 invalid_payload, input_not_accepted)
     }
   }
 
@@ -142,6 +143,7 @@
         resp.status,
         error.code || `http_${resp.status}`,
         error.message || resp.statusText,
+        Array.isArray(error.errors) ? error.errors : null,
       );
     }
     return text ? resp.text() : resp.json();
@@ -283,6 +285,344 @@
     return out;
   }
 
+  // -- actions: fire an event, cancel, start ---------------------------------------------------
+  // Each is shown only to a caller the API lets take it (an event's `may_fire` and the
+  // workflow's `allowed_events`, a type's `cancel_event` and `may_start`); the API checks the
+  // same roles again and its refusal is shown. Payload and input forms come from the JSON
+  // Schema: simple properties (string, number, integer, boolean, enum) get a field each;
+  // anything else is a JSON textarea, parsed before anything is sent.
+
+  const SIMPLE = new Set(["string", "number", "integer", "boolean"]);
+
+  function simpleSchema(schema) {
+    if (!schema || schema.type !== "object" || typeof schema.properties !== "object") return false;
+    return Object.values(schema.properties).every(
+      (p) => p && (Array.isArray(p.enum) || SIMPLE.has(p.type)),
+    );
+  }
+
+  /** A form for `schema` (null: any object); read() gives {value} or {error}. */
+  function schemaForm(schema, prefix) {
+    if (!simpleSchema(schema)) {
+      const area = h("textarea", {
+        id: `${prefix}-json`,
+        rows: 3,
+        maxlength: 262144,
+        placeholder: "{} (a JSON object)",
+      });
+      const read = () => {
+        const text = area.value.trim() || "{}";
+        let value;
+        try {
+          value = JSON.parse(text);
+        } catch (exc) {
+          return { error: `Not JSON: ${exc.message}` };
+        }
+        if (value === null || typeof value !== "object" || Array.isArray(value)) {
+          return { error: "Give a JSON object, e.g. {}" };
+        }
+        return { value };
+      };
+      return { el: h("div", { class: "schema-form" }, area), read };
+    }
+    const required = new Set(schema.required || []);
+    const fields = [];
+    const rows = Object.entries(schema.properties).map(([name, prop]) => {
+      const id = `${prefix}-f-${name.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+      let input;
+      if (Array.isArray(prop.enum)) {
+        input = h(
+          "select",
+          { id },
+          required.has(name) ? null : h("option", { value: "" }, "—"),
+          prop.enum.map((v, i) => h("option", { value: String(i) }, String(v))),
+        );
+      } else if (prop.type === "boolean") {
+        input = h("input", { id, type: "checkbox" });
+      } else {
+        input = h("input", {
+          id,
+          type: prop.type === "string" ? "text" : "number",
+          step: prop.type === "integer" ? "1" : "any",
+        });
+      }
+      fields.push({ name, prop, input });
+      return h(
+        "div",
+        { class: "field" },
+        h("label", { for: id }, name, required.has(name) ? " *" : ""),
+        input,
+        prop.description ? h("span", { class: "muted" }, ` ${prop.description}`) : null,
+      );
+    });
+    const read = () => {
+      const value = {};
+      for (const { name, prop, input } of fields) {
+        if (Array.isArray(prop.enum)) {
+          if (input.value !== "") value[name] = prop.enum[Number(input.value)];
+        } else if (prop.type === "boolean") {
+          value[name] = input.checked;
+        } else if (input.value.trim() !== "") {
+          if (prop.type === "string") value[name] = input.value;
+          else {
+            const n = Number(input.value);
+            if (!Number.isFinite(n) || (prop.type === "integer" && !Number.isInteger(n))) {
+              return { error: `${name}: give ${prop.type === "integer" ? "an integer" : "a number"}` };
+            }
+            value[name] = n;
+          }
+        }
+        if (required.has(name) && !(name in value)) return { error: `${name} is required` };
+      }
+      return { value };
+    };
+    return { el: h("div", { class: "schema-form" }, rows), read };
+  }
+
+  /** A refusal with the schema's errors, as a list next to the form. */
+  function refusalList(exc) {
+    const text = exc instanceof ApiError ? `${exc.message} (${exc.code})` : String(exc);
+    const errors = exc instanceof ApiError && exc.errors ? exc.errors : [];
+    return [
+      h("p", {}, text),
+      errors.length
+        ? h("ul", {}, errors.map((e) => h("li", {}, typeof e === "string" ? e : compactJson(e))))
+        : null,
+    ];
+  }
+
+  /** The events this caller may fire on the workflow now (approvals and the cancel event
+   * have their own buttons), each a button opening its payload form; and Cancel. */
+  function renderActions(detail, wf) {
+    const slot = detail.actions;
+    const t = typeOf(wf);
+    if (!t || wf.terminal) {
+      fill(slot);
+      return;
+    }
+    const byName = new Map(t.events.map((e) => [e.name, e]));
+    const events = (wf.allowed_events || []).filter((name) => {
+      const e = byName.get(name);
+      return e && e.may_fire && !e.approval && name !== t.cancel_event;
+    });
+    const cancelEvent = t.cancel_event ? byName.get(t.cancel_event) : null;
+    const mayCancel = Boolean(cancelEvent && cancelEvent.may_fire && !wf.cancel_requested);
+    if (!events.length && !mayCancel) {
+      fill(slot);
+      return;
+    }
+    const status = h("div", { class: "action-status", id: "event-errors", role: "status" });
+    const formSlot = h("div", { id: "event-form-slot" });
+    const busy = (on) => {
+      for (const b of slot.querySelectorAll("button")) b.disabled = on;
+    };
+    const openForm = (e) => {
+      const form = schemaForm(e.payload_schema, "event");
+      fill(status);
+      fill(
+        formSlot,
+        h(
+          "div",
+          { class: "event-form", id: "event-form", "data-event": e.name },
+          h("h3", {}, `Fire ${e.name}`),
+          e.description ? h("p", { class: "muted" }, e.description) : null,
+          form.el,
+          h(
+            "button",
+            {
+              type: "button",
+              id: "event-send",
+              onclick: async () => {
+                const read = form.read();
+                if (read.error) {
+                  fill(status, read.error);
+                  return;
+                }
+                busy(true);
+                fill(status, "Sending…");
+                const body = { event: e.name, payload: read.value, expected_version: wf.version };
+                try {
+                  const after = await api(`/v1/workflows/${enc(wf.id)}/events`, {
+                    method: "POST",
+                    body,
+                  });
+                  fill(formSlot);
+                  fill(status);
+                  showBanner(`Fired ${e.name}: ${after.id} is now in ${after.state}.`, "ok");
+                  detail.version = null; // re-render from the server's answer
+                  await refresh();
+                } catch (exc) {
+                  // Nothing changed: the form stays as typed, with the refusal under it
+                  // (a version conflict: the page shows the workflow as it is now).
+                  fill(status, refusalList(exc));
+                  if (exc instanceof ApiError && exc.code === "version_conflict") {
+                    showBanner(
+                      "The workflow changed while you were looking at it: check it again.",
+                      "warn",
+                    );
+                    detail.version = null;
+                    await refresh();
+                  } else {
+                    reportError(exc);
+                  }
+                } finally {
+                  busy(false);
+                }
+              },
+            },
+            `Send ${e.name}`,
+          ),
+        ),
+      );
+    };
+    const buttons = events.map((name) =>
+      h(
+        "button",
+        {
+          type: "button",
+          class: "secondary",
+          id: `fire-${name}`,
+          "data-event": name,
+          onclick: () => openForm(byName.get(name)),
+        },
+        name,
+      ),
+    );
+    let cancel = null;
+    if (mayCancel) {
+      const reason = h("input", {
+        id: "cancel-reason",
+        type: "text",
+        maxlength: 1000,
+        placeholder: "Why cancel (kept in the history)",
+      });
+      cancel = h(
+        "div",
+        { class: "actions cancel-row" },
+        reason,
+        h(
+          "button",
+          {
+            type: "button",
+            id: "cancel",
+            class: "deny",
+            onclick: async () => {
+              busy(true);
+              const body = reason.value.trim() ? { reason: reason.value.trim() } : {};
+              try {
+                const after = await api(`/v1/workflows/${enc(wf.id)}/cancel`, {
+                  method: "POST",
+                  body,
+                });
+                showBanner(
+                  after.cancel_requested && !after.terminal
+                    ? `Cancel requested: the worker running ${after.id} stops it.`
+                    : `Cancelled: ${after.id} is now in ${after.state}.`,
+                  "ok",
+                );
+              } catch (exc) {
+                reportError(exc);
+              } finally {
+                busy(false);
+                detail.version = null;
+                await refresh();
+              }
+            },
+          },
+          "Cancel workflow",
+        ),
+      );
+    }
+    fill(
+      slot,
+      h(
+        "section",
+        { class: "panel actions-panel", id: "workflow-actions" },
+        h("h2", {}, "Actions"),
+        events.length
+          ? h("div", { class: "actions", id: "event-buttons" }, h("span", {}, "Fire: "), buttons)
+          : null,
+        formSlot,
+        status,
+        cancel,
+      ),
+    );
+  }
+
+  /** Start a workflow of a type the caller may start: its input form from the type's
+   * input_schema; a refusal (422 with the schema's errors) is listed next to the form. */
+  function renderStart(listPage) {
+    const startable = [...types.byName.values()].filter((t) => t.may_start);
+    if (!startable.length) {
+      fill(listPage.start);
+      return;
+    }
+    const select = h(
+      "select",
+      { id: "start-type", "aria-label": "Type to start" },
+      h("option", { value: "" }, "— type —"),
+      startable.map((t) => h("option", { value: t.name }, t.name)),
+    );
+    const wid = h("input", { id: "start-id", type: "text", placeholder: "id (optional)" });
+    const formSlot = h("div", { id: "start-form" });
+    const errors = h("div", { class: "action-status", id: "start-errors", role: "status" });
+    let form = null;
+    select.addEventListener("change", () => {
+      const t = types.byName.get(select.value);
+      form = t ? schemaForm(t.input_schema, "start") : null;
+      fill(formSlot, form ? form.el : null);
+      fill(errors);
+    });
+    const button = h(
+      "button",
+      {
+        type: "button",
+        id: "start-send",
+        onclick: async () => {
+          if (!form) {
+            fill(errors, "Choose a type first.");
+            return;
+          }
+          const read = form.read();
+          if (read.error) {
+            fill(errors, read.error);
+            return;
+          }
+          const body = { type: select.value, input: read.value };
+          if (wid.value.trim()) body.id = wid.value.trim();
+          button.disabled = true;
+          fill(errors, "Starting…");
+          try {
+            const wf = await api("/v1/workflows", { method: "POST", body });
+            window.addEventListener(
+              "hashchange",
+              () => showBanner(`Started ${wf.id}, in ${wf.state}.`, "ok"),
+              { once: true },
+            );
+            location.hash = `#/workflows/${enc(wf.id)}`;
+          } catch (exc) {
+            fill(errors, refusalList(exc));
+          } finally {
+            button.disabled = false;
+          }
+        },
+      },
+      "Start",
+    );
+    fill(
+      listPage.start,
+      h(
+        "details",
+        { class: "panel start-panel", id: "start-panel" },
+        h("summary", {}, "Start a workflow"),
+        h("div", { class: "actions" }, select, wid),
+        formSlot,
+        h("div", { class: "actions" }, button),
+        errors,
+      ),
+    );
+  }
+
   // -- the list page -------------------------------------------------------------------------
 
   class ListPage {
@@ -303,8 +643,10 @@
         checked: this.finished,
         onchange: (ev) => this.go({ finished: ev.target.checked ? "1" : "" }),
       });
+      this.start = h("div", { id: "start-slot" });
       add(
         this.root,
+        this.start,
         h(
           "section",
           { class: "panel" },
@@ -373,6 +715,7 @@
     }
 
     async refresh() {
+      if (!this.start.firstChild) renderStart(this);
       const [active, finished] = await Promise.all([
         api(`/v1/workflows?terminal=false&limit=${ACTIVE_LIMIT}`),
         api(`/v1/workflows?terminal=true&limit=${FINISHED_LIMIT}`),
@@ -647,6 +990,7 @@
       this.facts = h("dl", { class: "facts", id: "facts" });
       this.decision = h("div", { id: "decision-slot" });
       this.operator = h("div", { id: "operator-slot" });
+      this.actions = h("div", { id: "actions-slot" });
       this.diagram = h(
         "div",
         { class: "diagram", id: "diagram" },
@@ -661,6 +1005,7 @@
         h("p", { class: "crumbs" }, h("a", { href: "#/" }, "← All workflows")),
         this.head,
         this.decision,
+        this.actions,
         this.operator,
         h(
           "div",
@@ -717,6 +1062,7 @@
         const { items: history, skipped } = await latestHistory(this.id, wf.version);
         this.renderDecision(wf);
         this.renderOperator(wf);
+        renderActions(this, wf);
         this.renderSummary(wf);
         this.renderHistory(wf, history);
         fill(
