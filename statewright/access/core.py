@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from statewright import ids
@@ -26,6 +27,7 @@ from statewright.access.guard import (
 )
 from statewright.access.principal import ADMIN, DEFAULT_TENANT, OPERATOR
 from statewright.access.reads import Reads
+from statewright.engine import bulk as bulking
 from statewright.engine import commands
 from statewright.engine import fork as forking
 from statewright.engine import operator as operating
@@ -69,6 +71,46 @@ class Access(Reads):
         timer_ops.schedule, role("schedule timers", *OPERATORS), fires("event", "schedule")
     )
     cancel_timer = command(timer_ops.cancel_or_raise, role("cancel timers", *OPERATORS))
+
+    # -- bulk actions (statewright.engine.bulk) ----------------------------------------------
+
+    async def bulk(
+        self,
+        action: str,
+        where: bulking.BulkFilter,
+        *,
+        reason: str,
+        dry_run: bool = False,
+        operation_id: str | None = None,
+        to_state: str | None = None,
+        batch: int = 500,
+        sample: int = 10,
+    ) -> bulking.BulkResult:
+        """An operator action over every workflow ``where`` matches, in this caller's tenant
+        only, as this caller (see :func:`statewright.engine.bulk.bulk`). Operators and
+        admins only (a bulk move: admins, as :meth:`move_to`), even for a dry run."""
+        if action == "move":
+            self.principal.check_role("move workflows by hand", ADMIN)
+        else:
+            self.principal.check_role(f"take bulk actions ({action})", *OPERATORS)
+        scope = self.principal.scope
+        if scope is not None:
+            where = replace(where, tenant=scope)
+        done = await bulking.bulk(
+            self.runtime,
+            action,
+            where,
+            reason=reason,
+            actor=self.principal.actor,
+            dry_run=dry_run,
+            operation_id=operation_id,
+            to_state=to_state,
+            batch=batch,
+            sample=sample,
+        )
+        done.sample = [self.public_id(i) for i in done.sample]
+        done.errors = {self.public_id(i): self.public_text(e) for i, e in done.errors.items()}
+        return done
 
     # -- a new workflow, in the caller's tenant ---------------------------------------------
 

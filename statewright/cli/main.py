@@ -15,6 +15,7 @@ import typer
 from statewright.cli import (
     agents,
     alerts,
+    bulk,
     definitions,
     demo,
     mcp,
@@ -90,6 +91,7 @@ _COMMANDS: list[tuple[str, Callable[..., None], str]] = [
     ("move", operator.move, "error"),
     ("fork", operator.fork, "error"),
     ("migrate", operator.migrate, "error"),
+    ("bulk", bulk.bulk, "error"),
     ("prune", retention.prune, "error"),
     ("import", retention.import_, "error"),
     ("timers", timers.timers, "error"),

@@ -130,8 +130,10 @@ async def cancel(
                     # Not allowed now (finished, no edge from this state): told, not refused,
                     # as for an event sent if_allowed; a payload its schema rejects still is.
                     refused: StatewrightError = exc
+                    declared = wtype.machine.events.get(event)  # (a machine may lack it)
                     try:
-                        wtype.machine.events[event].validate_payload(payload)
+                        if declared is not None:
+                            declared.validate_payload(payload)
                     except InvalidPayload as bad:
                         refused = bad
                     else:

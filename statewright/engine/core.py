@@ -29,6 +29,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 
 from statewright.clock import Clock
 from statewright.definition.machine import Machine
+from statewright.engine import bulk as bulking
 from statewright.engine import children, commands, operator, reads, retention, subscription_ops
 from statewright.engine import fork as forking
 from statewright.engine import replay as replaying
@@ -226,6 +227,7 @@ class Engine:
     patch_context = part(operator.patch_context)
     migrate = part(operator.migrate)
     fork = part(forking.fork)
+    bulk = part(bulking.bulk)
 
     # -- timers and schedules (statewright.engine.timers, statewright.engine.schedules) -------
 

@@ -20,6 +20,7 @@ from statewright.engine.worker import Worker
 from statewright.http import (
     agents,
     api,
+    bulk,
     dashboard,
     docs,
     errors,
@@ -132,6 +133,7 @@ def create_app(
     add_routes(app, agents.router)
     add_routes(app, schedules.router)
     add_routes(app, subscriptions.router)
+    add_routes(app, bulk.router)
     add_routes(app, health.router)
     observability.install(app, engine)  # /metrics, /v1/alerts, transition span events
     dashboard.install(app)  # / and /ui/: the operator dashboard

@@ -280,6 +280,7 @@ BODIES: dict[tuple[str, str], tuple[dict[str, Any], str | None]] = {
     ),
     ("/v1/schedules", "POST"): ({"id": "s", "type": "agent_task", "cron": "* * * * *"}, "input"),
     ("/v1/subscriptions", "POST"): ({"name": "s", "url": "http://h.example/x"}, None),
+    ("/v1/bulk", "POST"): ({"action": "cancel", "reason": "incident", "dry_run": True}, None),
 }
 ANY_JSON = [op for op in BODY_OPERATIONS if BODIES[op][1] is not None]
 READS = [

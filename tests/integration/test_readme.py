@@ -38,6 +38,12 @@ def test_readme_python_blocks_run(tmp_path: Path) -> None:
                 "amount - 0 is less than or equal to the minimum of 0",
                 "open",
             ]
+        if "bulk_readme.db" in block:  # a bulk cancel: dry run, real run, the same again
+            assert done.stdout.splitlines() == [
+                "5 0 ['ord-0', 'ord-1']",
+                "5 0 cancelled",
+                "0 5",
+            ]
         if "fan_out" in block:
             assert done.stdout.splitlines() == [
                 "shipped {'0': 'book', '1': 'lamp', '2': 'mug'}",

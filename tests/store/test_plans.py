@@ -235,6 +235,26 @@ def _queries(store: Store) -> list[Query]:
     listing("list everything", WorkflowFilter(), terminal, ordered=False)
     listing("list everything, next page", WorkflowFilter(after=after), terminal, False)
     listing("list old ones", WorkflowFilter(entered_before=T0 + 10, after=after), terminal, False)
+    # A bulk action's pages (statewright.engine.bulk): before the run's start; live ones
+    # (with a state, checked on each row: BulkFilter.listing).
+    cut = T0 + 4000
+    listing(
+        "bulk over a type and state",
+        WorkflowFilter(
+            type="type1", state="state3", terminal=False, entered_before=cut, after=after
+        ),
+        "workflows_state_age",
+    )
+    listing(
+        "bulk over a state",
+        WorkflowFilter(state="state3", entered_before=cut, after=after),
+        by_state,
+    )
+    listing(
+        "bulk over a type",
+        WorkflowFilter(type="type1", terminal=False, entered_before=cut, after=after),
+        terminal,
+    )
 
     cutoffs = [
         StuckCutoff(t, s, T0 + 500 * (1 + i % 3)) for t in TYPES for i, s in enumerate(STATES)

@@ -1,0 +1,49 @@
+"""POST /v1/bulk (issue 28, item 3): operators and admins only; a dry run changes nothing;
+a real run cancels each match once, in the caller's tenant only; the same operation id again
+replays."""
+
+from __future__ import annotations
+
+import httpx
+
+from statewright import Engine
+from tests.http.conftest import auth
+
+
+async def test_bulk_cancel_over_http(client: httpx.AsyncClient, engine: Engine) -> None:
+    for i in range(3):
+        await engine.start("agent_task", {"goal": "g"}, workflow_id=f"b{i}")
+    await engine.start("agent_task", {"goal": "g"}, workflow_id="g1", tenant="globex")
+    body = {
+        "action": "cancel",
+        "filter": {"type": "agent_task"},
+        "reason": "incident 42",
+        "dry_run": True,
+    }
+    for who in ("agent", "viewer", "other"):
+        r = await client.post("/v1/bulk", json=body, headers=auth(who))
+        assert r.status_code == 403, (who, r.text)
+    r = await client.post("/v1/bulk", json=body | {"bogus": 1}, headers=auth("boss"))
+    assert r.status_code == 422
+    r = await client.post("/v1/bulk", json=body, headers=auth("boss"))
+    assert r.status_code == 200, r.text
+    dry = r.json()
+    assert (dry["matched"], dry["applied"], dry["dry_run"]) == (3, 0, True)  # its tenant only
+    assert sorted(dry["sample"]) == ["b0", "b1", "b2"]
+    assert (await engine.get("b0")).state != "cancelled"
+
+    real = body | {"dry_run": False, "operation_id": "op-1"}
+    done = (await client.post("/v1/bulk", json=real, headers=auth("boss"))).json()
+    assert (done["matched"], done["applied"], done["failed"]) == (3, 3, 0), done
+    assert (await engine.get("b1")).terminal
+    last = (await engine.history("b1"))[-1]
+    assert (last.actor, last.payload, last.idempotency_key) == (
+        "alice",
+        {"reason": "incident 42"},
+        "bulk:op-1:cancel",
+    )
+    assert not (await engine.get("g1")).terminal  # another tenant's: untouched
+    r = await client.post(
+        "/v1/bulk", json=real | {"action": "move", "to_state": "done"}, headers=auth("boss")
+    )
+    assert r.status_code == 403  # moving by hand is for admins
