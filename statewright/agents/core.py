@@ -162,7 +162,8 @@ class AgentSession:
         if found is not None and found.status == "done":
             self._model_index += 1
             return _response(found.result)
-        await usage.check_budgets(run)  # BudgetExceeded: the model is not called
+        # BudgetExceeded: the model is not called. Each step recorded is reported (below).
+        await usage.check_budgets(run, counted=True)
         recorded: list[Usage] = []
 
         def wrap(got: tuple[JSON, list[JSON], Usage]) -> JSON:

@@ -271,19 +271,25 @@ a workflow at a time, under its lease), so a run of n calls reads the model step
 n times."""
 
 
-async def check_budgets(run: Any) -> None:
+async def check_budgets(run: Any, *, counted: bool = False) -> None:
     """Raises :class:`~statewright.errors.BudgetExceeded` when a budget of ``run``'s type
     that applies to its state is reached by the workflow's recorded usage (of this visit for
     a per-visit budget); nothing to read when the type declares none. Called before a fresh
-    model call; the model steps are read at the run's first (see :func:`recorded`)."""
+    model call.
+
+    ``counted``: the caller reports every model step it records with :func:`recorded` (the
+    agent session does), so the model steps are read at the run's first check only and
+    counted on from there; otherwise they are read at every check."""
     budgets = run.type.budgets
     if not budgets:
         return
     row = run.workflow
-    known = _RUN_TOTALS.get(run)
+    known = _RUN_TOTALS.get(run) if counted else None
     if known is None:
         records = with_pending(await model_records(run.rt.store, row.id), run.pending_finish)
-        known = _RUN_TOTALS[run] = (sum_usage(records), sum_usage(records, visit=row.version))
+        known = (sum_usage(records), sum_usage(records, visit=row.version))
+        if counted:
+            _RUN_TOTALS[run] = known
     workflow, visit = known
     budget = crossed(budgets, row.state, workflow, visit)
     if budget is not None:
@@ -292,7 +298,8 @@ async def check_budgets(run: Any) -> None:
 
 def recorded(run: Any, result: Any) -> None:
     """Count a model step ``run`` has just recorded (a fresh call's envelope, or one
-    reconciled) into its totals, once :func:`check_budgets` has read them."""
+    reconciled) into its totals, once :func:`check_budgets` has read them with
+    ``counted=True``."""
     known = _RUN_TOTALS.get(run)
     found = usage_of(result)
     if known is None or found is None:

@@ -257,6 +257,10 @@ class Agent:
     type's budgets before each; counts the calls it really made. With ``flaky``, its first run
     fails transiently after its calls (the re-run finds them in the ledger)."""
 
+    counted = False
+    """Report each recorded step (``usage.recorded``), as the agent session does, so the
+    budgets read the model steps once per run."""
+
     def __init__(self, calls: int, then: str, model: str = "fake", flaky: bool = False) -> None:
         self.calls, self.then, self.model, self.made = calls, then, model, 0
         self.flaky = flaky
@@ -264,7 +268,7 @@ class Agent:
     async def __call__(self, run: Run) -> str:
         visit = run.workflow.version
         for i in range(self.calls):
-            await usage.check_budgets(run)
+            await usage.check_budgets(run, counted=self.counted)
 
             def call(key: Any, i: int = i) -> Any:
                 self.made += 1
@@ -283,7 +287,9 @@ class Agent:
                     messages=messages,
                 )
 
-            usage.recorded(run, await run.step(f"agent.v{visit}.model.{i}", call))
+            result = await run.step(f"agent.v{visit}.model.{i}", call)
+            if self.counted:
+                usage.recorded(run, result)
         if self.flaky:
             self.flaky = False
             raise TransientError("the tool's API said 503")
@@ -329,24 +335,27 @@ async def test_without_a_budget_crossed_the_agent_runs_to_its_end() -> None:
     assert report["by_state"]["checking"]["tokens"] == 300
 
 
-async def test_the_budgets_read_the_model_steps_once_per_handler_run(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(("counted", "reads"), [(True, 3), (False, 8)])
+async def test_the_budgets_read_the_model_steps_once_per_handler_run_when_counted(
+    monkeypatch: pytest.MonkeyPatch, counted: bool, reads: int
 ) -> None:
-    # Counted on as each call is recorded, not read again before every call: two handler
-    # runs (drafting: 2 calls; checking: 4, then the budget of 6 is reached) read the ledger
-    # once each, not before each of their 7 checks.
-    reads: list[str] = []
+    # Two handler runs (drafting: 2 calls; checking: 4, then the budget of 6 is reached), and
+    # the report _drive reads. Counted on as each call is recorded (the agent session), the
+    # ledger is read once per run; checked alone, before each of the 7 checks. Both stop at
+    # the budget.
+    seen: list[str] = []
     real = usage.model_records
 
-    async def counted(store: Any, workflow_id: str) -> Any:
-        reads.append(workflow_id)
+    async def reading(store: Any, workflow_id: str) -> Any:
+        seen.append(workflow_id)
         return await real(store, workflow_id)
 
-    monkeypatch.setattr(llm_usage, "model_records", counted)
+    monkeypatch.setattr(llm_usage, "model_records", reading)
+    monkeypatch.setattr(Agent, "counted", counted)
     row, made, *_ = await _drive((Budget("over_budget", model_calls=6),), 2, 6)
     assert row.state == "waiting_human"
     assert made == 6
-    assert reads == ["r1", "r1", "r1"]  # drafting, checking, and the report _drive reads
+    assert len(seen) == reads
 
 
 async def test_a_crossed_budget_fires_its_event_with_no_further_model_call() -> None:
