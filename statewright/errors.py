@@ -413,6 +413,13 @@ class CompensationNotFound(FatalError):
         self.details.update(step=step, name=name)
 
 
+class NotParked(StatewrightError):
+    """A bulk resume met a workflow that is not parked: nothing to resume (skipped; never
+    raised out of :func:`bulk`)."""
+
+    code = "not_parked"
+
+
 class NoEventChosen(FatalError):
     """An agent finished without choosing one of the state's events.
 

@@ -159,6 +159,7 @@ class SyncEngine:
     deny = blocking(Engine.deny)
     decide = blocking(Engine.decide)
     cancel = blocking(Engine.cancel)
+    bulk = blocking(Engine.bulk)
     post_input = blocking(Engine.post_input)
 
     # -- operator actions ----------------------------------------------------------------------

@@ -25,6 +25,7 @@ from statewright.engine.runtime import Runtime
 from statewright.errors import (
     IllegalTransition,
     InvalidInput,
+    NotParked,
     StatewrightError,
     StepsWouldRerun,
     StepUnresolved,
@@ -40,13 +41,6 @@ ACTIONS = ("cancel", "resume", "retry", "move", "fork")
 MAX_BATCH = 5000
 MAX_SAMPLE = 100
 _OPERATION = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
-
-
-class NotParked(StatewrightError):
-    """A bulk resume met a workflow that is not parked: nothing to resume (skipped; never
-    raised out of :func:`bulk`)."""
-
-    code = "not_parked"
 
 
 NOT_NOW: tuple[type[StatewrightError], ...] = (
