@@ -39,6 +39,7 @@ from tests.acceptance.crash.harness import (
     kill_from_outside,
     read_kills,
     settle,
+    store_kind,
     torture_enabled,
     worker_argv,
 )
@@ -50,12 +51,6 @@ TORTURE_KILLS = 150
 ROUND_TIMEOUT = 30.0
 BUDGET = 150.0
 UNDO_POINTS = ("before_effect/undo", "during_step/undo")
-
-
-def _db(store: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if store == "postgres":
-        return str(request.getfixturevalue("pg_dsn"))
-    return str(tmp_path / "saga.db")
 
 
 class Plans:
@@ -112,17 +107,17 @@ async def _cancel_some(
 
 
 @pytest.mark.acceptance
-@pytest.mark.parametrize("store", ["sqlite", "postgres"])
 async def test_sigkill_during_compensation_undoes_every_completed_step_once(
-    tmp_path: Path, store: str, request: pytest.FixtureRequest
+    tmp_path: Path, store_url: str, request: pytest.FixtureRequest
 ) -> None:
     torture = torture_enabled(request.config)
+    store = store_kind(store_url)
     target = TORTURE_KILLS if torture else KILLS
     seed = crash_seed()
     print(f"\ncompensation crash test [{store}] seed={seed} target={target} kills", flush=True)
     rng = random.Random(seed)
     files = Files(tmp_path)
-    db = _db(store, tmp_path, request)
+    db = store_url
     started = time.monotonic()
     deadline = started + (BUDGET * (8 if torture else 1))
     service = Service(files.service, mode="count")

@@ -40,6 +40,7 @@ from tests.acceptance.crash.harness import (
     crash_seed,
     kill_from_outside,
     settle,
+    store_kind,
     torture_enabled,
     worker_argv,
 )
@@ -78,11 +79,11 @@ async def _unfinished(db: str, service: Service, model_log: Path) -> int:
 
 
 @pytest.mark.acceptance
-@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 async def test_a_killed_agent_asks_nothing_twice_and_repeats_no_tool(
-    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+    tmp_path: Path, store_url: str, request: pytest.FixtureRequest
 ) -> None:
     torture = torture_enabled(request.config)
+    backend = store_kind(store_url)
     target = TORTURE_KILLS if torture else KILLS
     seed = crash_seed()
     print(f"\nagent crash test [{backend}] seed={seed} target={target} kills", flush=True)
@@ -90,11 +91,7 @@ async def test_a_killed_agent_asks_nothing_twice_and_repeats_no_tool(
     files = Files(tmp_path)
     model_log = tmp_path / "model.log"
     gateway_path = tmp_path / "gateway.db"
-    db = (
-        str(tmp_path / "statewright.db")
-        if backend == "sqlite"
-        else request.getfixturevalue("pg_dsn")
-    )
+    db = store_url
     started = time.monotonic()
     deadline = started + (BUDGET * 10 if torture else BUDGET)
     service = Service(files.service, mode="count")

@@ -28,36 +28,30 @@ from tests.acceptance.crash.harness import (
     crash_seed,
     kill_from_outside,
     settle,
+    store_kind,
     torture_enabled,
     worker_argv,
 )
 from tests.acceptance.crash.waits import INPUT, STEPS, TYPE, WaitsZygote, make_type
 
-STORES = ["sqlite", "postgres"]
 BATCH = 12
 KILLS, TORTURE_KILLS = 14, 120
 ROUND_TIMEOUT = 30.0
 BUDGET, TORTURE_BUDGET = 60.0, 900.0
 
 
-def _db(store: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
-    if store == "postgres":
-        return str(request.getfixturevalue("pg_dsn"))  # no PostgreSQL: the fixture fails
-    return str(tmp_path / "waits.db")
-
-
 @pytest.mark.acceptance
-@pytest.mark.parametrize("store", STORES)
 async def test_waits_under_sigkill_lose_nothing_and_repeat_nothing(
-    tmp_path: Path, store: str, request: pytest.FixtureRequest
+    tmp_path: Path, store_url: str, request: pytest.FixtureRequest
 ) -> None:
     torture = torture_enabled(request.config)
+    store = store_kind(store_url)
     target = TORTURE_KILLS if torture else KILLS
     seed = crash_seed()
     print(f"\nwaits crash test [{store}] seed={seed} target={target} kills", flush=True)
     rng = random.Random(seed)
     files = Files(tmp_path)
-    db = _db(store, tmp_path, request)
+    db = store_url
     service = Service(files.service, mode="count")
     inflight = InFlight(files.inflight(0), create=True)
     started = time.monotonic()

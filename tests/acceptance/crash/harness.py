@@ -44,6 +44,11 @@ TARGETED = ("during_step/notify", "before_effect/notify", "after_transition/done
 applied it, and dying right after the final transition."""
 
 
+def store_kind(url: str) -> str:
+    """``sqlite`` or ``postgres``: which store ``url`` (a ``store_url``) names, for messages."""
+    return "postgres" if url.startswith("postgres") else "sqlite"
+
+
 def crash_seed() -> int:
     """``STATEWRIGHT_CRASH_SEED`` if set, else a fresh random seed (printed by each test)."""
     text = os.environ.get(SEED_ENV, "").strip()
