@@ -28,5 +28,6 @@ def blocks(text: str, *languages: str) -> list[tuple[str, str]]:
 
 
 def code_spans(text: str) -> set[str]:
-    """The text of every inline code span outside fenced blocks (`` `x` `` -> ``x``)."""
-    return set(_CODE.findall(_FENCE.sub("", text)))
+    """The text of every inline code span outside fenced blocks (`` `x` `` -> ``x``; a
+    ``\\|`` escaped in a table cell read as ``|``)."""
+    return {span.replace("\\|", "|") for span in _CODE.findall(_FENCE.sub("", text))}
