@@ -84,7 +84,8 @@ def section(path: tuple[str, ...], cmd: click.Command) -> str:
         lines += ["| Argument | Meaning |", "| --- | --- |"]
         for a in arguments:
             meta = a.metavar or (a.name or "").upper()
-            lines.append(f"| `{_cell(meta)}` | {_cell(a.help or '')} |")
+            code = html.escape(meta).replace("|", "&#124;")
+            lines.append(f"| <code>{code}</code> | {_cell(a.help or '')} |")
         lines.append("")
     if options:
         lines += ["| Option | Default | Meaning |", "| --- | --- | --- |"]

@@ -3,6 +3,7 @@ which names a page mentions in code spans."""
 
 from __future__ import annotations
 
+import html
 import re
 from pathlib import Path
 
@@ -10,6 +11,7 @@ REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
 
 _FENCE = re.compile(r"^```([A-Za-z0-9_-]*)[^\n]*\n(.*?)^```\s*$", re.MULTILINE | re.DOTALL)
 _CODE = re.compile(r"`([^`\n]+)`")
+_HTML_CODE = re.compile(r"<code>([^<\n]+)</code>")
 
 
 def page(name: str) -> str:
@@ -28,6 +30,7 @@ def blocks(text: str, *languages: str) -> list[tuple[str, str]]:
 
 
 def code_spans(text: str) -> set[str]:
-    """The text of every inline code span outside fenced blocks (`` `x` `` -> ``x``; a
-    ``\\|`` escaped in a table cell read as ``|``)."""
-    return {span.replace("\\|", "|") for span in _CODE.findall(_FENCE.sub("", text))}
+    """The text of every inline code span outside fenced blocks: `` `x` `` and
+    ``<code>x</code>`` (which a table cell uses for a text holding ``|``) -> ``x``."""
+    prose = _FENCE.sub("", text)
+    return set(_CODE.findall(prose)) | {html.unescape(s) for s in _HTML_CODE.findall(prose)}
