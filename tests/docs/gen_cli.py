@@ -21,7 +21,9 @@ def root() -> click.Command:
     return typer.main.get_command(app)
 
 
-def walk(cmd: click.Command, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+def walk(
+    cmd: click.Command, path: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], click.Command]]:
     """Every command, ``(path, command)``, groups first, in the order ``--help`` lists them."""
     yield path, cmd
     if isinstance(cmd, TyperGroup):
@@ -65,9 +67,7 @@ def own_options(path: tuple[str, ...], cmd: click.Command) -> list[TyperOption]:
     return [
         p
         for p in cmd.params
-        if isinstance(p, TyperOption)
-        and not p.hidden
-        and not (path and set(p.opts) & set(GLOBAL))
+        if isinstance(p, TyperOption) and not p.hidden and not (path and set(p.opts) & set(GLOBAL))
     ]
 
 
@@ -94,7 +94,10 @@ def section(path: tuple[str, ...], cmd: click.Command) -> str:
             lines.append(f"| {names} | {_default(o)} | {_cell(o.help or '')} |")
         lines.append("")
     if path:
-        lines += [f"Also the [global options](#statewright) ({', '.join(f'`{g}`' for g in GLOBAL)}).", ""]
+        lines += [
+            f"Also the [global options](#statewright) ({', '.join(f'`{g}`' for g in GLOBAL)}).",
+            "",
+        ]
     if isinstance(cmd, TyperGroup):
         ctx = click.Context(cmd, info_name=title(path))
         subs = [n for n in cmd.list_commands(ctx) if not cmd.get_command(ctx, n).hidden]  # type: ignore[union-attr]
@@ -123,9 +126,9 @@ HEADER = """# Command line
 
 `statewright` is installed with the package. Every command takes the global options of
 [`statewright`](#statewright) (`--db`, `--app`, `--json`, `--log-level`), before its name
-or after it (`statewright --db URL list --json`); `-h` or `--help` prints a command's help. This page is generated from the commands themselves
-(`python -m tests.docs.gen_cli`); `tests/docs/test_cli_reference.py` fails when a command
-or option is missing from it.
+or after it (`statewright --db URL list --json`); `-h` or `--help` prints a command's help.
+This page is generated from the commands themselves (`python -m tests.docs.gen_cli`);
+`tests/docs/test_cli_reference.py` fails when a command or option is missing from it.
 """
 
 

@@ -32,7 +32,7 @@ class Call:
     headers: tuple[tuple[str, str], ...] = ()
 
 
-ANY = "Any caller with a token (read-only roles included); it sees its own tenant's workflows."
+ANY = "Any caller with a token (read-only roles included)."
 WRITER = "Any caller that may write (a role other than `viewer` and `ops`)."
 OPERATORS = "`operator` or `admin`."
 NONE = "None: no token needed (for probes and scrapers)."
@@ -467,7 +467,11 @@ def _fields(schema: dict[str, Any], comps: dict[str, Any], title: str) -> list[s
     if "oneOf" in schema:
         out: list[str] = []
         for variant in schema["oneOf"]:
-            name = variant["$ref"].rsplit("/", 1)[-1] if "$ref" in variant else variant.get("title", "")
+            name = (
+                variant["$ref"].rsplit("/", 1)[-1]
+                if "$ref" in variant
+                else variant.get("title", "")
+            )
             out += _fields(variant, comps, f"Body fields ({name})")
         return out
     props = schema.get("properties", {})

@@ -63,8 +63,8 @@ through the same access layer as the HTTP API: tenant scoping, roles, and the ac
 on every transition.
 
 ```text
-statewright --db sw.db --app app.py mcp --tokens tokens.yaml   # STATEWRIGHT_TOKEN names the caller
-statewright --db sw.db --app app.py mcp --role approver        # no tokens file: an agent, plus roles
+statewright --db sw.db --app app.py mcp --tokens tokens.yaml  # STATEWRIGHT_TOKEN: the caller
+statewright --db sw.db --app app.py mcp --role approver       # no tokens: an agent, + roles
 ```
 
 Without `--tokens`, the caller (the model) has the `agent` role only, in the default tenant:
@@ -109,8 +109,10 @@ Each registered type has two resources, listed by `resources/list`:
 
 | URI | Content |
 | --- | --- |
-| `statewright://machines/{type}/definition` | The machine's definition, as JSON (the [definition format](definition-format.md)). |
-| `statewright://machines/{type}/diagram` | The machine as a Mermaid state diagram (`text/vnd.mermaid`). |
+| `statewright://machines/{type}/definition` | The machine's definition, as JSON (the \
+[definition format](definition-format.md)). |
+| `statewright://machines/{type}/diagram` | The machine as a Mermaid state diagram \
+(`text/vnd.mermaid`). |
 
 And resource templates (`resources/templates/list`), read for one workflow:
 """
@@ -127,18 +129,25 @@ def render(c: Catalogue) -> str:
         )
         text = c.descriptions[name].strip()
         if "Types:" in text:  # (the registered types, one a line: the app's, not the tool's)
-            text = text[: text.index("Types:")] + "Types: the registered ones, with their descriptions."
+            text = (
+                text[: text.index("Types:")]
+                + "Types: the registered ones, with their descriptions."
+            )
         out += [f"### `{name}`", "", html.escape(text, quote=False), ""]
         out += [f"Listed for {who}.", ""]
         out += arguments(c.tools[name])
         out.append("")
     out.append(EVENTS)
     events = [n for n in c.tools if SEP in n]
-    plain = next(n for n in events if "payload" in c.tools[n]["properties"] and "if_allowed" in c.tools[n]["properties"])
+    plain = next(
+        n
+        for n in events
+        if "payload" in c.tools[n]["properties"] and "if_allowed" in c.tools[n]["properties"]
+    )
     approval = next(n for n in events if "comment" in c.tools[n]["properties"])
-    out += ["Arguments of an event tool:", ""] + arguments(c.tools[plain], generic=True) + [""]
+    out += ["Arguments of an event tool:", "", *arguments(c.tools[plain], generic=True), ""]
     out += ["Arguments of an approval event's tool:", ""]
-    out += arguments(c.tools[approval], generic=True) + [""]
+    out += [*arguments(c.tools[approval], generic=True), ""]
     out.append(RESOURCES)
     templates = ["| URI template | Content |", "| --- | --- |"]
     for t, text in sorted(c.templates.items()):

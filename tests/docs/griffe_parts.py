@@ -23,7 +23,9 @@ _WRAPPERS = {"part": (True, None), "blocking": (False, False), "forwarded": (Fal
 class EngineOperations(griffe.Extension):
     """Turn ``part``/``blocking``/``forwarded`` class attributes into documented methods."""
 
-    def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any) -> None:
+    def on_package(
+        self, *, pkg: griffe.Module, loader: griffe.GriffeLoader, **kwargs: Any
+    ) -> None:
         if pkg.name != "statewright":
             return
         # The engine first: the sync wrapper forwards to the engine's (already replaced) ones.
@@ -50,9 +52,7 @@ def _replace(cls: griffe.Class, loader: griffe.GriffeLoader) -> None:
         cls.set_member(name, _method(name, target, drop_first, is_async, member))
 
 
-def _target(
-    cls: griffe.Class, dotted: str, loader: griffe.GriffeLoader
-) -> griffe.Function | None:
+def _target(cls: griffe.Class, dotted: str, loader: griffe.GriffeLoader) -> griffe.Function | None:
     """``commands.send`` (a module imported in the class's module) or ``Engine.send``."""
     head, _, rest = dotted.partition(".")
     try:

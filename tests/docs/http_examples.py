@@ -69,7 +69,9 @@ async def service(tmp: Path) -> AsyncIterator[tuple[httpx.AsyncClient, Engine]]:
         registry.add(token, actor, roles, tenant)
     clock = ManualClock(START)
     engine = Engine(
-        SQLiteStore(tmp / "docs-http.db"), [agent_task_type(), order_type(), refund_type()], clock=clock
+        SQLiteStore(tmp / "docs-http.db"),
+        [agent_task_type(), order_type(), refund_type()],
+        clock=clock,
     )
     async with engine:
         app = create_app(engine, registry, manage_engine=False)

@@ -35,7 +35,9 @@ def test_every_command_and_option_is_on_the_page() -> None:
                 where = spans
                 if path and set(param.opts) & set(GLOBAL):
                     where = code_spans(sections["statewright"])  # documented once, at the root
-                missing += [f"{name} {o}" for o in (*param.opts, *param.secondary_opts) if o not in where]
+                missing += [
+                    f"{name} {o}" for o in (*param.opts, *param.secondary_opts) if o not in where
+                ]
             elif isinstance(param, TyperArgument):
                 meta = param.metavar or (param.name or "").upper()
                 if meta not in spans:

@@ -64,10 +64,10 @@ def test_the_page_has_a_full_yaml_and_a_json_example() -> None:
     assert missing == []
 
 
-@pytest.mark.parametrize(("index", "language"), [(i, lang) for i, (lang, _) in enumerate(EXAMPLES)])
-def test_statewright_check_accepts_each_example(
-    index: int, language: str, tmp_path: Path
-) -> None:
+@pytest.mark.parametrize(
+    ("index", "language"), [(i, lang) for i, (lang, _) in enumerate(EXAMPLES)]
+)
+def test_statewright_check_accepts_each_example(index: int, language: str, tmp_path: Path) -> None:
     path = tmp_path / f"example{index}.{language}"
     path.write_text(EXAMPLES[index][1], encoding="utf-8")
     result = CliRunner().invoke(app, ["check", str(path)])
