@@ -40,6 +40,9 @@ def test_the_reference_pages_build_strictly_without_a_warning(tmp_path: Path) ->
     for anchor in (
         "statewright.engine.core.Engine.send",
         "statewright.engine.core.Engine.start",
+        "statewright.engine.core.Engine.get",
+        "statewright.engine.core.Engine.list_workflows",
+        "statewright.engine.steps.Run.step",
         "statewright.sync.SyncEngine.send",
         "statewright.engine.workflow_type.WorkflowType",
         "statewright.definition.machine.Machine",
