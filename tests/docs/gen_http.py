@@ -464,7 +464,7 @@ def _params(op: dict[str, Any]) -> list[str]:
 def _fields(schema: dict[str, Any], comps: dict[str, Any], title: str) -> list[str]:
     if "$ref" in schema:
         schema = comps[schema["$ref"].rsplit("/", 1)[-1]]
-    if "oneOf" in schema:
+    if "oneOf" in schema and not schema.get("properties"):  # (variants of the whole body)
         out: list[str] = []
         for variant in schema["oneOf"]:
             name = (

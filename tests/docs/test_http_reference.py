@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from fastapi.routing import APIRoute
 
@@ -45,6 +46,33 @@ async def test_every_route_of_the_app_is_on_the_page_with_an_example(tmp_path: P
     known = {f"{m} {r.path}" for r in routes if isinstance(r, APIRoute) for m in r.methods or ()}
     known = {re.sub(r"\{(\w+):\w+\}", r"{\1}", k) for k in known}
     assert set(sections) - known == set()
+
+
+def _fields(schema: dict[str, Any], components: dict[str, Any]) -> set[str]:
+    """The top-level fields of a request body's schema (every variant of a ``oneOf``)."""
+    if "$ref" in schema:
+        schema = components[schema["$ref"].rsplit("/", 1)[-1]]
+    found = set(schema.get("properties", {}))
+    for variant in schema.get("oneOf", ()):
+        found |= _fields(variant, components)
+    return found
+
+
+async def test_every_parameter_and_body_field_is_on_the_page(tmp_path: Path) -> None:
+    sections = _sections()
+    async with service(tmp_path) as (client, _):
+        spec = client._transport.app.openapi()  # type: ignore[attr-defined]
+    missing: list[str] = []
+    for path, operations in spec["paths"].items():
+        for method, op in operations.items():
+            key = f"{method.upper()} {path}"
+            spans = code_spans(sections.get(key, ""))
+            names = {p["name"] for p in op.get("parameters", ())}
+            body = op.get("requestBody", {}).get("content", {}).get("application/json")
+            if body:
+                names |= _fields(body["schema"], spec["components"]["schemas"])
+            missing += [f"{key}: {n}" for n in sorted(names - spans)]
+    assert missing == [], f"not in docs/reference/http.md: {missing}"
 
 
 async def test_each_example_answers_as_the_page_shows(tmp_path: Path) -> None:
