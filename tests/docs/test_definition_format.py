@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from statewright.cli.loading import TYPE_OPTIONS
 from statewright.cli.main import app
-from statewright.definition.formats import machine_schema
+from statewright.definition.formats import load_path, machine_schema
 from tests.docs.pages import blocks, code_spans, page
 
 PAGE = page("definition-format.md")
@@ -73,3 +73,5 @@ def test_statewright_check_accepts_each_example(index: int, language: str, tmp_p
     result = CliRunner().invoke(app, ["check", str(path)])
     assert result.exit_code == 0, result.output
     assert "OK" in result.output
+    # the machine alone, the type's options beside it accepted and left out (as the page says)
+    assert load_path(path).states
