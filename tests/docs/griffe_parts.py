@@ -12,6 +12,7 @@ site's ``mkdocs.yml`` (and ``tests/docs/mkdocs_reference.yml``) under the python
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import griffe
@@ -96,7 +97,7 @@ def _method(
         method.labels.discard("async")
     if fn.docstring is not None:
         method.docstring = griffe.Docstring(
-            fn.docstring.value,
+            prose_raises(fn.docstring.value),
             lineno=fn.docstring.lineno,
             endlineno=fn.docstring.endlineno,
             parent=method,
@@ -104,3 +105,20 @@ def _method(
             parser_options=fn.docstring.parser_options,
         )
     return method
+
+
+_RAISES = re.compile(r"^(?P<indent>[ \t]*)Raises:[ \t]*\n(?P<item>[ \t]+\S[^\n]*)", re.MULTILINE)
+_ENTRY = re.compile(r"^[A-Za-z_][\w.]*(?: \([^)]*\))?:(?:\s|$)")
+
+
+def prose_raises(text: str) -> str:
+    """A ``Raises:`` section written as prose (``WorkflowNotFound, IllegalTransition (...),
+    ...``, as ``Engine.send`` and ``Engine.cancel`` have it) kept as a paragraph: the Google
+    parser wants ``Name: description`` entries, and would drop these lines with a warning."""
+
+    def fix(m: re.Match[str]) -> str:
+        if _ENTRY.match(m.group("item").strip()):
+            return m.group(0)
+        return f"{m.group('indent')}Raises (any of):\n{m.group('item')}"
+
+    return _RAISES.sub(fix, text)
