@@ -5,7 +5,8 @@
 static reading sees attributes with neither a signature nor a docstring, and mkdocstrings
 would leave the engine's operations out. This extension replaces each such attribute by the
 function it forwards to, as a method: the same docstring and parameters, less the
-``runtime`` a ``part`` passes itself, and not ``async`` on a ``SyncEngine``. Named in the
+``runtime`` a ``part`` passes itself, and not ``async`` on a ``SyncEngine`` (a ``Raises:``
+section written as prose is kept as a paragraph: :func:`prose_raises`). Named in the
 site's ``mkdocs.yml`` (and ``tests/docs/mkdocs_reference.yml``) under the python handler's
 ``extensions``.
 """
