@@ -1,0 +1,165 @@
+"""The MCP ``bulk_action`` tool (issue 28, item 3), through the SDK's in-memory client.
+
+Offered to operators and admins only (the agent, the default stdio caller, and a viewer do
+not see it, and calling it anyway is an unknown tool); ``move`` only to admins. Without
+``dry_run`` it is a dry run: counted and sampled, nothing changed. The real run, with the dry
+run's operation id, cancels each match once (a log entry with the caller and the reason, in
+its tenant only); the same operation id again applies nothing twice. On both stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from statewright import Engine, SQLiteStore
+from statewright.access import LOCAL_AGENT, Principal
+from statewright.engine.builtin import agent_task_type
+from statewright.mcp_server import build_catalogue, create_server
+from statewright.store.postgres import PostgresStore
+from statewright.store.protocol import FullStore as Store
+from tests.mcp.conftest import TOKENS, data, tool_error
+
+TOOL = "bulk_action"
+ROOT = Principal("root", frozenset({"admin"}), "acme")
+
+
+def principal(who: str) -> Principal:
+    _, actor, roles, tenant = TOKENS[who]
+    return Principal(actor, frozenset(roles), tenant)
+
+
+def client(engine: Engine, who: Principal) -> Client:
+    return Client(create_server(engine, who, poll_interval=0.05))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Engine]:
+    if request.param == "sqlite":
+        store: Store = SQLiteStore(tmp_path / "sw.db")
+    else:
+        store = PostgresStore(request.getfixturevalue("pg_dsn"))
+    async with Engine(store, [agent_task_type()]) as eng:
+        yield eng
+
+
+@pytest.fixture
+async def sqlite_engine(tmp_path: Path) -> AsyncIterator[Engine]:
+    async with Engine(SQLiteStore(tmp_path / "sw.db"), [agent_task_type()]) as eng:
+        yield eng
+
+
+async def _tasks(engine: Engine, n: int) -> None:
+    for i in range(n):
+        await engine.start("agent_task", {"goal": "g"}, workflow_id=f"b{i}", tenant="acme")
+    await engine.start("agent_task", {"goal": "g"}, workflow_id="g1", tenant="globex")
+
+
+async def _state(engine: Engine, wid: str) -> str:
+    return (await engine.get(wid)).state
+
+
+async def test_only_operators_and_admins_get_the_tool(sqlite_engine: Engine) -> None:
+    def tools(who: Principal) -> dict[str, object]:
+        return {t.name: t for t in build_catalogue(sqlite_engine, who).tools()}
+
+    for who in (LOCAL_AGENT, principal("agent"), principal("viewer")):
+        assert TOOL not in tools(who), who
+    ops = tools(principal("ops"))[TOOL]
+    schema = ops.input_schema  # type: ignore[attr-defined]
+    assert schema["properties"]["dry_run"]["default"] is True
+    assert schema["required"] == ["action", "reason"]
+    assert "move" not in schema["properties"]["action"]["enum"]  # moving by hand: admins
+    assert "to_state" not in schema["properties"]
+    admin = tools(ROOT)[TOOL].input_schema  # type: ignore[attr-defined]
+    assert "move" in admin["properties"]["action"]["enum"] and "to_state" in admin["properties"]
+
+    await _tasks(sqlite_engine, 1)
+    async with client(sqlite_engine, principal("agent")) as c:
+        args = {"action": "cancel", "reason": "let me", "dry_run": False}
+        assert tool_error(await c.call_tool(TOOL, args))["code"] == "unknown_tool"
+    assert await _state(sqlite_engine, "b0") == "planned"
+
+
+async def test_dry_run_by_default_then_the_real_run_cancels_each_once(engine: Engine) -> None:
+    await _tasks(engine, 4)
+    where = {"type": "agent_task", "state": "planned"}
+    async with client(engine, principal("ops")) as c:
+        dry = data(await c.call_tool(TOOL, {"action": "cancel", "filter": where, "reason": "x"}))
+        assert (dry["dry_run"], dry["matched"], dry["applied"]) == (True, 4, 0)
+        assert sorted(dry["sample"]) == ["b0", "b1", "b2", "b3"]  # its tenant's, by its ids
+        assert dry["operation_id"] in dry["done"] and "nothing was changed" in dry["done"]
+        assert await _state(engine, "b2") == "planned"
+
+        real = {
+            "action": "cancel",
+            "filter": where,
+            "reason": "incident 42",
+            "dry_run": False,
+            "operation_id": dry["operation_id"],
+        }
+        done = data(await c.call_tool(TOOL, real))
+        assert (done["matched"], done["applied"], done["replayed"], done["failed"]) == (
+            4,
+            4,
+            0,
+            0,
+        ), done
+        again = data(await c.call_tool(TOOL, real | {"filter": {"type": "agent_task"}}))
+        assert (again["applied"], again["skipped"], again["failed"]) == (0, 0, 0), again
+    for i in range(4):
+        log = await engine.history(f"b{i}")
+        bulk = [t for t in log if t.idempotency_key == f"bulk:{dry['operation_id']}:cancel"]
+        assert len(bulk) == 1, log
+        assert (bulk[0].actor, bulk[0].payload) == ("warehouse", {"reason": "incident 42"})
+        assert (await engine.get(f"b{i}")).terminal
+    assert await _state(engine, "g1") == "planned"  # another tenant's: untouched
+
+
+async def test_the_same_operation_id_again_is_replayed(sqlite_engine: Engine) -> None:
+    await _tasks(sqlite_engine, 3)
+    real = {
+        "action": "cancel",
+        "filter": {"type": "agent_task"},
+        "reason": "incident 43",
+        "dry_run": False,
+        "operation_id": "op-43",
+    }
+    async with client(sqlite_engine, principal("boss")) as c:
+        first = data(await c.call_tool(TOOL, real))
+        # Finished ones too (terminal is not filtered by the tool): each is a replay.
+        await sqlite_engine.start("agent_task", {"goal": "g"}, workflow_id="b9", tenant="acme")
+        second = data(await c.call_tool(TOOL, real | {"filter": {"state": "planned"}}))
+    assert (first["applied"], first["replayed"]) == (3, 0)
+    assert (second["matched"], second["applied"]) == (1, 1)  # only the new one
+    assert await _state(sqlite_engine, "b9") == "failed"
+    log = await sqlite_engine.history("b0")
+    assert [t.idempotency_key for t in log].count("bulk:op-43:cancel") == 1
+
+
+async def test_bad_arguments_are_refused_and_change_nothing(sqlite_engine: Engine) -> None:
+    await _tasks(sqlite_engine, 2)
+    base = {"action": "cancel", "reason": "x", "dry_run": False}
+    bad: list[dict[str, Any]] = [
+        base | {"dry_run": "yes"},
+        base | {"filter": {"colour": "red"}},
+        base | {"filter": {"older_than": -1}},
+        base | {"filter": ["agent_task"]},
+        base | {"operation_id": "no spaces"},
+        base | {"reason": " "},
+        base | {"action": "explode"},
+        base | {"sample": 1000},
+        base | {"extra": 1},
+        {"action": "cancel"},
+    ]
+    async with client(sqlite_engine, principal("ops")) as c:
+        for args in bad:
+            assert tool_error(await c.call_tool(TOOL, args))["code"] == "invalid_input", args
+        moved = base | {"action": "move", "to_state": "done"}
+        assert tool_error(await c.call_tool(TOOL, moved))["code"] == "forbidden"
+    for i in range(2):
+        assert await _state(sqlite_engine, f"b{i}") == "planned"
