@@ -4,14 +4,15 @@ Offered to operators and admins only (the agent, the default stdio caller, and a
 not see it, and calling it anyway is an unknown tool); ``move`` only to admins. Without
 ``dry_run`` it is a dry run: counted and sampled, nothing changed. The real run, with the dry
 run's operation id, cancels each match once (a log entry with the caller and the reason, in
-its tenant only); the same operation id again applies nothing twice. On both stores.
+its tenant only); the same operation id again applies nothing twice. On both stores, and over
+stdio, where the default caller (the agent) does not get it and ``--role operator`` does.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import pytest
 from mcp import Client
@@ -22,7 +23,7 @@ from statewright.engine.builtin import agent_task_type
 from statewright.mcp_server import build_catalogue, create_server
 from statewright.store.postgres import PostgresStore
 from statewright.store.protocol import FullStore as Store
-from tests.mcp.conftest import TOKENS, data, tool_error
+from tests.mcp.conftest import TOKENS, data, history, stdio_session, tool_error
 
 TOOL = "bulk_action"
 ROOT = Principal("root", frozenset({"admin"}), "acme")
@@ -45,6 +46,15 @@ async def engine(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         store = PostgresStore(request.getfixturevalue("pg_dsn"))
     async with Engine(store, [agent_task_type()]) as eng:
         yield eng
+
+
+@pytest.fixture
+def errlog(tmp_path: Path) -> Iterator[TextIO]:
+    """Where the stdio server's stderr goes (printed, so a failing test shows it)."""
+    with (tmp_path / "server.log").open("w+") as log:
+        yield log
+        log.seek(0)
+        print(log.read())
 
 
 @pytest.fixture
@@ -121,9 +131,11 @@ async def test_dry_run_by_default_then_the_real_run_cancels_each_once(engine: En
 
 
 async def test_the_same_operation_id_again_is_replayed(sqlite_engine: Engine) -> None:
+    # A retry leaves each workflow live (due again): a second run of the same operation
+    # matches them again, and applies only to the one it did not do before.
     await _tasks(sqlite_engine, 3)
     real = {
-        "action": "cancel",
+        "action": "retry",
         "filter": {"type": "agent_task"},
         "reason": "incident 43",
         "dry_run": False,
@@ -131,14 +143,31 @@ async def test_the_same_operation_id_again_is_replayed(sqlite_engine: Engine) ->
     }
     async with client(sqlite_engine, principal("boss")) as c:
         first = data(await c.call_tool(TOOL, real))
-        # Finished ones too (terminal is not filtered by the tool): each is a replay.
         await sqlite_engine.start("agent_task", {"goal": "g"}, workflow_id="b9", tenant="acme")
-        second = data(await c.call_tool(TOOL, real | {"filter": {"state": "planned"}}))
-    assert (first["applied"], first["replayed"]) == (3, 0)
-    assert (second["matched"], second["applied"]) == (1, 1)  # only the new one
-    assert await _state(sqlite_engine, "b9") == "failed"
-    log = await sqlite_engine.history("b0")
-    assert [t.idempotency_key for t in log].count("bulk:op-43:cancel") == 1
+        second = data(await c.call_tool(TOOL, real))
+    assert (first["matched"], first["applied"], first["replayed"]) == (3, 3, 0), first
+    assert (second["matched"], second["applied"], second["replayed"]) == (4, 1, 3), second
+    for wid in ("b0", "b1", "b2", "b9"):
+        log = await sqlite_engine.history(wid)
+        assert [t.idempotency_key for t in log].count("bulk:op-43:retry") == 1, log
+
+
+async def test_over_stdio_only_a_granted_operator_gets_it(tmp_path: Path, errlog: TextIO) -> None:
+    db = tmp_path / "sw.db"
+    async with stdio_session(db, None, None, errlog) as s:  # the local agent: least privilege
+        assert TOOL not in {t.name for t in (await s.list_tools()).tools}
+        data(await s.call_tool("start_workflow", {"type": "agent_task", "input": {"goal": "g"}}))
+    async with stdio_session(db, None, None, errlog, roles=("operator",)) as s:
+        assert TOOL in {t.name for t in (await s.list_tools()).tools}
+        args = {"action": "cancel", "filter": {"type": "agent_task"}, "reason": "stdio"}
+        dry = data(await s.call_tool(TOOL, args))
+        assert (dry["dry_run"], dry["matched"], dry["applied"]) == (True, 1, 0)
+        real = args | {"dry_run": False, "operation_id": dry["operation_id"]}
+        done = data(await s.call_tool(TOOL, real))
+        assert (done["matched"], done["applied"]) == (1, 1), done
+    [wid] = dry["sample"]
+    last = (await history(db, wid, tenant="default"))[-1]
+    assert (last.event, last.actor, last.payload) == ("cancel", "local-agent", {"reason": "stdio"})
 
 
 async def test_bad_arguments_are_refused_and_change_nothing(sqlite_engine: Engine) -> None:
