@@ -192,3 +192,27 @@ async def test_bad_arguments_are_refused_and_change_nothing(sqlite_engine: Engin
         assert tool_error(await c.call_tool(TOOL, moved))["code"] == "forbidden"
     for i in range(2):
         assert await _state(sqlite_engine, f"b{i}") == "planned"
+
+
+async def test_an_admin_moves_in_bulk(sqlite_engine: Engine) -> None:
+    await _tasks(sqlite_engine, 2)
+    args = {
+        "action": "move",
+        "filter": {"type": "agent_task", "state": "planned"},
+        "to_state": "paused",
+        "reason": "hold them",
+    }
+    async with client(sqlite_engine, ROOT) as c:
+        assert tool_error(await c.call_tool(TOOL, args | {"to_state": None}))["code"] == (
+            "invalid_input"
+        )
+        dry = data(await c.call_tool(TOOL, args))
+        assert (dry["matched"], dry["applied"]) == (2, 0)
+        assert await _state(sqlite_engine, "b0") == "planned"
+        done = data(await c.call_tool(TOOL, args | {"dry_run": False}))
+        assert (done["matched"], done["applied"], done["failed"]) == (2, 2, 0), done
+    for wid in ("b0", "b1"):
+        assert await _state(sqlite_engine, wid) == "paused"
+        last = (await sqlite_engine.history(wid))[-1]
+        assert (last.actor, last.payload["reason"]) == ("root", "hold them")
+    assert await _state(sqlite_engine, "g1") == "planned"
