@@ -13,6 +13,7 @@ same as on the other surfaces; this module only reads the tool's arguments.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,7 +29,7 @@ from statewright.mcp_server import arguments
 TOOL = "bulk_action"
 ACTIONS = ("cancel", "resume", "retry", "fork")
 """What every operator may do in bulk; an admin may also ``move``."""
-_FILTER = ("type", "state", "version", "older_than", "parked", "parked_reason")
+_FILTER = ("type", "state", "version", "older_than", "entered_before", "parked", "parked_reason")
 MAX_AGE = 1e9
 
 
@@ -54,6 +55,12 @@ def tool(wtypes: list[WorkflowType], principal: Principal) -> types.Tool:
             "minimum": 0,
             "maximum": MAX_AGE,
             "description": "Only workflows in their state for longer than this (seconds).",
+        },
+        "entered_before": {
+            "type": "number",
+            "description": "Only workflows that entered their state before this time (Unix "
+            "seconds). For a fork or a move, pass the dry run's entered_before, so that calling "
+            "again does not fork the forks or match what was moved.",
         },
         "parked": {
             "type": "boolean",
@@ -195,15 +202,22 @@ def _filter(access: Access, raw: Any) -> BulkFilter:
     if not isinstance(parked, bool):
         raise InvalidInput("'parked' must be true or false")
     age = raw.get("older_than")
-    if age is not None and (
-        isinstance(age, bool) or not isinstance(age, int | float) or not 0 <= age <= MAX_AGE
-    ):
+    if age is not None and not (_number(age) and 0 <= age <= MAX_AGE):
         raise InvalidInput(f"'older_than' must be a number of seconds from 0 to {MAX_AGE:g}")
+    cutoff = raw.get("entered_before")
+    if cutoff is not None and not _number(cutoff):
+        raise InvalidInput("'entered_before' must be a time (Unix seconds)")
+    before = [t for t in (cutoff, None if age is None else access.now() - age) if t is not None]
     return BulkFilter(
         type=arguments.opt_text(raw, "type"),
         state=arguments.opt_text(raw, "state"),
         version=arguments.integer(raw, "version", 1, 2**62),
-        entered_before=None if age is None else access.now() - age,
+        entered_before=min(before) if before else None,
         parked=parked,
         parked_reason=arguments.opt_text(raw, "parked_reason"),
     )
+
+
+def _number(value: Any) -> bool:
+    """Whether ``value`` is a finite JSON number (not a boolean)."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)

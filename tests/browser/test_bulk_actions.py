@@ -6,7 +6,8 @@ count and a sample linked to their pages, nothing changed), confirms Apply: each
 cancelled once, a row of its history under her name with her reason, under the operation id
 of the dry run; Apply again (a double click, a retry) cancels nothing twice; a refused request
 is shown, not swallowed. An agent and a viewer see no bulk panel and the API refuses them; an
-admin gets "move" too.
+admin gets "move" too, and a bulk fork applied twice forks each workflow once (no fork of a
+fork).
 """
 
 from __future__ import annotations
@@ -174,3 +175,22 @@ def test_agents_and_viewers_get_no_bulk_panel_and_admins_may_move(
             page.fill("#bulk-to-state", "shipped")
             page.click("#bulk-dry-run")
             expect(page.locator("#bulk-summary")).to_contain_text("5 workflow(s) match")
+
+            # A fork, applied twice: the second is the same operation and forks no fork
+            # (Apply sends the dry run's cutoff: the forks entered their state after it).
+            page.select_option("#bulk-action-kind", "fork")
+            expect(page.locator("#bulk-to-state")).to_be_hidden()
+            page.click("#bulk-dry-run")
+            expect(page.locator("#bulk-summary")).to_contain_text("5 workflow(s) match")
+            page.on("dialog", lambda d: d.accept())
+            page.click("#bulk-apply")
+            expect(page.locator("#bulk-applied")).to_have_attribute("data-count", "5")
+            page.click("#bulk-apply")
+            expect(page.locator("#bulk-replayed")).to_have_attribute("data-count", "5")
+            expect(page.locator("#bulk-applied")).to_have_attribute("data-count", "0")
+        listed = api.get(
+            "/v1/workflows?type=desk_order&state=open&limit=100", headers=ADMIN.headers
+        ).json()["items"]
+        assert sorted(w["id"] for w in listed) == sorted(
+            ORDERS + [f"{wid}.fork-1" for wid in ORDERS]
+        )

@@ -177,6 +177,7 @@ async def test_bad_arguments_are_refused_and_change_nothing(sqlite_engine: Engin
         base | {"dry_run": "yes"},
         base | {"filter": {"colour": "red"}},
         base | {"filter": {"older_than": -1}},
+        base | {"filter": {"entered_before": "now"}},
         base | {"filter": ["agent_task"]},
         base | {"operation_id": "no spaces"},
         base | {"reason": " "},
@@ -216,3 +217,24 @@ async def test_an_admin_moves_in_bulk(sqlite_engine: Engine) -> None:
         last = (await sqlite_engine.history(wid))[-1]
         assert (last.actor, last.payload["reason"]) == ("root", "hold them")
     assert await _state(sqlite_engine, "g1") == "planned"
+
+
+async def test_a_fork_called_again_with_the_dry_runs_cutoff_forks_no_fork(
+    sqlite_engine: Engine,
+) -> None:
+    await _tasks(sqlite_engine, 2)
+    args: dict[str, Any] = {
+        "action": "fork",
+        "filter": {"type": "agent_task", "state": "planned"},
+        "reason": "again",
+    }
+    async with client(sqlite_engine, principal("ops")) as c:
+        dry = data(await c.call_tool(TOOL, args))
+        where = args["filter"] | {"entered_before": dry["entered_before"]}
+        real = args | {"filter": where, "dry_run": False, "operation_id": dry["operation_id"]}
+        done = data(await c.call_tool(TOOL, real))
+        again = data(await c.call_tool(TOOL, real))
+        after = data(await c.call_tool(TOOL, args))
+    assert (done["matched"], done["applied"]) == (2, 2), done
+    assert (again["matched"], again["applied"], again["replayed"]) == (2, 0, 2), again
+    assert after["matched"] == 4  # the forks, in the same state, left out by the cutoff

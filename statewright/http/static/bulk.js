@@ -9,6 +9,8 @@
  * "Dry run" counts the matches and samples their ids, changing nothing, under a new
  * operation id; "Apply" (after a confirm) sends the same request for real with that id, so
  * a double click or a retry after an error is the same operation and applies nothing twice.
+ * A fork or move applies to the workflows that had entered their state by the dry run (its
+ * entered_before), so that Apply again does not fork the forks or match what it moved.
  * Changing any field forgets the dry run: Apply needs a new one. Every value from the server
  * reaches the page through textContent (h()), never as HTML.
  */
@@ -30,6 +32,7 @@
     ["retries_exhausted", "parked: retries_exhausted"],
   ];
   const SAMPLE = 20;
+  const CUT_OFF = new Set(["fork", "move"]);
 
   /** A new operation id: 16 random bytes in hex (crypto.getRandomValues also works outside a
    * secure context, unlike randomUUID). */
@@ -223,7 +226,12 @@
       this.busy(true);
       try {
         const dry = await this.ctx.api("/v1/bulk", { method: "POST", body });
-        this.planned = { body: read.body, operationId: dry.operation_id, matched: dry.matched };
+        this.planned = {
+          body: read.body,
+          operationId: dry.operation_id,
+          matched: dry.matched,
+          enteredBefore: dry.entered_before,
+        };
         this.show(dry);
       } catch (exc) {
         this.refused(exc);
@@ -246,6 +254,11 @@
       );
       if (!sure) return;
       const body = { ...plan.body, dry_run: false, operation_id: plan.operationId };
+      if (CUT_OFF.has(body.action)) {
+        // Only what had entered its state by the dry run: the forks a run makes (in the
+        // same state) and the workflows it moves are not matched by Apply again.
+        body.filter = { ...body.filter, entered_before: plan.enteredBefore };
+      }
       fill(this.status);
       this.busy(true);
       fill(this.result, this.ctx.h("p", { class: "muted" }, `Applying ${plan.operationId}…`));
