@@ -28,6 +28,7 @@ class BulkFilterIn(_In):
     )
     entered_before: float | None = Field(
         default=None,
+        allow_inf_nan=False,
         description="Only workflows that entered their state before this time (Unix "
         "seconds). A re-run of a fork or a move passes the first run's (or its dry run's) "
         "`entered_before`, so what that run made or moved is not matched again.",
