@@ -135,6 +135,7 @@ def test_wheel_carries_what_the_commands_read(installed: Installed) -> None:
     for needed in (
         "statewright/http/static/index.html",
         "statewright/http/static/app.js",
+        "statewright/http/static/bulk.js",
         "statewright/store/sql/sqlite/schema.sql",
         "statewright/store/sql/postgres/queries.sql",
         "statewright/definition/formats/machine.schema.json",
