@@ -73,7 +73,7 @@ def blocks(path: Path) -> list[Block]:
     """The fenced blocks of a markdown file, in order (fences at the start of a line)."""
     found: list[Block] = []
     lines = path.read_text().splitlines()
-    page = str(path.relative_to(ROOT))
+    page = str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
     i = 0
     while i < len(lines):
         fence = re.match(r"```(\S*)\s*$", lines[i])

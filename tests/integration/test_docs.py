@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.integration.docblocks import OUTPUTS, ROOT, blocks, run_blocks, unhandled
@@ -59,3 +60,35 @@ def test_docs_blocks_run(tmp_path: Path) -> None:
     checked = run_blocks(found, tmp_path)
     # Every known output met its block: a block renamed or moved out of the docs fails here.
     assert checked == set(range(len(OUTPUTS))), sorted(set(range(len(OUTPUTS))) - checked)
+
+
+def test_a_block_nobody_runs_must_say_why(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```\nno language\n```\n\n```console\n$ statewright serve\n```\n\n"
+        "<!-- not run: -->\n```bash\nstatewright serve\n```\n\n"
+        "<!-- not run: starts a server -->\n```bash\nstatewright serve\n```\n\n"
+        "```text\nan output\n```\n"
+    )
+    found = blocks(page)
+    assert [b.line for b in found] == [1, 5, 10, 15, 19]
+    problems = [unhandled(b) for b in found]
+    assert problems[0] and problems[1] and problems[2]  # no language, console, no reason
+    assert problems[3:] == [None, None]
+    with pytest.raises(AssertionError, match="neither run nor checked"):
+        run_blocks(found, tmp_path)
+
+
+def test_a_block_runs_as_pasted_and_its_shown_output_is_checked(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    saved = "<!-- file: shop_helper.py -->\n```python\nNAME = 'shop'\n```\n\n"
+    shown = "```python\nfrom shop_helper import NAME\nprint(NAME)\n```\n\n<!-- output -->\n"
+    page.write_text(saved + shown + "```text\nshop\n```\n")
+    assert run_blocks(blocks(page), tmp_path) == set()
+    assert (tmp_path / "shop_helper.py").read_text() == "NAME = 'shop'\n"
+    page.write_text(saved + shown + "```text\nanother shop\n```\n")
+    with pytest.raises(AssertionError, match="the block above printed"):
+        run_blocks(blocks(page), tmp_path)
+    page.write_text("```bash\nfalse\n```\n")
+    with pytest.raises(AssertionError, match="exited 1"):
+        run_blocks(blocks(page), tmp_path)
