@@ -26,6 +26,13 @@ class BulkFilterIn(_In):
     older_than: float | None = Field(
         default=None, ge=0, description="Only workflows in their state for longer (seconds)."
     )
+    entered_before: float | None = Field(
+        default=None,
+        allow_inf_nan=False,
+        description="Only workflows that entered their state before this time (Unix "
+        "seconds). A re-run of a fork or a move passes the first run's (or its dry run's) "
+        "`entered_before`, so what that run made or moved is not matched again.",
+    )
     entered_after: float | None = Field(
         default=None,
         description="Only workflows that entered their state at or after this "
@@ -117,11 +124,13 @@ async def bulk(
     body: Annotated[BulkIn | BulkMoveIn, Field(discriminator="action")], access: AccessDep
 ) -> Response:
     f = body.filter
+    cutoffs = [f.entered_before, None if f.older_than is None else time.time() - f.older_than]
+    before = [t for t in cutoffs if t is not None]
     where = BulkFilter(
         type=f.type,
         state=f.state,
         version=f.version,
-        entered_before=None if f.older_than is None else time.time() - f.older_than,
+        entered_before=min(before) if before else None,
         entered_after=f.entered_after,
         parked=f.parked,
         parked_reason=f.parked_reason,

@@ -5,8 +5,10 @@ The page is only a client of the REST API under ``/v1``: it sends the token the 
 entered (kept in the tab's ``sessionStorage``) as ``Authorization: Bearer``, so it can do
 exactly what the API allows that token and nothing more. It shows no approve/deny buttons
 to a caller whose roles may not fire the type's approval events, and the API refuses such a
-request anyway. Everything it needs ships in the package (the Mermaid renderer is vendored
-under ``static/vendor/``): no CDN, no build step, works offline.
+request anyway; likewise the workflow list's bulk action panel (``static/bulk.js``, a client
+of ``POST /v1/bulk``) is shown only to a caller the API offers operator actions. Everything
+it needs ships in the package (the Mermaid renderer is vendored under ``static/vendor/``):
+no CDN, no build step, works offline.
 """
 
 from __future__ import annotations

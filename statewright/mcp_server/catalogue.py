@@ -33,6 +33,7 @@ from statewright.access import Principal
 from statewright.definition.data import plain
 from statewright.definition.machine import Event, Machine
 from statewright.engine.workflow_type import WorkflowType
+from statewright.mcp_server import bulk
 from statewright.paging import MAX_CURSOR
 
 SEP = "__"
@@ -105,6 +106,8 @@ def build_catalogue(source: HasTypes, principal: Principal) -> Catalogue:
     if not principal.read_only:
         fixed.insert(2, _start_tool(wtypes))
         fixed.append(_post_input_tool())
+    if bulk.offered(principal):  # operators and admins only
+        fixed.append(bulk.tool(wtypes, principal))
     events: dict[str, EventTool] = {}
     for wtype in wtypes:
         for event in wtype.machine.events.values():

@@ -40,7 +40,7 @@ from statewright.errors import (
     UnknownWorkflowType,
     WorkflowNotFound,
 )
-from statewright.mcp_server import arguments, conversation, refusals
+from statewright.mcp_server import arguments, bulk, conversation, refusals
 from statewright.mcp_server import catalogue as cat
 from statewright.mcp_server.catalogue import Catalogue, EventTool, build_catalogue
 from statewright.mcp_server.state import automatic, brief, state_view
@@ -171,6 +171,8 @@ class _Handlers:
             return await self._wait(ctx, access, catalogue, args)
         if name == cat.POST_INPUT and any(t.name == cat.POST_INPUT for t in catalogue.fixed):
             return await self._post_input(access, catalogue, args)
+        if name == bulk.TOOL and any(t.name == bulk.TOOL for t in catalogue.fixed):
+            return await bulk.call(access, args)
         spec = catalogue.events.get(name)
         if spec is None:
             raise refusals.unknown_tool(access, name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 
-from statewright import Engine
+from statewright import Engine, ManualClock
 from tests.http.conftest import auth
 
 
@@ -47,3 +47,34 @@ async def test_bulk_cancel_over_http(client: httpx.AsyncClient, engine: Engine) 
         "/v1/bulk", json=real | {"action": "move", "to_state": "done"}, headers=auth("boss")
     )
     assert r.status_code == 403  # moving by hand is for admins
+
+
+async def test_a_bulk_fork_rerun_with_entered_before_forks_no_fork(
+    client: httpx.AsyncClient, engine: Engine, clock: ManualClock
+) -> None:
+    for i in range(2):
+        await engine.start("agent_task", {"goal": "g"}, workflow_id=f"f{i}")
+    where = {"type": "agent_task", "state": "planned"}
+    body = {
+        "action": "fork",
+        "filter": where,
+        "reason": "try again",
+        "dry_run": True,
+    }
+    dry = (await client.post("/v1/bulk", json=body, headers=auth("boss"))).json()
+    assert dry["matched"] == 2
+    clock.advance(1)  # the real run is later
+    cutoff = {"filter": where | {"entered_before": dry["entered_before"]}}
+    real = body | cutoff | {"dry_run": False, "operation_id": "fork-1"}
+    done = (await client.post("/v1/bulk", json=real, headers=auth("boss"))).json()
+    assert (done["matched"], done["applied"]) == (2, 2), done
+    # The forks are in the same state, made after the cutoff: a re-run does not match them.
+    again = (await client.post("/v1/bulk", json=real, headers=auth("boss"))).json()
+    assert (again["matched"], again["applied"], again["replayed"]) == (2, 0, 2), again
+    without = (await client.post("/v1/bulk", json=body, headers=auth("boss"))).json()
+    assert without["matched"] == 4  # what the cutoff leaves out
+    for bad in ("soon", "NaN"):
+        r = await client.post(
+            "/v1/bulk", json=body | {"filter": {"entered_before": bad}}, headers=auth("boss")
+        )
+        assert r.status_code == 422, (bad, r.text)

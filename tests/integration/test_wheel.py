@@ -7,8 +7,8 @@ checkout and with no ``PYTHONPATH``, the installed console script runs ``demo`` 
 and their fake services come from the wheel), ``serve`` (``/ready``, the dashboard, ``/docs``
 and their static files; stopped by SIGTERM), ``worker`` (started and stopped by SIGTERM) and
 ``mcp`` (the SDK's client over stdio initializes and lists the tools); the extras are the
-README's, and ``testing`` brings ``check_machine``. Nothing here skips: a missing uv, Python
-3.11 or network fails the test, as an unusable wheel would.
+ones docs/getting-started.md lists, and ``testing`` brings ``check_machine``. Nothing here
+skips: a missing uv, Python 3.11 or network fails the test, as an unusable wheel would.
 """
 
 from __future__ import annotations
@@ -135,6 +135,7 @@ def test_wheel_carries_what_the_commands_read(installed: Installed) -> None:
     for needed in (
         "statewright/http/static/index.html",
         "statewright/http/static/app.js",
+        "statewright/http/static/bulk.js",
         "statewright/store/sql/sqlite/schema.sql",
         "statewright/store/sql/postgres/queries.sql",
         "statewright/definition/formats/machine.schema.json",
@@ -308,13 +309,13 @@ async def test_mcp_over_stdio_lists_tools(installed: Installed, tmp_path: Path) 
 
 
 def test_extras_are_the_readmes(installed: Installed) -> None:
-    """The wheel's extras are the ones the README's table lists, and each brings its package."""
+    """The wheel's extras are the ones the docs' table lists, and each brings its package."""
     import tomllib
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = set(declared["optional-dependencies"])
-    readme = (ROOT / "README.md").read_text()
-    table = readme[readme.index("## Installing the package") :].split("\n## ", 1)[0]
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    table = page[page.index("## Installing the package") :].split("\n## ", 1)[0]
     assert set(re.findall(r"^\| `([a-z-]+)` \|", table, flags=re.MULTILINE)) == extras
     with zipfile.ZipFile(installed.wheel) as wheel:
         (meta,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
@@ -332,8 +333,9 @@ def test_extras_are_the_readmes(installed: Installed) -> None:
 
 
 def test_testing_extra_brings_check_machine(installed: Installed, tmp_path: Path) -> None:
-    """Without the ``testing`` extra ``check_machine`` names it; with it, the README's
-    ``check_machine`` block runs. (Last in this module: it adds the extra to the venv.)"""
+    """Without the ``testing`` extra ``check_machine`` names it; with it, the docs'
+    ``check_machine`` block (docs/guides/testing.md) runs. (Last in this module: it adds the
+    extra to the venv.)"""
 
     def python(code: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -354,11 +356,11 @@ def test_testing_extra_brings_check_machine(installed: Installed, tmp_path: Path
         env=installed.env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     _check(proc, "uv pip install the wheel with [testing]")
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "guides" / "testing.md").read_text()
     (block,) = [
         b
-        for b in re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+        for b in re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL)
         if "check_machine(" in b and "from hypothesis import settings" in b
     ]
-    out = _check(python(block), "the README's check_machine block")
+    out = _check(python(block), "the docs' check_machine block")
     assert "submitted --approve--> paying --paid_out--> paid" in out

@@ -396,10 +396,10 @@ def test_the_readme_fixture_example_passes_under_pytest_with_the_installed_plugi
     import subprocess
     from importlib.metadata import entry_points
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    page = Path(__file__).resolve().parents[2] / "docs" / "guides" / "testing.md"
     [block] = [
         b
-        for b in re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+        for b in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.DOTALL)
         if "statewright_engine" in b
     ]
     (tmp_path / "test_readme_fixtures.py").write_text(block)

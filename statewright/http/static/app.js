@@ -644,9 +644,11 @@
         onchange: (ev) => this.go({ finished: ev.target.checked ? "1" : "" }),
       });
       this.start = h("div", { id: "start-slot" });
+      this.bulk = h("div", { id: "bulk-slot" }); // bulk.js's panel, for operators
       add(
         this.root,
         this.start,
+        this.bulk,
         h(
           "section",
           { class: "panel" },
@@ -873,6 +875,21 @@
         `Showing the ${ACTIVE_LIMIT} active and ${FINISHED_LIMIT} finished workflows longest in ` +
         "their state; counts marked + are at least that.";
       this.updated.textContent = `updated ${timestamp(t)}`;
+      if (window.statewrightBulk) {
+        window.statewrightBulk.update(this.bulk, {
+          h,
+          fill,
+          api,
+          enc,
+          types,
+          refusalList,
+          reportError,
+          showBanner,
+          refresh,
+          filter: { type: this.type, state: this.state },
+          rows: all,
+        });
+      }
     }
 
     stateIsTerminal() {
