@@ -485,7 +485,32 @@ def _fields(schema: dict[str, Any], comps: dict[str, Any], title: str) -> list[s
             text += f" Default `{json.dumps(prop['default'])}`."
         req = "yes" if name in required else ""
         rows.append(f"| `{name}` | {_type(prop)} | {req} | {_cell(text)} |")
+        rows += _nested(name, prop, comps)
     return [*rows, ""]
+
+
+def _object(schema: dict[str, Any], comps: dict[str, Any]) -> dict[str, Any] | None:
+    """The object schema a field holds (through a ``$ref`` or a nullable ``anyOf``)."""
+    for option in [schema, *schema.get("anyOf", ())]:
+        if "$ref" in option:
+            option = comps[option["$ref"].rsplit("/", 1)[-1]]
+        if option.get("properties"):
+            found: dict[str, Any] = option
+            return found
+    return None
+
+
+def _nested(name: str, prop: dict[str, Any], comps: dict[str, Any]) -> list[str]:
+    """Rows for the fields of an object-valued field (``filter.type``...)."""
+    inner = _object(prop, comps)
+    if inner is None:
+        return []
+    required = set(inner.get("required", ()))
+    return [
+        f"| `{name}.{sub}` | {_type(sp)} | {'yes' if sub in required else ''} | "
+        f"{_cell(sp.get('description', ''))} |"
+        for sub, sp in inner["properties"].items()
+    ]
 
 
 def _errors(op: dict[str, Any]) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from statewright.mcp_server.catalogue import SEP
-from tests.docs.mcp_catalogue import Catalogue, catalogue
+from tests.docs.mcp_catalogue import CALLERS, Catalogue, catalogue
 from tests.docs.pages import REFERENCE
 
 
@@ -22,12 +22,14 @@ def _cell(text: str) -> str:
     return html.escape(" ".join(text.split()), quote=False).replace("|", "\\|")
 
 
-def _type(schema: dict[str, Any]) -> str:
+def _type(name: str, schema: dict[str, Any]) -> str:
     if "enum" in schema:
-        return "one of the registered types" if schema.get("type") == "string" else "enum"
+        if name == "type":
+            return "one of the registered types"
+        return " \\| ".join(f"`{v}`" for v in schema["enum"])
     kind = schema.get("type", "any")
     if kind == "array":
-        return f"array of {schema.get('items', {}).get('type', 'any')}"
+        return f"array of {_type(name, schema.get('items', {}))}"
     return str(kind)
 
 
@@ -48,11 +50,23 @@ def arguments(schema: dict[str, Any], generic: bool = False) -> list[str]:
         req = "yes" if name in required else ""
         if generic and name == "payload":
             req = "when the event's schema requires fields"
-        rows.append(f"| `{name}` | {_type(prop)} | {req} | {_cell(text)} |")
+        rows.append(f"| `{name}` | {_type(name, prop)} | {req} | {_cell(text)} |")
+        inner = set(prop.get("required", ()))
+        for sub, sp in prop.get("properties", {}).items():  # an object's own fields
+            if generic and name == "payload":
+                break  # (the event's own schema: the example's, not every event's)
+            sub_text = sp.get("description", "")
+            mark = "yes" if sub in inner else ""
+            rows.append(f"| `{name}.{sub}` | {_type(sub, sp)} | {mark} | {_cell(sub_text)} |")
     return rows
 
 
-READ_ONLY = "viewer"
+WHO = {
+    frozenset(CALLERS): "every caller",
+    frozenset({"agent", "boss", "ops"}): "callers that may write (not the read-only `viewer`)",
+    frozenset({"boss", "ops"}): "callers with the `operator` or `admin` role",
+}
+"""Which callers (of mcp_catalogue.CALLERS) list a tool -> who the page says gets it."""
 
 HEADER = """# MCP
 
@@ -122,11 +136,8 @@ def render(c: Catalogue) -> str:
     out = [HEADER]
     fixed = sorted(n for n in c.tools if SEP not in n)
     for name in fixed:
-        who = (
-            "every caller"
-            if READ_ONLY in c.seen_by[name]
-            else "callers that may write (not the read-only `viewer`)"
-        )
+        who = WHO.get(frozenset(c.seen_by[name]), "")
+        assert who, f"{name}: listed for {sorted(c.seen_by[name])}: say who in gen_mcp.WHO"
         text = c.descriptions[name].strip()
         if "Types:" in text:  # (the registered types, one a line: the app's, not the tool's)
             text = (

@@ -49,10 +49,17 @@ async def test_every_route_of_the_app_is_on_the_page_with_an_example(tmp_path: P
 
 
 def _fields(schema: dict[str, Any], components: dict[str, Any]) -> set[str]:
-    """The top-level fields of a request body's schema (every variant of a ``oneOf``)."""
+    """The fields of a request body's schema (every variant of a ``oneOf``), and those of an
+    object-valued field as ``field.sub``."""
     if "$ref" in schema:
         schema = components[schema["$ref"].rsplit("/", 1)[-1]]
-    found = set(schema.get("properties", {}))
+    found = set()
+    for name, prop in schema.get("properties", {}).items():
+        found.add(name)
+        for option in [prop, *prop.get("anyOf", ())]:  # an object's own fields: name.field
+            if "$ref" in option:
+                option = components[option["$ref"].rsplit("/", 1)[-1]]
+            found |= {f"{name}.{sub}" for sub in option.get("properties", {})}
     for variant in schema.get("oneOf", ()):
         found |= _fields(variant, components)
     return found

@@ -33,7 +33,9 @@ async def test_every_tool_argument_and_resource_is_on_the_page(tmp_path: Path) -
             missing.append(name)
             continue
         spans = code_spans(tools[name])
-        missing += [f"{name}({a})" for a in found.tools[name]["properties"] if a not in spans]
+        for arg, schema in found.tools[name]["properties"].items():
+            names = [arg, *(f"{arg}.{sub}" for sub in schema.get("properties", {}))]
+            missing += [f"{name}({n})" for n in names if n not in spans]
     for name in event_tools:
         machine, _, event = name.partition(SEP)
         assert machine and event, name  # named <type>__<event>, as the page says
