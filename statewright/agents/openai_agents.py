@@ -410,9 +410,11 @@ async def run_agent(
         name: the agent's name in step names (``<name>.v<visit>.model.<n>``...): two agents in
             one state need two names.
         roles: whose right the agent fires events with; ``events`` narrows the offer further.
-        context, max_turns, run_config: passed to ``Runner.run`` (the run config's ``model``,
-            if set, is the model wrapped). Without a run config, a tool name the model makes
-            up (an event not offered) gets the SDK's "not found" message back
+        context: passed to ``Runner.run``.
+        max_turns: passed to ``Runner.run``.
+        run_config: passed to ``Runner.run`` (its ``model``, if set, is the model wrapped).
+            Without a run config, a tool name the model makes up (an event not offered) gets
+            the SDK's "not found" message back
             (``tool_not_found_behavior="return_error_to_model"``) instead of failing the run.
         safe_to_repeat: names of tools that may run again when a crash left their outcome
             unknown; any other such tool is reconciled (``reconcilers[name]``) or parks the
