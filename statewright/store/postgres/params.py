@@ -54,6 +54,8 @@ def transition_params(w: TransitionWrite) -> dict[str, Any]:
         "inbox_ids": list(w.consume_inbox_ids),
         **timer_change_params(w),
         **step_finish_params(w.step_finish),
+        # the search attributes it changes (NULL: none, and the statement writes none)
+        "search": POSTGRES.json(w.search) if w.search else None,
     }
 
 

@@ -77,6 +77,10 @@ WITH new_timers AS (
                        %(step_finished)s::float8[])
            AS s(key, step, result, attempts, started_at, finished_at)
     ON CONFLICT (key) DO NOTHING
+), searched AS (
+    -- its search attributes (a JSON object of text, or NULL)
+    INSERT INTO search_attributes (workflow_id, name, value)
+    SELECT ins.id, s.key, s.value FROM ins, jsonb_each_text(%(search)s::jsonb) AS s
 )
 SELECT ins.*, TRUE AS created,
        CASE WHEN ins.next_due_at IS NOT NULL THEN pg_notify('statewright_work', '') END
@@ -137,7 +141,9 @@ SELECT c.* FROM workflows c LEFT JOIN workflows p ON p.id = c.parent_id
 -- attempt is still executing (else the compare-and-swap matches nothing). Workers are notified
 -- only of a row no worker holds: one whose lease the transition kept (a worker's handler
 -- chaining to the next state's) cannot be claimed, and waking every worker of every process
--- for it cost each a claim and a cancel check per transition.
+-- for it cost each a claim and a cancel check per transition. The search attributes the
+-- transition changes (a JSON object, NULL when none) are upserted with it (a NULL value: the
+-- attribute is gone).
 WITH items AS (
     SELECT id FROM inbox
      WHERE workflow_id = %(id)s AND id = ANY(%(inbox_ids)s::bigint[]) AND consumed_at IS NULL
@@ -220,6 +226,10 @@ WITH items AS (
 ), consumed AS (
     UPDATE inbox SET consumed_at = %(at)s
      WHERE id IN (SELECT id FROM items) AND EXISTS (SELECT 1 FROM moved)
+), searched AS (
+    INSERT INTO search_attributes (workflow_id, name, value)
+    SELECT moved.id, s.key, s.value FROM moved, jsonb_each_text(%(search)s::jsonb) AS s
+    ON CONFLICT (workflow_id, name) DO UPDATE SET value = excluded.value
 )
 SELECT moved.*,
        CASE WHEN moved.next_due_at IS NOT NULL AND moved.lease_owner IS NULL
@@ -903,6 +913,15 @@ DELETE FROM timers USING unnest(%(ids)s::text[]) AS k (id) WHERE workflow_id = k
 -- name: prune_inbox
 -- Their inputs.
 DELETE FROM inbox USING unnest(%(ids)s::text[]) AS k (id) WHERE workflow_id = k.id;
+
+-- name: prune_search_attributes
+-- Their search attributes.
+DELETE FROM search_attributes USING unnest(%(ids)s::text[]) AS k (id) WHERE workflow_id = k.id;
+
+-- name: search_attributes_of
+-- A workflow's search attributes (those with a value).
+SELECT name, value FROM search_attributes
+ WHERE workflow_id = %(id)s AND value IS NOT NULL ORDER BY name;
 
 -- name: prune_workflow_rejections
 -- Their refused events.
