@@ -92,6 +92,11 @@ def changes(
     return out or None
 
 
+def every(names: Iterable[str], context: Mapping[str, Any]) -> dict[str, str | None]:
+    """Every declared attribute's value (None: none), for a migration to a new version."""
+    return {n: text(context.get(n)) for n in names}
+
+
 def parse(where: Iterable[str]) -> SearchFilter:
     """``name=value`` strings (CLI ``--where``, HTTP ``?where=``) as a filter; InvalidInput for
     one without ``=`` or with a bad name."""

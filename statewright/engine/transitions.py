@@ -42,6 +42,7 @@ from statewright.engine.changes import (
 from statewright.engine.compensation_names import compensated, intended
 from statewright.engine.hooks import NO_STEP, StepRef, TransitionEvent
 from statewright.engine.nesting import moving
+from statewright.engine import search as searching
 from statewright.engine.rowcache import RowCache
 from statewright.engine.tracecontext import capture as capture_trace
 from statewright.engine.workflow_type import WorkflowType
@@ -184,6 +185,14 @@ class Transitions:
                 raise ActionFailed(fire.event, "assign", exc.message) from None
             patch = {**assigned, **patch} if patch else assigned
         context = {**row.context, **patch} if patch else row.context
+        names = wtype.search_attributes  # (a type without any: no work, nothing written)
+        search = None
+        if names and (patch or migrating):
+            search = (
+                searching.every(names, context)
+                if migrating
+                else searching.changes(names, row.context, patch)
+            )
         notice = None
         if target.terminal and row.parent_key is not None and not row.terminal:
             notice = self._notice(wtype, row, t.target, context, now)
@@ -223,6 +232,7 @@ class Transitions:
             trace=capture_trace(),
             notice=notice,
             effects=fire.effects,
+            search=search,
         )
 
     def _notice(
