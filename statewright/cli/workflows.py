@@ -414,11 +414,21 @@ def list_(
     type_: Annotated[str | None, typer.Option("--type", help="Only this type.")] = None,
     state: Annotated[str | None, typer.Option(help="Only workflows in this state.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many.")] = 100,
+    search: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--where",
+            help="Only workflows whose search attribute NAME has VALUE (NAME=VALUE; "
+            "repeatable: all must match). The type (--app) must declare NAME.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """List workflows, longest in their state first."""
+    from statewright.engine.search import parse
     from statewright.types import WorkflowFilter
 
-    where = WorkflowFilter(type=type_, state=state, limit=limit)
+    where = WorkflowFilter(type=type_, state=state, limit=limit, search=parse(search or ()))
     rows = with_engine(s, lambda e: e.list_workflows(where))
     if s.json:
         emit_json([plain(r) for r in rows])

@@ -148,7 +148,9 @@ def check_filter(pairs: Iterable[Any]) -> SearchFilter:
     return tuple(out)
 
 
-def check_known(search: SearchFilter, declared: Mapping[str, Iterable[str]], type_: str | None) -> None:
+def check_known(
+    search: SearchFilter, declared: Mapping[str, Iterable[str]], type_: str | None
+) -> None:
     """InvalidInput when a filtered name is not declared by ``type_`` (or, with no type, by any
     of the ``declared`` types: type name -> its attributes in any registered version)."""
     if not search:

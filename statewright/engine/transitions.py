@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from statewright.definition.machine import State, Transition
+from statewright.engine import search as searching
 from statewright.engine.changes import (
     CONTEXT_EVENT,
     FORK_EVENT,
@@ -42,7 +43,6 @@ from statewright.engine.changes import (
 from statewright.engine.compensation_names import compensated, intended
 from statewright.engine.hooks import NO_STEP, StepRef, TransitionEvent
 from statewright.engine.nesting import moving
-from statewright.engine import search as searching
 from statewright.engine.rowcache import RowCache
 from statewright.engine.tracecontext import capture as capture_trace
 from statewright.engine.workflow_type import WorkflowType
@@ -190,7 +190,7 @@ class Transitions:
         if names and (patch or migrating):
             search = (
                 searching.every(names, context)
-                if migrating
+                if migrating or not patch
                 else searching.changes(names, row.context, patch)
             )
         notice = None
