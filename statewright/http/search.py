@@ -15,7 +15,7 @@ WHERE_HELP = (
     "Only workflows whose search attribute has this value, as `name=value` (repeatable: all "
     "must match; exact match of the value's text, the integer 7 as `7`, a boolean as `true` "
     "or `false`). The type (or, without `type`, some type) must declare the attribute: "
-    "an unknown one is refused (400)."
+    "an unknown one is refused (422 invalid_input)."
 )
 
 Where = Annotated[
