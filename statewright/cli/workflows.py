@@ -268,6 +268,8 @@ async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
         "children": children,
         "children_counts": counts.to_dict(),
         "more_children": counts.more,
+        # as stored (written with its transitions; derived from the context)
+        "search_attributes": await engine.store.search_attributes(row.id),
     }
 
 
@@ -295,6 +297,9 @@ def show(s: Settings, workflow_id: IdArg) -> None:
         f"allowed   {escape(allowed_text)}",
         f"context   {escape(compact(row.context, 200))}",
     ]
+    if d["search_attributes"]:
+        found = ", ".join(f"{k}={v}" for k, v in d["search_attributes"].items())
+        lines.append(f"search    {escape(found)}")
     if row.parent is not None:
         lines.append(f"parent    {escape(row.parent)} (child key {escape(str(row.parent_key))})")
     counts: dict[str, Any] = d["children_counts"]
