@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from statewright.errors import InvalidInput, Problem
+from statewright.errors import InvalidInput, Problem, UnknownSearchAttribute
 
 MAX_ATTRIBUTES = 16
 """Search attributes one type may declare."""
@@ -31,7 +31,9 @@ MAX_VALUE = 256
 """Characters of a string value that is indexed (a longer one is no attribute)."""
 MAX_FILTERS = 8
 """``(name, value)`` pairs one listing may filter by."""
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,63}$"
+"""What an attribute's name is (a top-level context key of that shape)."""
+_NAME = re.compile(NAME_PATTERN)
 
 SearchFilter = tuple[tuple[str, str], ...]
 
@@ -143,16 +145,15 @@ def check_filter(pairs: Iterable[Any]) -> SearchFilter:
         out.append((name, value))
     if len(out) > MAX_FILTERS:
         raise InvalidInput(f"at most {MAX_FILTERS} search filters, got {len(out)}")
-    if len({n for n, _ in out}) != len(out):
-        raise InvalidInput("a search filter names an attribute twice")
     return tuple(out)
 
 
 def check_known(
     search: SearchFilter, declared: Mapping[str, Iterable[str]], type_: str | None
 ) -> None:
-    """InvalidInput when a filtered name is not declared by ``type_`` (or, with no type, by any
-    of the ``declared`` types: type name -> its attributes in any registered version)."""
+    """UnknownSearchAttribute (an InvalidInput) when a filtered name is not declared by
+    ``type_`` (or, with no type, by any of the ``declared`` types: type name -> its attributes
+    in any registered version)."""
     if not search:
         return
     if type_ is not None:
@@ -164,6 +165,6 @@ def check_known(
     for name, _ in search:
         if name not in known:
             listed = ", ".join(sorted(known)) or "none"
-            raise InvalidInput(
+            raise UnknownSearchAttribute(
                 f"unknown search attribute {name!r} for {where} (declared: {listed})"
             )

@@ -32,7 +32,7 @@ import mcp_types as types
 from statewright.access import Principal
 from statewright.definition.data import plain
 from statewright.definition.machine import Event, Machine
-from statewright.engine.search import MAX_FILTERS
+from statewright.engine.search import MAX_FILTERS, NAME_PATTERN
 from statewright.engine.workflow_type import WorkflowType
 from statewright.paging import MAX_CURSOR
 
@@ -220,6 +220,7 @@ def _list_tool(wtypes: list[WorkflowType]) -> types.Tool:
         props["search"] = {
             "type": "object",
             "maxProperties": MAX_FILTERS,
+            "propertyNames": {"pattern": NAME_PATTERN},
             "additionalProperties": {"type": ["string", "integer", "boolean"]},
             "description": "Only workflows whose search attributes have these values (name "
             f"-> value, exact; all must match). Declared: {', '.join(declared)}.",

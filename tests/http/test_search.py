@@ -1,6 +1,7 @@
 """Search attributes over HTTP on both stores (issue 28, item 4): ``GET /v1/workflows?where=
-name=value`` (repeatable) lists by them, an unknown name is 422 and a malformed filter too,
-the workflow view shows them, and ``POST /v1/bulk`` takes ``filter.search``."""
+name=value`` (repeatable) lists by them, an unknown name is 404 (like an unknown state), a
+malformed filter 422, the workflow view shows them, and ``POST /v1/bulk`` takes
+``filter.search``."""
 
 from __future__ import annotations
 
@@ -49,9 +50,9 @@ async def test_list_by_search_attributes(client: httpx.AsyncClient, engine: Engi
     assert ids(r) == []
 
     r = await get("/v1/workflows", params={"where": "colour=red"}, headers=auth("agent"))
-    assert r.status_code == 422, r.text
+    assert r.status_code == 404, r.text  # like an unknown state: schema-valid, never 422
     error = r.json()["error"]
-    assert error["code"] == "invalid_input"
+    assert error["code"] == "unknown_search_attribute"
     assert "unknown search attribute 'colour'" in error["message"]
     r = await get("/v1/workflows", params={"where": "no-equals-sign"}, headers=auth("agent"))
     assert r.status_code == 422, r.text
@@ -72,5 +73,8 @@ async def test_list_by_search_attributes(client: httpx.AsyncClient, engine: Engi
     assert (await engine.get("p0")).state == "cancelled"
     assert (await engine.get("p2")).state == "new"
     bad = body | {"filter": {"search": {"colour": "red"}}}
+    r = await client.post("/v1/bulk", json=bad, headers=auth("boss"))
+    assert r.status_code == 404, r.text
+    bad = body | {"filter": {"search": {"not a name": "red"}}}
     r = await client.post("/v1/bulk", json=bad, headers=auth("boss"))
     assert r.status_code == 422, r.text

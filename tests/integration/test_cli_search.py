@@ -36,7 +36,7 @@ def test_list_and_bulk_by_search_attributes(cli: Cli, tmp_path: Path) -> None:
     assert [w["id"] for w in both] == ["p1"]
     assert "p2" in cli(*a, "list", "--where", "customer_id=c2").stdout
     line = cli.error(*a, "list", "--where", "colour=red", code=2)
-    assert line.startswith("error[invalid_input]: unknown search attribute 'colour'")
+    assert line.startswith("error[unknown_search_attribute]: unknown search attribute 'colour'")
     assert "is not name=value" in cli.error(*a, "list", "--where", "colour", code=2)
     shown = cli.json(*a, "show", "p2")
     assert shown["search_attributes"] == {"customer_id": "c2", "order_number": "A-2"}

@@ -58,7 +58,7 @@ async def test_list_workflows_by_search_attributes(engine: Engine) -> None:
         )
         assert [w["workflow_id"] for w in found["workflows"]] == ["p1"]
         error = tool_error(await c.call_tool("list_workflows", {"search": {"colour": "red"}}))
-        assert error["code"] == "invalid_input"
+        assert error["code"] == "unknown_search_attribute"
         assert "unknown search attribute 'colour'" in error["message"]
         state = data(await c.call_tool("get_workflow_state", {"workflow_id": "p1"}))
         assert state["search_attributes"] == {"order_number": "A-1", "vip": "false"}
