@@ -29,8 +29,8 @@ def register(engine: Engine) -> None:
 async def test_list_by_search_attributes(client: httpx.AsyncClient, engine: Engine) -> None:
     register(engine)
     for i, customer in enumerate([7, 7, 8]):
-        body = {"type": "parcel", "id": f"p{i}", "input": {"order_number": f"A-{i}"}}
-        body["input"]["customer_id"] = customer
+        data = {"order_number": f"A-{i}", "customer_id": customer}
+        body = {"type": "parcel", "id": f"p{i}", "input": data}
         r = await client.post("/v1/workflows", json=body, headers=auth("agent"))
         assert r.status_code == 201, r.text
 
@@ -41,7 +41,11 @@ async def test_list_by_search_attributes(client: httpx.AsyncClient, engine: Engi
     get = client.get
     r = await get("/v1/workflows", params={"where": "customer_id=7"}, headers=auth("agent"))
     assert sorted(ids(r)) == ["p0", "p1"]
-    pairs = [("where", "customer_id=7"), ("where", "order_number=A-1"), ("type", "parcel")]
+    pairs: list[tuple[str, str | int | float | bool | None]] = [
+        ("where", "customer_id=7"),
+        ("where", "order_number=A-1"),
+        ("type", "parcel"),
+    ]
     assert ids(await get("/v1/workflows", params=pairs, headers=auth("agent"))) == ["p1"]
     r = await get("/v1/workflows", params={"where": "customer_id=9"}, headers=auth("agent"))
     assert ids(r) == []

@@ -44,8 +44,8 @@ async def test_list_workflows_by_search_attributes(engine: Engine) -> None:
             in listing.input_schema["properties"]["search"]["description"]
         )
         for i, vip in enumerate([True, False]):
-            args = {"type": "parcel", "id": f"p{i}", "input": {"order_number": f"A-{i}"}}
-            args["input"]["vip"] = vip
+            data_in = {"order_number": f"A-{i}", "vip": vip}
+            args = {"type": "parcel", "id": f"p{i}", "input": data_in}
             data(await c.call_tool("start_workflow", args))
         found = data(await c.call_tool("list_workflows", {"search": {"vip": True}}))
         assert [w["workflow_id"] for w in found["workflows"]] == ["p0"]
