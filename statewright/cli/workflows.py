@@ -269,7 +269,7 @@ async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
         "children_counts": counts.to_dict(),
         "more_children": counts.more,
         # as stored (written with its transitions; derived from the context)
-        "search_attributes": await engine.store.search_attributes(row.id),
+        "search_attributes": await engine.search_attributes(row.id),
     }
 
 

@@ -105,6 +105,12 @@ async def history(
     return await rt.store.history(workflow_id, after_version, limit)
 
 
+async def search_attributes(rt: Runtime, workflow_id: str) -> dict[str, str]:
+    """The workflow's search attributes as stored (name -> text; see
+    :mod:`statewright.engine.search`)."""
+    return await rt.store.search_attributes(workflow_id)
+
+
 async def steps(
     rt: Runtime,
     workflow_id: str,
