@@ -222,8 +222,7 @@ def new_workflow(new: NewWorkflow, enc: Encoding) -> Params:
         "trace": new.trace,
         "parent_id": None if new.parent is None else new.parent.id,
         "parent_key": None if new.parent is None else new.parent.key,
-        "search": enc.json(new.search) if new.search else None,
-    }
+    } | ({"search": enc.json(new.search)} if new.search else {})
 
 
 def search_rows(workflow_id: str, search: Mapping[str, str | None]) -> list[Params]:

@@ -37,7 +37,8 @@ SELECT t.*, i.name, i.id
 -- name: create_workflow
 -- Create a workflow at version 1 with its first log entry and timers, in one statement; a
 -- duplicate id is left alone (idempotent start) and the existing row is returned instead.
--- Workers are notified (on commit) when the new workflow has a due time.
+-- Workers are notified (on commit) when the new workflow has a due time. A workflow with
+-- search attributes is created with one more part (statewright/store/postgres/searched.py).
 WITH new_timers AS (
     SELECT t.due_at, t.event, t.payload, t.key, t.every, t.keep, t.ord
       FROM unnest(%(timer_due)s::float8[], %(timer_event)s::text[],
@@ -77,10 +78,6 @@ WITH new_timers AS (
                        %(step_finished)s::float8[])
            AS s(key, step, result, attempts, started_at, finished_at)
     ON CONFLICT (key) DO NOTHING
-), searched AS (
-    -- its search attributes (a JSON object of text, or NULL)
-    INSERT INTO search_attributes (workflow_id, name, value)
-    SELECT ins.id, s.key, s.value FROM ins, jsonb_each_text(%(search)s::jsonb) AS s
 )
 SELECT ins.*, TRUE AS created,
        CASE WHEN ins.next_due_at IS NOT NULL THEN pg_notify('statewright_work', '') END
@@ -141,9 +138,8 @@ SELECT c.* FROM workflows c LEFT JOIN workflows p ON p.id = c.parent_id
 -- attempt is still executing (else the compare-and-swap matches nothing). Workers are notified
 -- only of a row no worker holds: one whose lease the transition kept (a worker's handler
 -- chaining to the next state's) cannot be claimed, and waking every worker of every process
--- for it cost each a claim and a cancel check per transition. The search attributes the
--- transition changes (a JSON object, NULL when none) are upserted with it (a NULL value: the
--- attribute is gone).
+-- for it cost each a claim and a cancel check per transition. A transition that changes
+-- search attributes runs it with one more part (statewright/store/postgres/searched.py).
 WITH items AS (
     SELECT id FROM inbox
      WHERE workflow_id = %(id)s AND id = ANY(%(inbox_ids)s::bigint[]) AND consumed_at IS NULL
@@ -226,10 +222,6 @@ WITH items AS (
 ), consumed AS (
     UPDATE inbox SET consumed_at = %(at)s
      WHERE id IN (SELECT id FROM items) AND EXISTS (SELECT 1 FROM moved)
-), searched AS (
-    INSERT INTO search_attributes (workflow_id, name, value)
-    SELECT moved.id, s.key, s.value FROM moved, jsonb_each_text(%(search)s::jsonb) AS s
-    ON CONFLICT (workflow_id, name) DO UPDATE SET value = excluded.value
 )
 SELECT moved.*,
        CASE WHEN moved.next_due_at IS NOT NULL AND moved.lease_owner IS NULL
