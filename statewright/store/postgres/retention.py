@@ -73,6 +73,9 @@ async def restore(conn: Conn, rec: r.Record, check: r.Check | None = None) -> bo
             else:
                 async with conn.cursor() as c:
                     await c.executemany(query, values)
+        if rows := r.search_rows(rec):
+            async with conn.cursor() as c:
+                await c.executemany(Q["put_search_attribute"], rows)
     return True
 
 

@@ -61,6 +61,7 @@ def restore(conn: sqlite3.Connection, rec: r.Record, check: r.Check | None = Non
         cur = conn.executemany(text, values)
         if table == "workflows" and cur.rowcount == 0:
             return False
+    conn.executemany(Q["put_search_attribute"], r.search_rows(rec))
     return True
 
 

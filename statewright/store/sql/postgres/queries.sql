@@ -910,6 +910,12 @@ DELETE FROM inbox USING unnest(%(ids)s::text[]) AS k (id) WHERE workflow_id = k.
 -- Their search attributes.
 DELETE FROM search_attributes USING unnest(%(ids)s::text[]) AS k (id) WHERE workflow_id = k.id;
 
+-- name: put_search_attribute
+-- One search attribute of a restored workflow (an import; the engine's writes carry theirs in
+-- create_workflow and apply_transition).
+INSERT INTO search_attributes (workflow_id, name, value) VALUES (%(id)s, %(name)s, %(value)s)
+ON CONFLICT (workflow_id, name) DO UPDATE SET value = excluded.value;
+
 -- name: search_attributes_of
 -- A workflow's search attributes (those with a value).
 SELECT name, value FROM search_attributes

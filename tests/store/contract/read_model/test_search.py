@@ -1,9 +1,10 @@
 """Search attributes on every store (issue 28, item 4): written with the workflow's creation
 and with the transitions that change them (never by a refused one), listed by, copied by a
-fork, deleted by prune."""
+fork, deleted by prune, written again by an import."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -101,7 +102,9 @@ def _engine(store: Store) -> Engine:
     return Engine(store, [wtype], clock=ManualClock())
 
 
-async def test_the_engine_writes_them_with_its_transitions_forks_and_prune(store: Store) -> None:
+async def test_the_engine_writes_them_with_its_transitions_forks_prune_and_import(
+    store: Store, tmp_path: Path
+) -> None:
     engine = _engine(store)
     await engine.start(
         "order",
@@ -131,7 +134,17 @@ async def test_the_engine_writes_them_with_its_transitions_forks_and_prune(store
     # prune deletes them with the workflow
     assert isinstance(engine.clock, ManualClock)
     engine.clock.advance(40 * DAY)
-    report = await engine.prune(30 * DAY)
+    archive = tmp_path / "old.jsonl.gz"
+    report = await engine.prune(30 * DAY, archive=archive)
     assert report.workflows >= 1
     assert await store.search_attributes("o1") == {}
     assert _ids(await store.list_workflows(_by(("customer_id", "7")))) == [fork.id]
+    # an import writes them again, from the restored context (not from the archive)
+    done = await engine.import_archive(archive)
+    assert done.imported == ["o1"]
+    assert await store.search_attributes("o1") == {
+        "customer_id": "7",
+        "order_number": "A-1-paid",
+        "rush": "true",
+    }
+    assert _ids(await engine.list_workflows(_by(("order_number", "A-1-paid")))) == ["o1"]
