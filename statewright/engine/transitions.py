@@ -187,12 +187,10 @@ class Transitions:
         context = {**row.context, **patch} if patch else row.context
         names = wtype.search_attributes  # (a type without any: no work, nothing written)
         search = None
-        if names and (patch or migrating):
-            search = (
-                searching.every(names, context)
-                if migrating or not patch
-                else searching.changes(names, row.context, patch)
-            )
+        if names and migrating:
+            search = searching.every(names, context)  # the version's, whatever it had
+        elif names and patch:
+            search = searching.changes(names, row.context, patch)
         notice = None
         if target.terminal and row.parent_key is not None and not row.terminal:
             notice = self._notice(wtype, row, t.target, context, now)

@@ -184,6 +184,7 @@ def _type_out(access: Access, wtype: WorkflowType) -> TypeOut:
     machine = wtype.machine
     return TypeOut(
         input_schema=None if wtype.input_schema is None else plain(wtype.input_schema),
+        search_attributes=list(wtype.search_attributes),
         cancel_event=wtype.cancel_event,
         may_start=not access.principal.read_only,
         name=machine.name,

@@ -555,6 +555,10 @@ class TypeOut(BaseModel):
     description: str
     states: list[StateInfo]
     events: list[EventInfo]
+    search_attributes: list[str] = Field(
+        default_factory=list,
+        description="The context fields its workflows can be listed by (`where=name=value`).",
+    )
     input_schema: dict[str, Any] | None = Field(
         default=None,
         description="The JSON Schema a start's `input` must satisfy (null: any object); a "

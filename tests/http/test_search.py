@@ -61,6 +61,8 @@ async def test_list_by_search_attributes(client: httpx.AsyncClient, engine: Engi
     r = await get("/v1/workflows", params={"where": "no-equals-sign"}, headers=auth("agent"))
     assert r.status_code == 422, r.text
 
+    typed = (await get("/v1/types/parcel", headers=auth("agent"))).json()
+    assert typed["search_attributes"] == ["order_number", "customer_id"]
     shown = (await get("/v1/workflows/p2", headers=auth("agent"))).json()
     assert shown["search_attributes"] == {"customer_id": "8", "order_number": "A-2"}
 
