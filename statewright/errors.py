@@ -189,6 +189,13 @@ class UnknownState(InvalidInput):
     code = "unknown_state"
 
 
+class UnknownSearchAttribute(InvalidInput):
+    """A listing filters by a search attribute its type (or, with no type, every registered
+    type) does not declare: refused rather than answered with nothing."""
+
+    code = "unknown_search_attribute"
+
+
 class VersionNotFound(InvalidInput):
     """The workflow's log has no such version (a fork from a version it never reached)."""
 

@@ -195,6 +195,7 @@ class SyncEngine:
     get = blocking(Engine.get)
     history = blocking(Engine.history)
     steps = blocking(Engine.steps)
+    search_attributes = blocking(Engine.search_attributes)
     allowed_events = blocking(Engine.allowed_events)
     list_workflows = blocking(Engine.list_workflows)
     stuck_threshold = forwarded(Engine.stuck_threshold)

@@ -332,6 +332,9 @@ class NewWorkflow:
     transaction, that parent is there, not terminal and (for a worker's handler) still held
     by the lease it starts the child under; otherwise WorkflowNotFound, WorkflowFinished or
     LeaseLost, and nothing is written. An existing workflow of the id is returned as is."""
+    search: Mapping[str, str] | None = None
+    """Its search attributes (name -> canonical text; :mod:`statewright.engine.search`),
+    written with it; None or empty: none."""
 
 
 @quick_init
@@ -406,6 +409,9 @@ class TransitionWrite:
     messages: tuple[Mapping[str, Any], ...] = ()
     """Messages emitted by the handler (``run.emit``, ``{"topic", "body"}`` each), stored
     with the log entry (NULL when none): they commit with the transition or not at all."""
+    search: Mapping[str, str | None] | None = None
+    """The search attributes this transition changes (name -> canonical text, None: the
+    attribute is gone), written with it; None when it changes none (nothing extra is sent)."""
 
 
 @dataclass(frozen=True)
@@ -480,6 +486,9 @@ class WorkflowFilter:
     does, where ``offset`` reads and drops everything before it."""
     parked: bool = False
     """Only workflows parked for an operator (from their partial index)."""
+    search: tuple[tuple[str, str], ...] = ()
+    """Only workflows whose search attributes have all these ``(name, value)`` (exact match
+    on the canonical text: :mod:`statewright.engine.search`)."""
 
 
 StuckKey = tuple[str, str, float, str]

@@ -17,6 +17,7 @@ from statewright.engine import parked as parking
 from statewright.engine.children import child_id
 from statewright.engine.core import Engine, Stuck
 from statewright.engine.failures import PARKED_UNKNOWN
+from statewright.engine.search import text as search_text
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import Forbidden, StatewrightError, UnknownWorkflowType
 from statewright.observability.alerts import Alert, AlertThresholds, evaluate_alerts
@@ -130,7 +131,21 @@ class Reads:
         if view["last_error"] is not None:
             view["last_error"] = self.public_text(view["last_error"])
         view["version_registered"] = self.known_machine(row) is not None
+        view["search_attributes"] = self.search_view(row)
         return view
+
+    def search_view(self, row: WorkflowRow) -> dict[str, str]:
+        """``row``'s search attributes as its type declares them, from its context (they are
+        derived from it), as this caller may see them; none when its version is not
+        registered here."""
+        try:
+            names = self.type_of(row.type, row.machine_version).search_attributes
+        except UnknownWorkflowType:
+            return {}
+        if not names:
+            return {}
+        shown = self.redactor(row).mapping({n: row.context.get(n) for n in names})
+        return {n: t for n, v in (shown or {}).items() if (t := search_text(v)) is not None}
 
     def operator_actions(self, row: WorkflowRow, unresolved: bool | None = None) -> list[str]:
         """The operator actions this caller may take on ``row`` now, in the order the dashboard

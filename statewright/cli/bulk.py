@@ -73,11 +73,21 @@ def bulk(
     batch: Annotated[int, typer.Option(min=1, max=5000, help="Workflows read at a time.")] = 500,
     sample: Annotated[int, typer.Option(min=0, max=100, help="Ids shown.")] = 10,
     actor: Annotated[str, typer.Option(help="Who acts (recorded).")] = "cli",
+    search: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--where",
+            help="Only workflows whose search attribute NAME has VALUE (NAME=VALUE; "
+            "repeatable: all must match).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Cancel, resume (parked), retry (run the state's handler again), move (--to) or fork
     every live workflow matching the filter. Prints the counts: matched, applied, replayed
     (done by an earlier run of the same --operation-id), skipped (not allowed now), failed."""
     from statewright.engine.bulk import BulkFilter
+    from statewright.engine.search import parse
 
     where = BulkFilter(
         type=type_,
@@ -86,6 +96,7 @@ def bulk(
         entered_before=None if older_than is None else time.time() - age_seconds(older_than),
         parked=parked is not None,
         parked_reason=None if parked in (None, "any") else parked,
+        search=parse(search or ()),
     )
     done = with_engine(
         s,

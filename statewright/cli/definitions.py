@@ -30,6 +30,13 @@ def _load_file(path: str) -> Machine:
 
 def _load_type(path: str) -> tuple[Machine, bool]:
     """A definition file's machine, and whether it declares an ``input_schema``."""
+    machine, has_schema, _ = _load_options(path)
+    return machine, has_schema
+
+
+def _load_options(path: str) -> tuple[Machine, bool, tuple[str, ...]]:
+    """A definition file's machine, whether it declares an ``input_schema``, and its search
+    attributes."""
     if not Path(path).is_file():
         raise InvalidInput(f"no such file {path!r}")
     # (a file may list its type's redact keys, budgets and input schema beside: checked with
@@ -38,8 +45,8 @@ def _load_type(path: str) -> tuple[Machine, bool]:
 
     loaded = file_type(path)
     if isinstance(loaded, WorkflowType):
-        return loaded.machine, loaded.input_schema is not None
-    return loaded, False
+        return loaded.machine, loaded.input_schema is not None, loaded.search_attributes
+    return loaded, False, ()
 
 
 def _is_file(target: str) -> bool:
@@ -109,7 +116,7 @@ def check(
 ) -> None:
     """Validate a machine definition file: OK with a summary, or every problem (exit 1)."""
     try:
-        machine, has_input_schema = _load_type(file)
+        machine, has_input_schema, search_attributes = _load_options(file)
     except DefinitionError as exc:
         problems = [
             {"code": p.code, "message": p.message, "state": p.state, "event": p.event}
@@ -140,6 +147,7 @@ def check(
         ),
         "compound_states": list(machine.tree.compounds if machine.tree is not None else ()),
         "input_schema": has_input_schema,
+        "search_attributes": list(search_attributes),
     }
     if s.json:
         emit_json(summary)
@@ -153,5 +161,6 @@ def check(
             + (f"compound {', '.join(machine.tree.compounds)}, " if machine.tree else "")
             + f"terminal {', '.join(machine.terminal_states)}"
             + ("; input schema" if has_input_schema else "")
+            + (f"; search attributes {', '.join(search_attributes)}" if search_attributes else "")
         )
     )

@@ -78,7 +78,7 @@ def load_definition(path: str | Path) -> tuple[Machine, tuple[str, ...]]:
     return machine, tuple(options.get("redact", ()))
 
 
-TYPE_OPTIONS = ("redact", "budgets", "input_schema")
+TYPE_OPTIONS = ("redact", "budgets", "input_schema", "search_attributes")
 """The type options a definition file may hold beside its machine (``load_path`` reads the
 machine alone and ignores them; :func:`file_type` makes them a :class:`WorkflowType`)."""
 
@@ -86,7 +86,7 @@ machine alone and ignores them; :func:`file_type` makes them a :class:`WorkflowT
 def read_definition(path: str | Path) -> tuple[Machine, dict[str, Any]]:
     """A definition file's machine, and the type options it holds beside it, as
     :class:`WorkflowType` arguments: ``redact``, ``budgets`` (see
-    :mod:`statewright.engine.budgets`) and ``input_schema``."""
+    :mod:`statewright.engine.budgets`), ``input_schema`` and ``search_attributes``."""
     import yaml
 
     from statewright.definition import from_dict, load_path
@@ -112,13 +112,15 @@ def read_definition(path: str | Path) -> tuple[Machine, dict[str, Any]]:
         options["budgets"] = budgets_from_json(given["budgets"])
     if given.get("input_schema") is not None:  # checked as a schema by WorkflowType
         options["input_schema"] = given["input_schema"]
+    if given.get("search_attributes"):  # checked as names by WorkflowType
+        options["search_attributes"] = given["search_attributes"]
     return from_dict(data), options
 
 
 def file_type(path: str | Path) -> Loaded:
     """The type a definition file declares: its machine, or a WorkflowType with the file's
-    ``redact``, ``budgets`` and ``input_schema`` (checked against the machine:
-    DefinitionError)."""
+    ``redact``, ``budgets``, ``input_schema`` and ``search_attributes`` (checked against the
+    machine: DefinitionError)."""
     from statewright.engine import WorkflowType
 
     machine, options = read_definition(path)

@@ -186,14 +186,36 @@ class _Plain:
         )
 
 
+class _PlainTexts:
+    """:class:`_Plain` for a repeatable ``list[str]`` option (``--where``): none given, or
+    texts, are returned as the list Typer's adapter would make of them."""
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        if value is None:
+            return ()
+        if isinstance(value, list | tuple) and all(type(v) is str for v in value):
+            return list(value)
+        param._runtime_param = None  # Typer's own coercion from now on
+        return param.get_runtime_param().coerce(value, param=param, ctx=ctx)
+
+
 def plain_coercion(params: Iterable[Any]) -> None:
     """Give the single-valued ``str``, ``bool``, ``int`` and ``float`` parameters :class:`_Plain`
-    coercion (any other parameter, or a Typer without these internals, keeps Typer's)."""
+    coercion, and repeatable ``list[str]`` ones :class:`_PlainTexts` (any other parameter, or a
+    Typer without these internals, keeps Typer's)."""
     for param in params:
         desc = getattr(param, "type_descriptor", None)
         if desc is None or getattr(param, "_runtime_param", False) is not None:
             continue
         info = desc.parameter_info
+        if (
+            param.multiple
+            and desc.annotation == list[str]
+            and desc.file_annotation is None
+            and info.parser is None
+        ):
+            param._runtime_param = _PlainTexts()
+            continue
         if (
             desc.annotation in (str, bool, int, float)
             and desc.file_annotation is None

@@ -268,6 +268,8 @@ async def _details(engine: Engine, workflow_id: str) -> dict[str, Any]:
         "children": children,
         "children_counts": counts.to_dict(),
         "more_children": counts.more,
+        # as stored (written with its transitions; derived from the context)
+        "search_attributes": await engine.search_attributes(row.id),
     }
 
 
@@ -295,6 +297,9 @@ def show(s: Settings, workflow_id: IdArg) -> None:
         f"allowed   {escape(allowed_text)}",
         f"context   {escape(compact(row.context, 200))}",
     ]
+    if d["search_attributes"]:
+        found = ", ".join(f"{k}={v}" for k, v in d["search_attributes"].items())
+        lines.append(f"search    {escape(found)}")
     if row.parent is not None:
         lines.append(f"parent    {escape(row.parent)} (child key {escape(str(row.parent_key))})")
     counts: dict[str, Any] = d["children_counts"]
@@ -414,11 +419,21 @@ def list_(
     type_: Annotated[str | None, typer.Option("--type", help="Only this type.")] = None,
     state: Annotated[str | None, typer.Option(help="Only workflows in this state.")] = None,
     limit: Annotated[int, typer.Option(min=1, max=10_000, help="At most this many.")] = 100,
+    search: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--where",
+            help="Only workflows whose search attribute NAME has VALUE (NAME=VALUE; "
+            "repeatable: all must match). The type (--app) must declare NAME.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """List workflows, longest in their state first."""
+    from statewright.engine.search import parse
     from statewright.types import WorkflowFilter
 
-    where = WorkflowFilter(type=type_, state=state, limit=limit)
+    where = WorkflowFilter(type=type_, state=state, limit=limit, search=parse(search or ()))
     rows = with_engine(s, lambda e: e.list_workflows(where))
     if s.json:
         emit_json([plain(r) for r in rows])

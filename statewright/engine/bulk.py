@@ -21,6 +21,7 @@ from statewright import ids
 from statewright.engine import commands
 from statewright.engine import fork as forking
 from statewright.engine import operator as operating
+from statewright.engine.reads import checked_search
 from statewright.engine.runtime import Runtime
 from statewright.errors import (
     IllegalTransition,
@@ -73,6 +74,9 @@ class BulkFilter:
     terminal: bool | None = False
     """Live workflows by default; None for all (forking finished ones, say)."""
     tenant: str | None = None
+    search: tuple[tuple[str, str], ...] = ()
+    """Only workflows with all these search attributes ``(name, value)`` (declared by the
+    type, or by some registered type without one: InvalidInput otherwise)."""
 
     def listing(self, limit: int) -> WorkflowFilter:
         """The store listing of these workflows (version and parked reason are checked on
@@ -88,6 +92,7 @@ class BulkFilter:
             entered_after=self.entered_after,
             parked=self.parked or self.parked_reason is not None,
             limit=limit,
+            search=self.search,
         )
 
     def matches(self, row: WorkflowRow) -> bool:
@@ -174,6 +179,8 @@ async def bulk(
     op = check_operation_id(operation_id)
     if not isinstance(where, BulkFilter):
         raise InvalidInput("the filter must be a BulkFilter")
+    if where.search:
+        where = replace(where, search=checked_search(rt, where.search, where.type))
     result = BulkResult(op, action, bool(dry_run))
     key = f"bulk:{op}:{action}"
     apply = _action(rt, action, key, reason, actor, to_state)

@@ -16,6 +16,7 @@ from typing import Any
 from statewright import ids
 from statewright.definition.machine import Machine
 from statewright.engine import cancel as cancelling
+from statewright.engine import search
 from statewright.engine.hooks import TransitionEvent
 from statewright.engine.input_schema import check_input
 from statewright.engine.nesting import start_timers
@@ -129,12 +130,13 @@ async def start(
     now = rt.clock.now()
     machine = wtype.machine
     initial = machine.initial
+    context = started_context(rt, machine, dict(input or {}))
     new = NewWorkflow(
         id=workflow_id,
         type=wtype.name,
         machine_version=wtype.version,
         state=initial.name,
-        context=started_context(rt, machine, dict(input or {})),
+        context=context,
         actor=actor,
         at=now,
         terminal=initial.terminal,
@@ -144,6 +146,9 @@ async def start(
         idempotency_key=idempotency_key,
         trace=capture_trace(),  # the caller's span, if any: the worker's spans join it
         parent=parent,  # a child's (Run.start_child): its parent checked as it is created
+        search=search.attributes(wtype.search_attributes, context)
+        if wtype.search_attributes
+        else None,
     )
     try:
         row, created = await rt.store.create_workflow(new)

@@ -256,6 +256,7 @@ class Engine:
     get = part(reads.get)
     history = part(reads.history)
     steps = part(reads.steps)
+    search_attributes = part(reads.search_attributes)
     allowed_events = part(reads.allowed_events)
     list_workflows = part(reads.list_workflows)
     stuck_threshold = part(reads.stuck_threshold)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from statewright import ids
+from statewright.engine import search
 from statewright.engine.hooks import TransitionEvent
 from statewright.engine.nesting import start_timers
 from statewright.engine.operator import check_reason
@@ -146,6 +147,9 @@ async def fork(
             steps=copied,
             trace=capture_trace(),
             fork_of=(workflow_id, source.fence),
+            search=search.attributes(wtype.search_attributes, context)
+            if wtype.search_attributes
+            else None,
         )
     )
     if not created:

@@ -6,12 +6,15 @@ none of them writes.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from statewright.definition.machine import State
 from statewright.engine import parked as parking
+from statewright.engine import search
 from statewright.engine.runtime import Runtime
 from statewright.errors import (
     UnknownWorkflowType,
@@ -102,6 +105,12 @@ async def history(
     return await rt.store.history(workflow_id, after_version, limit)
 
 
+async def search_attributes(rt: Runtime, workflow_id: str) -> dict[str, str]:
+    """The workflow's search attributes as stored (name -> text; see
+    :mod:`statewright.engine.search`)."""
+    return await rt.store.search_attributes(workflow_id)
+
+
 async def steps(
     rt: Runtime,
     workflow_id: str,
@@ -121,7 +130,23 @@ async def allowed_events(rt: Runtime, workflow_id: str) -> list[str]:
 
 
 async def list_workflows(rt: Runtime, where: WorkflowFilter | None = None) -> list[WorkflowRow]:
-    return await rt.store.list_workflows(where or WorkflowFilter())
+    """Workflows matching ``where``; its search attributes must be declared by its type (or,
+    with no type, by some registered type): InvalidInput otherwise, before any read."""
+    where = where or WorkflowFilter()
+    if where.search:
+        where = dataclasses.replace(where, search=checked_search(rt, where.search, where.type))
+    return await rt.store.list_workflows(where)
+
+
+def checked_search(rt: Runtime, pairs: Any, type_: str | None) -> search.SearchFilter:
+    """A search filter checked for shape and against the registered types' attributes."""
+    found = search.check_filter(pairs)
+    declared = {
+        name: {a for t in versions.values() for a in t.search_attributes}
+        for name, versions in rt.registry.versions().items()
+    }
+    search.check_known(found, declared, type_)
+    return found
 
 
 def stuck_threshold(rt: Runtime, state: State) -> float:

@@ -28,15 +28,16 @@ import os
 import re
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from statewright import jsonvalue
+from statewright.engine import search
 from statewright.engine.replay import check_archived
-from statewright.errors import InvalidInput, StatewrightError
-from statewright.store.retention_sql import RELATED, check_restorable, comparable
+from statewright.errors import InvalidInput, StatewrightError, UnknownWorkflowType
+from statewright.store.retention_sql import RELATED, SEARCH_KEY, check_restorable, comparable
 
 if TYPE_CHECKING:
     from statewright.engine.runtime import Runtime
@@ -420,6 +421,17 @@ def read_archive(
     return lines(), truncated
 
 
+def _search_of(rt: Runtime, rec: Mapping[str, Any]) -> dict[str, str] | None:
+    """A restored workflow's search attributes, as its type declares them (none when its
+    version is not registered here)."""
+    wf = rec["workflow"]
+    try:
+        names = rt.registry.type_of(wf["type"], wf["machine_version"]).search_attributes
+    except UnknownWorkflowType:
+        return None
+    return search.attributes(names, wf["context"]) if names else None
+
+
 async def import_archive(
     rt: Runtime,
     path: str | os.PathLike[str],
@@ -454,6 +466,8 @@ async def import_archive(
             check_restorable(rec)
             wid: str = rec["id"]
             checked = _check_values(rt, rec)
+            # its search attributes, from its context (never from the file)
+            rec = {**rec, SEARCH_KEY: _search_of(rt, rec)}
             restored = await store.restore_workflow(rec, lambda r: _check_replay(rt, r))
         except StatewrightError as exc:
             _refuse(report, number, named if isinstance(named, str) else None, exc)

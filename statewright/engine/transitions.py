@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from statewright.definition.machine import State, Transition
+from statewright.engine import search as searching
 from statewright.engine.changes import (
     CONTEXT_EVENT,
     FORK_EVENT,
@@ -184,6 +185,12 @@ class Transitions:
                 raise ActionFailed(fire.event, "assign", exc.message) from None
             patch = {**assigned, **patch} if patch else assigned
         context = {**row.context, **patch} if patch else row.context
+        names = wtype.search_attributes  # (a type without any: no work, nothing written)
+        search = None
+        if names and migrating:
+            search = searching.every(names, context)  # the version's, whatever it had
+        elif names and patch:
+            search = searching.changes(names, row.context, patch)
         notice = None
         if target.terminal and row.parent_key is not None and not row.terminal:
             notice = self._notice(wtype, row, t.target, context, now)
@@ -223,6 +230,7 @@ class Transitions:
             trace=capture_trace(),
             notice=notice,
             effects=fire.effects,
+            search=search,
         )
 
     def _notice(

@@ -17,6 +17,7 @@ from statewright.engine.fanout import fan_out
 from statewright.engine.input_schema import compile_schema, schema_problems
 from statewright.engine.limits import limit_problems
 from statewright.engine.retry import RetryPolicy
+from statewright.engine.search import search_problems
 from statewright.errors import DefinitionError, Problem
 from statewright.redaction import path_problem
 from statewright.types import TimerSpec, TypeLimit, WorkflowRow
@@ -166,6 +167,9 @@ class WorkflowType:
             (the workflow's initial context); a start that fails it is refused with the
             schema's errors and writes nothing (:mod:`statewright.engine.input_schema`).
             None: any JSON object.
+        search_attributes: top-level context keys indexed so workflows of the type can be
+            listed by their value (``list --where order_number=A-1``): at most 16, each a
+            name; see :mod:`statewright.engine.search` for which values are indexed.
     """
 
     machine: Machine
@@ -195,6 +199,7 @@ class WorkflowType:
     compensate_on: tuple[Literal["cancel", "fatal"], ...] = ()
     budgets: Sequence[Budget] = ()
     input_schema: Mapping[str, Any] | None = None
+    search_attributes: tuple[str, ...] = ()
     input_validator: Any = field(init=False, repr=False, compare=False)
     """``input_schema`` compiled once (None without one: a start checks nothing)."""
     _decides: bool = field(init=False, repr=False, compare=False)
@@ -284,6 +289,9 @@ class WorkflowType:
                 object.__setattr__(self, "budgets", tuple(self.budgets))
             problems += budget_problems(self.machine, self.budgets)
         problems += limit_problems(self.max_concurrent, self.max_per_second, self.burst)
+        if isinstance(self.search_attributes, list):
+            object.__setattr__(self, "search_attributes", tuple(self.search_attributes))
+        problems += search_problems(self.search_attributes)
         schema_wrong = schema_problems(self.input_schema)
         problems += schema_wrong
         validator = None if schema_wrong else compile_schema(self.input_schema)

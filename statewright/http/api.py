@@ -54,6 +54,7 @@ from statewright.http.schemas import (
     WorkflowOut,
     not_null,
 )
+from statewright.http.search import Where, search_of
 from statewright.ids import ID_PATTERN, REF_PATTERN
 from statewright.types import (
     StepRecord,
@@ -183,6 +184,7 @@ def _type_out(access: Access, wtype: WorkflowType) -> TypeOut:
     machine = wtype.machine
     return TypeOut(
         input_schema=None if wtype.input_schema is None else plain(wtype.input_schema),
+        search_attributes=list(wtype.search_attributes),
         cancel_event=wtype.cancel_event,
         may_start=not access.principal.read_only,
         name=machine.name,
@@ -267,7 +269,7 @@ async def start_workflow(body: StartIn, access: AccessDep, key: IdempotencyKey =
 @router.get(
     "/workflows",
     response_model=WorkflowList,
-    summary="List workflows by type, state and age, oldest in state first",
+    summary="List workflows by type, state, age and search attributes, oldest in state first",
     description="A page at a time, in (time entered the state, id) order: pass `next_cursor` "
     "as `cursor` for the next page (each page costs what the first does). `offset` still "
     f"works up to {MAX_OFFSET:,} (counted after `cursor`, when both are given) but reads "
@@ -298,9 +300,11 @@ async def list_workflows(
         ),
     ] = 0,
     cursor: Cursor = None,
+    where: Where = None,
 ) -> Response:
     before = None if older_than is None else access.now() - older_than
-    where = WorkflowFilter(
+    filtered = WorkflowFilter(
+        search=search_of(where),
         type=type,
         state=state,
         terminal=terminal,
@@ -309,7 +313,6 @@ async def list_workflows(
         offset=offset,
         after=None if cursor is None else paging.workflow_after(cursor),
     )
-
     skip = offset
 
     async def fetch(
@@ -317,12 +320,12 @@ async def list_workflows(
     ) -> list[tuple[tuple[float, str], dict[str, Any]]]:
         # A chunk at a time (each row read holds its whole context); the offset skips once.
         nonlocal skip
-        chunk = dataclasses.replace(where, after=after, offset=skip, limit=n)
+        chunk = dataclasses.replace(filtered, after=after, offset=skip, limit=n)
         rows = await access.list_workflows(chunk)
         skip = 0
         return [((r.state_entered_at, r.id), _view(access, r)) for r in rows]
 
-    page = await budgeted(fetch, where.after, _first, _second, limit, None)
+    page = await budgeted(fetch, filtered.after, _first, _second, limit, None)
     following = paging.encode(*page.cursor) if page.more and page.cursor else None
     return await response(page, {"limit": limit, "offset": offset, "next_cursor": following})
 

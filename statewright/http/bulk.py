@@ -15,6 +15,7 @@ from statewright.http.api import _ERRORS
 from statewright.http.deps import AccessDep, KnownQuery
 from statewright.http.jsonbody import JSONBody
 from statewright.http.schemas import NONBLANK, _In
+from statewright.http.search import SearchBody, search_body
 
 router = APIRouter(prefix="/v1", responses=_ERRORS, dependencies=[KnownQuery], tags=["bulk"])
 
@@ -42,6 +43,7 @@ class BulkFilterIn(_In):
     parked_reason: str | None = Field(
         default=None, max_length=200, description="Only workflows parked for this reason."
     )
+    search: SearchBody = None
 
 
 class BulkIn(_In):
@@ -134,6 +136,7 @@ async def bulk(
         entered_after=f.entered_after,
         parked=f.parked,
         parked_reason=f.parked_reason,
+        search=search_body(f.search),
     )
     done = await access.bulk(
         body.action,

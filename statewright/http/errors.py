@@ -23,6 +23,7 @@ STATUS = {
     "workflow_not_found": 404,
     "unknown_workflow_type": 404,
     "unknown_state": 404,
+    "unknown_search_attribute": 404,
     "version_not_found": 404,
     "illegal_transition": 409,
     "version_conflict": 409,

@@ -336,6 +336,10 @@ class WorkflowOut(BaseModel):
     parent_key: str | None = Field(
         description="The key the parent started it under (its id is `<parent>.<key>`), or null."
     )
+    search_attributes: dict[str, str] = Field(
+        default_factory=dict,
+        description="Its search attributes (name -> value as text), from its context.",
+    )
     version_registered: bool = Field(
         default=True,
         description="False when this server does not have the workflow's machine version "
@@ -551,6 +555,10 @@ class TypeOut(BaseModel):
     description: str
     states: list[StateInfo]
     events: list[EventInfo]
+    search_attributes: list[str] = Field(
+        default_factory=list,
+        description="The context fields its workflows can be listed by (`where=name=value`).",
+    )
     input_schema: dict[str, Any] | None = Field(
         default=None,
         description="The JSON Schema a start's `input` must satisfy (null: any object); a "

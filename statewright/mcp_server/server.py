@@ -31,6 +31,7 @@ from statewright.access import LOCAL_AGENT, Access, Principal, waits
 from statewright.definition.formats.document import to_dict
 from statewright.definition.render.mermaid import to_mermaid
 from statewright.engine.core import Engine
+from statewright.engine.search import from_mapping
 from statewright.engine.transitions import Dispatched
 from statewright.errors import (
     IllegalTransition,
@@ -181,7 +182,7 @@ class _Handlers:
     async def _list(
         self, access: Access, catalogue: Catalogue, args: dict[str, Any]
     ) -> dict[str, Any]:
-        arguments.only(args, "type", "state", "terminal", "limit", "offset", "cursor")
+        arguments.only(args, "type", "state", "terminal", "limit", "offset", "cursor", "search")
         terminal = args.get("terminal")
         if terminal is not None and not isinstance(terminal, bool):
             raise InvalidInput("'terminal' must be true or false")
@@ -196,6 +197,7 @@ class _Handlers:
                 limit=limit + 1,  # one more: is there a next page?
                 offset=offset,
                 after=None if cursor is None else paging.workflow_after(cursor),
+                search=from_mapping(args.get("search")),
             )
         )
         page = rows[:limit]

@@ -124,6 +124,8 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
         view["last_error"] = access.public_text(red.text(row.last_error))
     if row.cancel_requested is not None:
         view["cancel_requested"] = True
+    if found := access.search_view(row):
+        view["search_attributes"] = found
     if summary.text is not None:
         view["summary_text"] = summary.text
     view["summary"] = summary.data
@@ -147,15 +149,24 @@ async def state_view(access: Access, catalogue: Catalogue, row: WorkflowRow) -> 
 
 def brief(access: Access, catalogue: Catalogue, row: WorkflowRow) -> dict[str, Any]:
     """One line of a listing."""
-    return {
-        "workflow_id": access.public_id(row.id),
-        "type": row.type,
-        "state": row.state,
-        "terminal": row.terminal,
-        "version": row.version,
-        "allowed_actions": allowed_actions(access, catalogue, row),
-        "in_state_since": iso(row.state_entered_at),
-    } | ({"parked": row.parked} if row.parked is not None else {})
+    return (
+        {
+            "workflow_id": access.public_id(row.id),
+            "type": row.type,
+            "state": row.state,
+            "terminal": row.terminal,
+            "version": row.version,
+            "allowed_actions": allowed_actions(access, catalogue, row),
+            "in_state_since": iso(row.state_entered_at),
+        }
+        | ({"parked": row.parked} if row.parked is not None else {})
+        | _searchable(access, row)
+    )
+
+
+def _searchable(access: Access, row: WorkflowRow) -> dict[str, Any]:
+    found = access.search_view(row)
+    return {"search_attributes": found} if found else {}
 
 
 def transition(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -222,7 +222,12 @@ def new_workflow(new: NewWorkflow, enc: Encoding) -> Params:
         "trace": new.trace,
         "parent_id": None if new.parent is None else new.parent.id,
         "parent_key": None if new.parent is None else new.parent.key,
-    }
+    } | ({"search": enc.json(new.search)} if new.search else {})
+
+
+def search_rows(workflow_id: str, search: Mapping[str, str | None]) -> list[Params]:
+    """One row per search attribute written (SQLite's ``put_search_attribute``)."""
+    return [{"id": workflow_id, "name": n, "value": v} for n, v in search.items()]
 
 
 def parent_check(new: NewWorkflow) -> Params:

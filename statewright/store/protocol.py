@@ -423,6 +423,10 @@ class ReadModel(Protocol):
         ``where.limit``; ``where.after`` continues after a row (keyset paging: each page is
         a range of an index, however deep)."""
 
+    async def search_attributes(self, workflow_id: str) -> dict[str, str]:
+        """A workflow's search attributes as stored (name -> canonical text; those with a
+        value), written with its creation and transitions (see ``TransitionWrite.search``)."""
+
     async def count_stuck(
         self, cutoffs: Sequence[StuckCutoff], tenant: str | None = None, *, parked: bool = False
     ) -> list[tuple[str, str, int, float]]:

@@ -11,6 +11,19 @@ from functools import cache
 from importlib import resources
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_LITERAL = re.compile(r"('(?:[^']|'')*')")
+_SPACE = re.compile(r"\s+")
+_AROUND = re.compile(r" ?([,()=<>]) ?")
+
+
+def compact(sql: str) -> str:
+    """``sql`` with its whitespace collapsed outside string literals: runs become one space,
+    and none is kept next to ``, ( ) = < >``. The same statement, shorter: psycopg caches a
+    query's placeholder conversion only up to 4096 bytes (see test_queries)."""
+    parts = _LITERAL.split(sql)
+    for i in range(0, len(parts), 2):  # the even parts are outside literals
+        parts[i] = _AROUND.sub(r"\1", _SPACE.sub(" ", parts[i]))
+    return "".join(parts).strip()
 
 
 @cache
@@ -20,10 +33,11 @@ def load_queries(dialect: str) -> dict[str, str]:
     parts = _NAME.split(text)
     queries: dict[str, str] = {}
     for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        # Comment lines and indentation go: the text sent is shorter (psycopg caches the
-        # conversion of a query's placeholders only up to 4096 bytes; see test_queries).
+        # Comment lines and indentation go, and the whitespace is collapsed: the text sent is
+        # shorter (psycopg caches the conversion of a query's placeholders only up to 4096
+        # bytes; see test_queries).
         lines = [ln.strip() for ln in body.strip().splitlines()]
-        queries[name] = "\n".join(ln for ln in lines if ln and not ln.startswith("--"))
+        queries[name] = compact("\n".join(ln for ln in lines if ln and not ln.startswith("--")))
     return queries
 
 

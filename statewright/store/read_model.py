@@ -94,6 +94,10 @@ class ReadModelSQL(SQLStore):
         sql, params = sqlbuild.list_workflows(where, self.dialect)
         return await self._read_many(sql, params, self.rows.workflow)
 
+    async def search_attributes(self, workflow_id: str) -> dict[str, str]:
+        rows = await self._all(self.queries["search_attributes_of"], {"id": workflow_id})
+        return {r["name"]: r["value"] for r in rows}
+
     async def count_stuck(
         self, cutoffs: Sequence[StuckCutoff], tenant: str | None = None, *, parked: bool = False
     ) -> list[tuple[str, str, int, float]]:

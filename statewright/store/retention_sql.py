@@ -28,6 +28,9 @@ from statewright.store.base import Plan, SQLStore
 RELATED = ("transitions", "steps", "timers", "inbox", "rejections")
 """The tables keyed by ``workflow_id`` that a workflow is archived and deleted with."""
 TABLES = ("workflows", *RELATED)
+SEARCH_KEY = "search_attributes"
+"""A record's search attributes to write with it (name -> text): set by the engine's import
+from the workflow's type, never read from an archive (they are derived from the context)."""
 GENERATED = {"transitions": "seq", "timers": "id", "inbox": "id", "rejections": "seq"}
 """Keys the database generates: not archived, new ones on restore."""
 JSON_COLUMNS = {
@@ -293,6 +296,16 @@ def restore_rows(
             cols = [c for c in rows[0] if c in columns[table]]
             json_cols = JSON_COLUMNS[table]
             yield table, cols, [[value(r.get(c), c in json_cols) for c in cols] for r in rows]
+
+
+def search_rows(rec: Record) -> list[dict[str, Any]]:
+    """The rows of ``search_attributes`` a restore writes (``put_search_attribute``'s)."""
+    found = rec.get(SEARCH_KEY) or {}
+    if not isinstance(found, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in found.items()
+    ):
+        raise InvalidInput("search attributes to restore must map names to text")
+    return [{"id": rec["id"], "name": k, "value": v} for k, v in found.items()]
 
 
 def prune_query(table: str) -> str:

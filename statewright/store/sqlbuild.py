@@ -18,6 +18,10 @@ stuck (type, state, cutoff)    ``workflows_state_age``: ``state_entered_at < cut
 parked                         ``workflows_parked (type, state, state_entered_at, id, parked)
                                WHERE parked IS NOT NULL``
 retry counter (min_attempts)   ``workflows_retrying (...) WHERE attempts > 0``
+search attributes              ``search_attributes_value (name, value, workflow_id)``: the
+                               first pair's range, each workflow then by its primary key
+                               (further pairs: ``search_attributes``' primary key), the
+                               matches sorted (a value many workflows share reads them all)
 counts by type and state       ``workflow_counts`` (kept by triggers); with a time range or a
                                tenant, one range of ``workflows_state_age`` per group
 log after a cursor             the primary key ``seq``
@@ -82,6 +86,8 @@ def list_workflows(where: WorkflowFilter, dialect: Dialect) -> tuple[str, dict[s
         at, wid = where.after
         clauses.append(f"(state_entered_at, id) > ({p(float(at))}, {p(str(wid))})")
     limit, offset = int(where.limit), int(where.offset)
+    if where.search:
+        return _by_search(where, clauses, p), p.values
     if where.parked:
         # Parked workflows are few: the partial index workflows_parked has them all, by type
         # and state in listing order.
@@ -117,6 +123,28 @@ def list_workflows(where: WorkflowFilter, dialect: Dialect) -> tuple[str, dict[s
     ]
     sql = " UNION ALL ".join(branches) + ORDER + f" LIMIT {p(limit)}"
     return sql + (f" OFFSET {p(offset)}" if offset else ""), p.values
+
+
+def _by_search(where: WorkflowFilter, clauses: list[str], p: Params) -> str:
+    """A listing filtered by search attributes: the first ``(name, value)``'s range of
+    ``search_attributes_value`` drives it (SQLite: ``CROSS JOIN`` keeps that order), each of
+    its workflows read by primary key and checked for the other filters (every further
+    attribute by the primary key of ``search_attributes``), and the matches sorted."""
+    (name, value), *more = where.search
+    conds = [f"s.name = {p(str(name))}", f"s.value = {p(str(value))}", *clauses]
+    conds += [
+        "EXISTS (SELECT 1 FROM search_attributes x WHERE x.workflow_id = w.id"
+        f" AND x.name = {p(str(n))} AND x.value = {p(str(v))})"
+        for n, v in more
+    ]
+    if where.parked:
+        conds.append("parked IS NOT NULL")
+    if where.terminal is not None:
+        conds.append(f"terminal = {p.flag(where.terminal)}")
+    join = "CROSS JOIN" if p.dialect == "sqlite" else "JOIN"
+    sql = f"SELECT w.* FROM search_attributes s {join} workflows w ON w.id = s.workflow_id"
+    sql += _where(conds) + ORDER + f" LIMIT {p(int(where.limit))}"
+    return sql + (f" OFFSET {p(int(where.offset))}" if where.offset else "")
 
 
 def _where(clauses: Sequence[str]) -> str:

@@ -107,4 +107,4 @@ async def analyze(store: Store) -> None:
             # not a coin flip where a small partial index (the parked ones) sits near a
             # planner threshold.
             await conn.execute("SET default_statistics_target = 10000")
-            await conn.execute("VACUUM ANALYZE workflows, transitions, steps")
+            await conn.execute("VACUUM ANALYZE workflows, transitions, steps, search_attributes")

@@ -27,7 +27,7 @@ from statewright.definition import (
 from statewright.definition.formats import check_document, machine_schema
 from statewright.errors import DefinitionError, InvalidInput
 
-FILE_KEYS = {"subscriptions", "budgets", "redact", "input_schema"}
+FILE_KEYS = {"subscriptions", "budgets", "redact", "input_schema", "search_attributes"}
 """Keys of a definition file that are not the machine's (the type's, or its subscriptions)."""
 
 

@@ -86,9 +86,9 @@ def load_path(
     """Read a machine from a ``.json``, ``.yaml`` or ``.yml`` file.
 
     The file may hold its type's options beside the machine (``redact``, ``budgets``,
-    ``input_schema``: checked for shape by the document's schema, read by ``--app``), which
-    the machine leaves out: give them to the :class:`~statewright.engine.WorkflowType` that
-    binds it."""
+    ``input_schema``, ``search_attributes``: checked for shape by the document's schema, read
+    by ``--app``), which the machine leaves out: give them to the
+    :class:`~statewright.engine.WorkflowType` that binds it."""
     p = Path(path)
     loader = _LOADERS[_suffix(p)]
     try:

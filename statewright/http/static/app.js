@@ -630,6 +630,8 @@
       this.type = params.get("type") || "";
       this.state = params.get("state") || "";
       this.finished = params.get("finished") === "1";
+      // Search attributes, "name=value" (several: comma-separated), matched by the server.
+      this.where = params.get("where") || "";
       this.root = h("div", { class: "page list-page" });
       this.stats = h("div", { class: "stats", id: "stats" });
       this.cards = h("div", { class: "type-grid", id: "state-counts" });
@@ -667,6 +669,14 @@
               "div",
               { class: "filters" },
               this.filterNote,
+              h("input", {
+                type: "search",
+                id: "search-attributes",
+                placeholder: "order_number=A-1",
+                title: "Search attributes: name=value (several: comma-separated)",
+                value: this.where,
+                onchange: (ev) => this.go({ where: ev.target.value.trim() }),
+              }),
               h("label", { class: "check" }, finishedBox, " include finished"),
               h(
                 "button",
@@ -709,6 +719,7 @@
         type: this.type,
         state: this.state,
         finished: this.finished ? "1" : "",
+        where: this.where,
         ...changes,
       };
       for (const [k, v] of Object.entries(next)) if (v) params.set(k, v);
@@ -718,14 +729,19 @@
 
     async refresh() {
       if (!this.start.firstChild) renderStart(this);
-      const [active, finished] = await Promise.all([
+      const where = new URLSearchParams({ limit: String(ACTIVE_LIMIT) });
+      for (const pair of this.where.split(",")) {
+        if (pair.trim()) where.append("where", pair.trim());
+      }
+      const [active, finished, found] = await Promise.all([
         api(`/v1/workflows?terminal=false&limit=${ACTIVE_LIMIT}`),
         api(`/v1/workflows?terminal=true&limit=${FINISHED_LIMIT}`),
+        this.where ? api(`/v1/workflows?${where}`) : null,
       ]);
-      this.render(active.items, finished.items);
+      this.render(active.items, finished.items, found && found.items);
     }
 
-    render(active, finished) {
+    render(active, finished, found) {
       const capped = {
         active: active.length >= ACTIVE_LIMIT,
         finished: finished.length >= FINISHED_LIMIT,
@@ -804,6 +820,7 @@
       if (!typeNames.length) fill(this.cards, h("p", { class: "muted" }, "No workflow types."));
 
       let rows = this.finished || this.stateIsTerminal() ? all : active;
+      if (found) rows = found; // those the search attributes match, finished or not
       if (this.type) rows = rows.filter((wf) => wf.type === this.type);
       if (this.state) rows = rows.filter((wf) => wf.state === this.state);
       fill(

@@ -31,12 +31,13 @@ from statewright.store.base import Plan, SQLStore, run_plan_async
 from statewright.store.postgres.batch import GroupCommit
 from statewright.store.postgres.listen import Listener
 from statewright.store.postgres.read import ROWS, Probe, decode_rows, defer_json
-from statewright.store.queries import load_queries, migrations
+from statewright.store.postgres.searched import QUERIES
+from statewright.store.queries import migrations
 from statewright.types import DeferWrite, TransitionWrite, WorkflowRow
 
 log = logging.getLogger(__name__)
 
-Q = load_queries("postgres")
+Q = QUERIES
 T = TypeVar("T")
 Conn = AsyncConnection[DictRow]
 

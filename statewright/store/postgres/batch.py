@@ -78,11 +78,11 @@ from statewright.store.core import wakes_workers
 from statewright.store.postgres.listen import Listener
 from statewright.store.postgres.params import transition_params
 from statewright.store.postgres.read import ROWS
+from statewright.store.postgres.searched import QUERIES, query_name
 from statewright.store.postgres.stepped import BatchFailed, RunAlone, send_stepped
-from statewright.store.queries import load_queries
 from statewright.types import DeferWrite, TransitionWrite, WorkflowRow
 
-Q = load_queries("postgres")
+Q = QUERIES
 
 MAX_BATCH = 128
 """Writes per transaction at most (the rest wait for the next batch)."""
@@ -191,7 +191,10 @@ class GroupCommit:
 
     async def apply(self, write: TransitionWrite) -> WorkflowRow:
         params = transition_params(write)  # InvalidInput before any I/O
-        row: WorkflowRow = await self._submit(_Pending(write, params, None, write.workflow_id))
+        query = query_name(write.search)
+        row: WorkflowRow = await self._submit(
+            _Pending(write, params, None, write.workflow_id, query)
+        )
         return row
 
     async def statement(

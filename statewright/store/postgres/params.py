@@ -54,7 +54,7 @@ def transition_params(w: TransitionWrite) -> dict[str, Any]:
         "inbox_ids": list(w.consume_inbox_ids),
         **timer_change_params(w),
         **step_finish_params(w.step_finish),
-    }
+    } | ({"search": POSTGRES.json(w.search)} if w.search else {})
 
 
 _STEP_FINISH_KEYS = (

@@ -32,6 +32,8 @@ async def delete(
         for table in r.RELATED:
             query = Q[r.prune_query(table)]
             counts[table] = (await conn.execute(query, keyed)).rowcount if deleted else 0
+        if deleted:  # derived from the context: not archived, not counted
+            await conn.execute(Q["prune_search_attributes"], keyed)
     return deleted, counts
 
 
@@ -71,6 +73,9 @@ async def restore(conn: Conn, rec: r.Record, check: r.Check | None = None) -> bo
             else:
                 async with conn.cursor() as c:
                     await c.executemany(query, values)
+        if rows := r.search_rows(rec):
+            async with conn.cursor() as c:
+                await c.executemany(Q["put_search_attribute"], rows)
     return True
 
 

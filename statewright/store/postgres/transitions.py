@@ -29,6 +29,7 @@ from statewright.store.postgres.params import (
     transition_params,
 )
 from statewright.store.postgres.read import ROWS
+from statewright.store.postgres.searched import create_name, query_name
 from statewright.store.postgres.stepped import run_steps_awaited
 from statewright.store.postgres.timers import set_next_due
 from statewright.types import (
@@ -74,7 +75,7 @@ async def _create_checked(conn: Conn, new: NewWorkflow, values: dict[str, Any]) 
             raise refused
         if found is not None and not found["has_children"]:
             await conn.execute(Q["mark_parent"], check)
-    return await (await conn.execute(Q["create_workflow"], values)).fetchone()
+    return await (await conn.execute(Q[create_name(new.search)], values)).fetchone()
 
 
 async def _notify_parent(conn: Conn, parent_id: str, notice: dict[str, Any]) -> None:
@@ -100,7 +101,7 @@ class PostgresTransitions(PostgresBase, core.CoreSQL):
         async with self._connection(write=True) as conn:
             try:
                 if new.fork_of is None and new.parent is None:
-                    row = await (await conn.execute(Q["create_workflow"], values)).fetchone()
+                    row = await (await conn.execute(Q[create_name(new.search)], values)).fetchone()
                 else:
                     async with conn.transaction():
                         row = await _create_checked(conn, new, values)
@@ -152,7 +153,8 @@ class PostgresTransitions(PostgresBase, core.CoreSQL):
         """``apply_transition``'s row, or None when its compare-and-swap matched nothing."""
         for _ in range(SNAPSHOT_ROUNDS):
             try:
-                row = await (await conn.execute(Q["apply_transition"], values)).fetchone()
+                query = Q[query_name(write.search)]
+                row = await (await conn.execute(query, values)).fetchone()
             except psycopg.errors.UniqueViolation as exc:
                 diag = exc.diag.constraint_name or ""
                 if write.idempotency_key is not None and "idempotency" in diag:

@@ -34,6 +34,8 @@ def delete(
     ids = {"ids": SQLITE.array(deleted)}
     for table in r.RELATED:
         counts[table] = conn.execute(Q[r.prune_query(table)], ids).rowcount if deleted else 0
+    if deleted:  # derived from the context: not archived, not counted
+        conn.execute(Q["prune_search_attributes"], ids)
     conn.execute(Q["prune_token_drop"], {"key": token})
     return deleted, counts
 
@@ -59,6 +61,7 @@ def restore(conn: sqlite3.Connection, rec: r.Record, check: r.Check | None = Non
         cur = conn.executemany(text, values)
         if table == "workflows" and cur.rowcount == 0:
             return False
+    conn.executemany(Q["put_search_attribute"], r.search_rows(rec))
     return True
 
 

@@ -106,6 +106,8 @@ def _create(conn: sqlite3.Connection, new: NewWorkflow, values: params.Params) -
             for step in new.steps
         ],
     )
+    if new.search:
+        conn.executemany(Q["put_search_attribute"], params.search_rows(new.id, new.search))
     if new.timers:
         add_timers(conn, new.id, new.timers)
         conn.execute(Q["refresh_next_due"], values)
@@ -226,6 +228,8 @@ def _apply(conn: sqlite3.Connection, w: TransitionWrite, bound: _Bound) -> tuple
             raise core.key_used_earlier(w) from exc
         raise
     change_timers(conn, w, clear=w.clear_timers, clear_all=w.terminal)
+    if w.search:
+        conn.executemany(Q["put_search_attribute"], params.search_rows(w.workflow_id, w.search))
     if w.consume_inbox_ids:
         _consume(conn, w.workflow_id, w.consume_inbox_ids, w.at)
     if w.step_finish is not None:

@@ -12,6 +12,7 @@ from statewright import jsonvalue
 from statewright.errors import LeaseLost, WorkflowNotFound
 from statewright.store import params
 from statewright.store.core import CoreSQL
+from statewright.store.queries import compact
 from statewright.store.rows import cancel_request
 from statewright.store.sqlite.base import ROWS, Q, SQLiteBase
 from statewright.types import Lease, StepOpening, StepRecord
@@ -54,7 +55,7 @@ class SQLiteWorkers(SQLiteBase, CoreSQL):
         if types is None:
             return Q["claim_due"]
         found["types"] = ENC.array(types)
-        return Q["claim_due"].replace("AND terminal = 0", _OF_TYPES)
+        return Q["claim_due"].replace(compact("AND terminal = 0"), _OF_TYPES)
 
     def _held(self, held: Mapping[str, int]) -> params.Params:
         return {"held": ENC.array([[k, v] for k, v in held.items()])}

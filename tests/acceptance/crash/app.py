@@ -395,7 +395,10 @@ def _handler(step: str, event: str, service: Service, faults: Faults) -> Handler
             result = await run.step(step, action, reconcile=service.lookup)
         faults.hit("after_step", run.id, step)
         await faults.jitter()
-        return Next(event, {"effect_id": result["effect_id"]}, context={step: result})
+        # last_step: a search attribute, written with the transition (verify checks it)
+        return Next(
+            event, {"effect_id": result["effect_id"]}, context={step: result, "last_step": step}
+        )
 
     return handler
 
@@ -408,4 +411,5 @@ def make_type(service: Service, faults: Faults | None = None) -> WorkflowType:
         machine(),
         handlers={state: _handler(step, event, service, faults) for state, step, event in STAGES},
         reconcilers={step: service.lookup for step in TYPE_LEVEL_RECONCILE},
+        search_attributes=("last_step",),
     )

@@ -320,6 +320,12 @@ async def verify(
         for step, rec in ledger.items():
             assert rec.status == "done", f"{tag} {rec}"
             assert rec.result == row.context[step], f"{tag} {rec} vs context {row.context}"
+        # The search attribute was written with the transition that set it: a kill cannot
+        # separate them.
+        found = await engine.store.search_attributes(wid)
+        assert found == {"last_step": row.context["last_step"]} == {"last_step": STEPS[-1]}, (
+            f"{tag} {wid} search attributes {found} vs context {row.context}"
+        )
         all_steps.extend(ledger.values())
 
     expected_keys = {f"{wid}:{step}" for wid in ids for step in STEPS}

@@ -37,7 +37,8 @@ SELECT t.*, i.name, i.id
 -- name: create_workflow
 -- Create a workflow at version 1 with its first log entry and timers, in one statement; a
 -- duplicate id is left alone (idempotent start) and the existing row is returned instead.
--- Workers are notified (on commit) when the new workflow has a due time.
+-- Workers are notified (on commit) when the new workflow has a due time. A workflow with
+-- search attributes is created with one more part (statewright/store/postgres/searched.py).
 WITH new_timers AS (
     SELECT t.due_at, t.event, t.payload, t.key, t.every, t.keep, t.ord
       FROM unnest(%(timer_due)s::float8[], %(timer_event)s::text[],
@@ -137,7 +138,8 @@ SELECT c.* FROM workflows c LEFT JOIN workflows p ON p.id = c.parent_id
 -- attempt is still executing (else the compare-and-swap matches nothing). Workers are notified
 -- only of a row no worker holds: one whose lease the transition kept (a worker's handler
 -- chaining to the next state's) cannot be claimed, and waking every worker of every process
--- for it cost each a claim and a cancel check per transition.
+-- for it cost each a claim and a cancel check per transition. A transition that changes
+-- search attributes runs it with one more part (statewright/store/postgres/searched.py).
 WITH items AS (
     SELECT id FROM inbox
      WHERE workflow_id = %(id)s AND id = ANY(%(inbox_ids)s::bigint[]) AND consumed_at IS NULL
@@ -903,6 +905,21 @@ DELETE FROM timers USING unnest(%(ids)s::text[]) AS k (id) WHERE workflow_id = k
 -- name: prune_inbox
 -- Their inputs.
 DELETE FROM inbox USING unnest(%(ids)s::text[]) AS k (id) WHERE workflow_id = k.id;
+
+-- name: prune_search_attributes
+-- Their search attributes.
+DELETE FROM search_attributes USING unnest(%(ids)s::text[]) AS k (id) WHERE workflow_id = k.id;
+
+-- name: put_search_attribute
+-- One search attribute of a restored workflow (an import; the engine's writes carry theirs in
+-- create_workflow and apply_transition).
+INSERT INTO search_attributes (workflow_id, name, value) VALUES (%(id)s, %(name)s, %(value)s)
+ON CONFLICT (workflow_id, name) DO UPDATE SET value = excluded.value;
+
+-- name: search_attributes_of
+-- A workflow's search attributes (those with a value).
+SELECT name, value FROM search_attributes
+ WHERE workflow_id = %(id)s AND value IS NOT NULL ORDER BY name;
 
 -- name: prune_workflow_rejections
 -- Their refused events.

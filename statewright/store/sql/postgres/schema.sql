@@ -337,3 +337,12 @@ ALTER TABLE workflows ADD COLUMN has_children BOOLEAN NOT NULL DEFAULT false;
 CREATE INDEX workflows_children ON workflows (parent_id, id) WHERE parent_id IS NOT NULL;
 CREATE INDEX workflows_live_children ON workflows (parent_id, id)
     WHERE parent_id IS NOT NULL AND NOT terminal;
+
+-- context fields a workflow type indexes, by (name, value) (migration 0021_search_attributes)
+CREATE TABLE search_attributes (
+    workflow_id TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    value       TEXT,
+    PRIMARY KEY (workflow_id, name)
+);
+CREATE INDEX search_attributes_value ON search_attributes (name, value, workflow_id);

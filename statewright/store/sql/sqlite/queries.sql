@@ -666,6 +666,21 @@ DELETE FROM timers WHERE workflow_id IN (SELECT value FROM json_each(:ids));
 -- Their inputs.
 DELETE FROM inbox WHERE workflow_id IN (SELECT value FROM json_each(:ids));
 
+-- name: prune_search_attributes
+-- Their search attributes.
+DELETE FROM search_attributes WHERE workflow_id IN (SELECT value FROM json_each(:ids));
+
+-- name: search_attributes_of
+-- A workflow's search attributes (those with a value).
+SELECT name, value FROM search_attributes
+ WHERE workflow_id = :id AND value IS NOT NULL ORDER BY name;
+
+-- name: put_search_attribute
+-- One search attribute of a workflow, written with its creation or transition (a NULL value:
+-- the attribute is gone).
+INSERT INTO search_attributes (workflow_id, name, value) VALUES (:id, :name, :value)
+ON CONFLICT (workflow_id, name) DO UPDATE SET value = excluded.value;
+
 -- name: prune_workflow_rejections
 -- Their refused events.
 DELETE FROM rejections WHERE workflow_id IN (SELECT value FROM json_each(:ids));

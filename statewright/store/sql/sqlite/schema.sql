@@ -291,3 +291,12 @@ ALTER TABLE workflows ADD COLUMN has_children INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX workflows_children ON workflows (parent_id, id) WHERE parent_id IS NOT NULL;
 CREATE INDEX workflows_live_children ON workflows (parent_id, id)
     WHERE parent_id IS NOT NULL AND terminal = 0;
+
+-- context fields a workflow type indexes, by (name, value) (migration 0022_search_attributes)
+CREATE TABLE search_attributes (
+    workflow_id TEXT NOT NULL,
+    name        TEXT NOT NULL,
+    value       TEXT,
+    PRIMARY KEY (workflow_id, name)
+) WITHOUT ROWID;
+CREATE INDEX search_attributes_value ON search_attributes (name, value, workflow_id);
