@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from statewright.engine.core import check_idempotency_key
+from statewright.engine.search import MAX_FILTERS, NAME_PATTERN
 from statewright.errors import InvalidInput
 
 
@@ -49,3 +50,19 @@ def integer(args: Mapping[str, Any], name: str, low: int, high: int) -> int | No
 
 
 __all__ = ["idempotency_key", "integer", "only", "opt_text", "text"]
+
+
+def search_property(declared: list[str]) -> dict[str, Any] | None:
+    """The JSON schema of a ``search`` argument (``list_workflows``, ``bulk_action``'s
+    filter): search attribute name -> value, over the names ``declared`` (None: no type
+    declares any, so the argument is not offered)."""
+    if not declared:
+        return None
+    return {
+        "type": "object",
+        "maxProperties": MAX_FILTERS,
+        "propertyNames": {"pattern": NAME_PATTERN},
+        "additionalProperties": {"type": ["string", "integer", "boolean"]},
+        "description": "Only workflows whose search attributes have these values (name "
+        f"-> value, exact; all must match). Declared: {', '.join(declared)}.",
+    }

@@ -22,6 +22,7 @@ import mcp_types as types
 from statewright.access import ADMIN, OPERATOR, Access, Principal
 from statewright.engine.bulk import MAX_BATCH, MAX_SAMPLE, BulkFilter
 from statewright.engine.core import MAX_REASON
+from statewright.engine.search import from_mapping
 from statewright.engine.workflow_type import WorkflowType
 from statewright.errors import InvalidInput
 from statewright.mcp_server import arguments
@@ -29,7 +30,16 @@ from statewright.mcp_server import arguments
 TOOL = "bulk_action"
 ACTIONS = ("cancel", "resume", "retry", "fork")
 """What every operator may do in bulk; an admin may also ``move``."""
-_FILTER = ("type", "state", "version", "older_than", "entered_before", "parked", "parked_reason")
+_FILTER = (
+    "type",
+    "state",
+    "version",
+    "older_than",
+    "entered_before",
+    "parked",
+    "parked_reason",
+    "search",
+)
 MAX_AGE = 1e9
 
 
@@ -42,7 +52,7 @@ def tool(wtypes: list[WorkflowType], principal: Principal) -> types.Tool:
     """The tool as ``principal`` (an operator or admin) sees it."""
     admin = ADMIN in principal.roles
     actions = [*ACTIONS, "move"] if admin else list(ACTIONS)
-    where = {
+    where: dict[str, Any] = {
         "type": {
             "type": "string",
             "enum": [t.name for t in wtypes],
@@ -74,6 +84,9 @@ def tool(wtypes: list[WorkflowType], principal: Principal) -> types.Tool:
             "description": "Only workflows parked for this reason (e.g. step_outcome_unknown).",
         },
     }
+    declared = sorted({a for t in wtypes for a in t.search_attributes})
+    if (search := arguments.search_property(declared)) is not None:
+        where["search"] = search
     props: dict[str, Any] = {
         "action": {
             "type": "string",
@@ -215,6 +228,7 @@ def _filter(access: Access, raw: Any) -> BulkFilter:
         entered_before=min(before) if before else None,
         parked=parked,
         parked_reason=arguments.opt_text(raw, "parked_reason"),
+        search=from_mapping(raw.get("search")),
     )
 
 

@@ -32,9 +32,8 @@ import mcp_types as types
 from statewright.access import Principal
 from statewright.definition.data import plain
 from statewright.definition.machine import Event, Machine
-from statewright.engine.search import MAX_FILTERS, NAME_PATTERN
 from statewright.engine.workflow_type import WorkflowType
-from statewright.mcp_server import bulk
+from statewright.mcp_server import arguments, bulk
 from statewright.paging import MAX_CURSOR
 
 SEP = "__"
@@ -219,15 +218,8 @@ def _list_tool(wtypes: list[WorkflowType]) -> types.Tool:
         },
     }
     declared = sorted({a for t in wtypes for a in t.search_attributes})
-    if declared:
-        props["search"] = {
-            "type": "object",
-            "maxProperties": MAX_FILTERS,
-            "propertyNames": {"pattern": NAME_PATTERN},
-            "additionalProperties": {"type": ["string", "integer", "boolean"]},
-            "description": "Only workflows whose search attributes have these values (name "
-            f"-> value, exact; all must match). Declared: {', '.join(declared)}.",
-        }
+    if (search := arguments.search_property(declared)) is not None:
+        props["search"] = search
     return types.Tool(
         name=LIST,
         title="List workflows",

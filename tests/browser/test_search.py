@@ -1,6 +1,7 @@
 """The workflow list's search-attribute field, in a real Chromium against a real
 ``statewright serve`` (issue 28, item 4): ``customer=ada`` lists the payments of that
-customer only (the server matches them), and an undeclared name shows the server's error."""
+customer only (the server matches them), the bulk panel's filter takes the search, and an
+undeclared name shows the server's error."""
 
 from __future__ import annotations
 
@@ -37,6 +38,15 @@ def test_the_list_filters_by_a_search_attribute(
             page.reload()
             expect(page.locator("#search-attributes")).to_have_value("customer=ada-s")
             expect(rows).to_have_count(2)
+            # the bulk panel takes the search: a dry run counts that customer's payments only
+            page.locator("#bulk-panel summary").click()
+            expect(page.locator("#bulk-where")).to_have_value("customer=ada-s")
+            page.select_option("#bulk-type", "payment")
+            page.fill("#bulk-reason", "the customer asked")
+            page.click("#bulk-dry-run")
+            expect(page.locator("#bulk-summary")).to_contain_text("2 workflow(s) match")
+            links = page.locator("#bulk-sample a.wf-link")
+            assert sorted(links.all_text_contents()) == ["search-ada-1", "search-ada-2"]
             # a name no type declares: the server's error, in the banner
             field = page.locator("#search-attributes")
             field.fill("colour=red")

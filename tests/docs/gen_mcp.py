@@ -98,6 +98,11 @@ with a workflow's state): a few fixed tools, and one tool per event its roles ma
 Whether an event is legal now is checked on every call: `get_workflow_state` lists the tools
 legal now as `allowed_actions`.
 
+When a loaded type declares [search attributes](../guides/search.md), `list_workflows` and
+`bulk_action`'s `filter` also take `search`, an object of attribute name to value (a string,
+integer or boolean; all must match, at most 8), whose schema lists the declared names; the
+server below loads none, so the tables do not show it.
+
 This page is generated from what a real MCP client lists (`python -m tests.docs.gen_mcp`);
 `tests/docs/test_mcp_reference.py` fails when a tool, an argument or a resource is missing.
 

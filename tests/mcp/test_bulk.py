@@ -238,3 +238,40 @@ async def test_a_fork_called_again_with_the_dry_runs_cutoff_forks_no_fork(
     assert (done["matched"], done["applied"]) == (2, 2), done
     assert (again["matched"], again["applied"], again["replayed"]) == (2, 0, 2), again
     assert after["matched"] == 4  # the forks, in the same state, left out by the cutoff
+
+
+async def test_the_filter_takes_search_attributes(tmp_path: Path) -> None:
+    """A type's search attributes narrow a bulk action as they narrow ``list_workflows``
+    (the schema lists the declared names); an undeclared name changes nothing."""
+    from statewright import MachineBuilder, WorkflowType
+
+    order = (
+        MachineBuilder("order")
+        .state("open", initial=True)
+        .state("cancelled", terminal=True)
+        .event("cancel")
+        .transition("cancel", "open", "cancelled")
+        .build()
+    )
+    wtype = WorkflowType(order, search_attributes=("customer",))
+    async with Engine(SQLiteStore(tmp_path / "s.db"), [wtype]) as engine:
+        for i, who in enumerate(("ada", "ada", "bob")):
+            await engine.start("order", {"customer": who}, workflow_id=f"o{i}", tenant="acme")
+        tool = {t.name: t for t in build_catalogue(engine, ROOT).tools()}[TOOL]
+        search = tool.input_schema["properties"]["filter"]["properties"]["search"]
+        assert "customer" in search["description"]
+        async with client(engine, ROOT) as mcp:
+            bad = {"action": "cancel", "reason": "r", "filter": {"search": {"nobody": 1}}}
+            refused = tool_error(await mcp.call_tool(TOOL, bad))
+            assert refused["code"] == "unknown_search_attribute", refused
+            args: dict[str, Any] = {
+                "action": "cancel",
+                "reason": "customer left",
+                "filter": {"type": "order", "search": {"customer": "ada"}},
+            }
+            dry = data(await mcp.call_tool(TOOL, args))
+            assert (dry["matched"], sorted(dry["sample"])) == (2, ["o0", "o1"])
+            real = args | {"dry_run": False, "operation_id": dry["operation_id"]}
+            assert data(await mcp.call_tool(TOOL, real))["applied"] == 2
+        states = [await _state(engine, f"o{i}") for i in range(3)]
+        assert states == ["cancelled", "cancelled", "open"]

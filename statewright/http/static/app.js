@@ -903,7 +903,7 @@
           reportError,
           showBanner,
           refresh,
-          filter: { type: this.type, state: this.state },
+          filter: { type: this.type, state: this.state, where: this.where },
           rows: all,
         });
       }

@@ -85,6 +85,13 @@
         placeholder: "older than (minutes)",
         "aria-label": "In their state for longer than (minutes)",
       });
+      this.where = h("input", {
+        id: "bulk-where",
+        type: "text",
+        placeholder: "search attributes (name=value, ...)",
+        "aria-label": "Search attributes",
+      });
+      this.where.value = ctx.filter.where || "";
       this.action = h(
         "select",
         { id: "bulk-action-kind", "aria-label": "Action" },
@@ -129,7 +136,15 @@
       );
       this.status = h("div", { class: "action-status", id: "bulk-status", role: "status" });
       this.result = h("div", { class: "bulk-result", id: "bulk-result" });
-      const fields = [this.type, this.state, this.parked, this.age, this.action, this.toState];
+      const fields = [
+        this.type,
+        this.state,
+        this.parked,
+        this.age,
+        this.where,
+        this.action,
+        this.toState,
+      ];
       for (const el of [...fields, this.reason]) {
         el.addEventListener("input", () => this.changed());
         el.addEventListener("change", () => this.changed());
@@ -149,7 +164,7 @@
           "div",
           { class: "actions" },
           h("span", {}, "Filter: "),
-          [this.type, this.state, this.states, this.parked, this.age],
+          [this.type, this.state, this.states, this.parked, this.age, this.where],
         ),
         h(
           "div",
@@ -199,6 +214,14 @@
         }
         filter.older_than = minutes * 60;
       }
+      const search = {};
+      for (const pair of this.where.value.split(",")) {
+        if (!pair.trim()) continue;
+        const at = pair.indexOf("=");
+        if (at < 1) return { error: `A search attribute is name=value, not "${pair.trim()}".` };
+        search[pair.slice(0, at).trim()] = pair.slice(at + 1).trim();
+      }
+      if (Object.keys(search).length) filter.search = search;
       const body = { action: this.action.value, filter, reason, sample: SAMPLE };
       if (body.action === "move") {
         if (!this.toState.value.trim()) return { error: "Name the state to move them to." };
