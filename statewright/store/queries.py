@@ -13,14 +13,18 @@ from importlib import resources
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _LITERAL = re.compile(r"('(?:[^']|'')*')")
 _SPACE = re.compile(r"\s+")
+_COMMENT = re.compile(r"('(?:[^']|'')*')|--[^\n]*")
+"""A string literal (kept) or a comment to the end of its line (dropped)."""
 _AROUND = re.compile(r" ?([,()=<>]) ?")
 
 
 def compact(sql: str) -> str:
-    """``sql`` with its whitespace collapsed outside string literals: runs become one space,
-    and none is kept next to ``, ( ) = < >``. The same statement, shorter: psycopg caches a
-    query's placeholder conversion only up to 4096 bytes (see test_queries)."""
-    parts = _LITERAL.split(sql)
+    """``sql`` with its comments dropped and its whitespace collapsed outside string literals:
+    runs become one space, and none is kept next to ``, ( ) = < >``. The same statement,
+    shorter: psycopg caches a query's placeholder conversion only up to 4096 bytes (see
+    test_queries). A comment at the end of a line goes first: on one line, it would hide
+    everything after it."""
+    parts = _LITERAL.split(_COMMENT.sub(lambda m: m.group(1) or "", sql))
     for i in range(0, len(parts), 2):  # the even parts are outside literals
         parts[i] = _AROUND.sub(r"\1", _SPACE.sub(" ", parts[i]))
     return "".join(parts).strip()

@@ -120,3 +120,11 @@ async def test_a_transition_carries_only_the_attributes_it_changes() -> None:
 def test_compacting_keeps_string_literals_and_drops_spaces_around_punctuation() -> None:
     sql = "SELECT a ,  b\n  FROM t WHERE x = 'a  ,  b' AND f( y ) <> 'it''s  ( )'"
     assert compact(sql) == "SELECT a,b FROM t WHERE x='a  ,  b' AND f(y)<>'it''s  ( )'"
+
+
+
+def test_compacting_drops_comments_outside_literals() -> None:
+    """A comment at the end of a line would hide the rest once the lines are joined: it goes
+    first, an apostrophe in it included; ``--`` inside a literal stays."""
+    sql = "SELECT a -- the row's version\nFROM t WHERE x = '--kept'  -- it's gone\nAND y = 1"
+    assert compact(sql) == "SELECT a FROM t WHERE x='--kept' AND y=1"
