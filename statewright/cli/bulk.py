@@ -12,6 +12,7 @@ before is counted ``replayed``, not applied twice.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from typing import Annotated
@@ -51,6 +52,15 @@ def bulk(
         str | None,
         typer.Option(help="Only workflows in their state for longer (e.g. 90s, 15m, 2h, 1d)."),
     ] = None,
+    entered_before: Annotated[
+        float | None,
+        typer.Option(
+            help="Only workflows that entered their state before this time (Unix seconds): "
+            "a re-run of a fork or a move passes the first run's (printed), so what that run "
+            "made or moved is not matched again.",
+            show_default=False,
+        ),
+    ] = None,
     parked: Annotated[
         str | None,
         typer.Option(
@@ -89,11 +99,15 @@ def bulk(
     from statewright.engine.bulk import BulkFilter
     from statewright.engine.search import parse
 
+    ages = None if older_than is None else time.time() - age_seconds(older_than)
+    cutoffs = [t for t in (entered_before, ages) if t is not None]
+    if any(not math.isfinite(t) for t in cutoffs):
+        raise InvalidInput("--entered-before must be a finite time (Unix seconds)")
     where = BulkFilter(
         type=type_,
         state=state,
         version=version,
-        entered_before=None if older_than is None else time.time() - age_seconds(older_than),
+        entered_before=min(cutoffs) if cutoffs else None,
         parked=parked is not None,
         parked_reason=None if parked in (None, "any") else parked,
         search=parse(search or ()),
@@ -126,6 +140,8 @@ def bulk(
             f"matched, {done.applied} applied, {done.replayed} replayed, {done.skipped} "
             f"skipped, {done.failed} failed"
         )
+    if action in ("fork", "move") and done.entered_before is not None:
+        out.print(f"run it again with --entered-before {done.entered_before!r}")
     if done.sample:
         out.print("sample: " + ", ".join(escape(i) for i in done.sample))
     for wid, why in done.errors.items():

@@ -41,3 +41,25 @@ def test_bulk_cancel_dry_run_then_real_then_replayed(cli: Cli, tmp_path: Path) -
     assert line.startswith("error[invalid_input]") and "unknown bulk action" in line
     line = cli.error(*a, "bulk", "cancel", "--reason", "r", "--older-than", "soon", code=2)
     assert "invalid age" in line
+
+
+def test_a_fork_run_again_with_its_entered_before_forks_no_fork(cli: Cli, tmp_path: Path) -> None:
+    """The forks of a bulk fork sit in the same state: a re-run passes the printed
+    --entered-before, so it matches the first run's workflows only (each forked once)."""
+    app = tmp_path / "fork_app.py"
+    app.write_text(APP)
+    a = ("--app", str(app))
+    for i in range(2):
+        cli(*a, "start", "order", "--id", f"f{i}")
+    base = ("bulk", "fork", "--type", "order", "--reason", "r", "--operation-id", "fk")
+    first = cli(*a, *base).stdout
+    assert "2 matched, 2 applied" in first
+    hint = [ln for ln in first.splitlines() if ln.startswith("run it again with")]
+    assert len(hint) == 1, first
+    cutoff = hint[0].split()[-1]
+    again = cli(*a, *base, "--entered-before", cutoff).stdout
+    assert "2 matched, 0 applied, 2 replayed" in again
+    listed = cli.json(*a, "list", "--type", "order")
+    assert len(listed) == 4  # the two and one fork each
+    line = cli.error(*a, *base, "--entered-before", "nan", code=2)
+    assert "finite" in line
