@@ -27,32 +27,34 @@ from statewright.errors import UnknownState
 from statewright.http import longpoll
 from statewright.http.deps import AccessDep, KnownQuery
 from statewright.http.errors import IDEMPOTENCY_KEY, REPLAYED
-from statewright.http.jsonbody import JSONBody
-from statewright.http.pages import budgeted, response
-from statewright.http.schemas import (
+from statewright.http.inputs import (
     IDEMPOTENCY_KEY_PATTERN,
     ApprovalIn,
     CancelIn,
     ContextPatchIn,
-    ErrorOut,
     EventIn,
-    EventInfo,
-    EventNotApplied,
-    EventOut,
-    HistoryPage,
     InputIn,
-    InputPosted,
     ResolveAppliedIn,
     ResolveNotAppliedIn,
     ResumeIn,
     StartIn,
+    not_null,
+)
+from statewright.http.jsonbody import JSONBody
+from statewright.http.pages import budgeted, response
+from statewright.http.schemas import (
+    ErrorOut,
+    EventInfo,
+    EventNotApplied,
+    EventOut,
+    HistoryPage,
+    InputPosted,
     StateInfo,
     StepOut,
     StepPage,
     TypeOut,
     WorkflowList,
     WorkflowOut,
-    not_null,
 )
 from statewright.http.search import Where, search_of
 from statewright.ids import ID_PATTERN, REF_PATTERN

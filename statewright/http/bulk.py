@@ -13,14 +13,14 @@ from statewright.engine.bulk import MAX_BATCH, MAX_SAMPLE, BulkFilter
 from statewright.engine.core import MAX_REASON
 from statewright.http.api import _ERRORS
 from statewright.http.deps import AccessDep, KnownQuery
+from statewright.http.inputs import NONBLANK, BodyIn
 from statewright.http.jsonbody import JSONBody
-from statewright.http.schemas import NONBLANK, _In
 from statewright.http.search import SearchBody, search_body
 
 router = APIRouter(prefix="/v1", responses=_ERRORS, dependencies=[KnownQuery], tags=["bulk"])
 
 
-class BulkFilterIn(_In):
+class BulkFilterIn(BodyIn):
     type: str | None = Field(default=None, max_length=200, description="Only this type.")
     state: str | None = Field(default=None, max_length=200, description="Only this state.")
     version: int | None = Field(default=None, ge=1, description="Only this machine version.")
@@ -46,7 +46,7 @@ class BulkFilterIn(_In):
     search: SearchBody = None
 
 
-class BulkIn(_In):
+class BulkIn(BodyIn):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [

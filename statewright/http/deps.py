@@ -12,7 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from statewright.access import LOCAL, Access, Principal, TokenRegistry
 from statewright.engine.core import Engine
 from statewright.errors import InvalidInput
-from statewright.http.schemas import not_null
+from statewright.http.inputs import not_null
 
 bearer = HTTPBearer(auto_error=False, description="An API token from the tokens file.")
 

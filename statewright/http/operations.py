@@ -23,13 +23,10 @@ from statewright.http.api import (
     _view,
 )
 from statewright.http.deps import AccessDep, KnownQuery
+from statewright.http.inputs import TIMER_KEY_PATTERN, ForkIn, MoveIn, TimerIn
 from statewright.http.pages import budgeted, response
 from statewright.http.schemas import (
-    TIMER_KEY_PATTERN,
-    ForkIn,
-    MoveIn,
     StuckPage,
-    TimerIn,
     TimerList,
     TimerOut,
     TimerRemoved,

@@ -12,8 +12,9 @@ from statewright import paging
 from statewright.access import schedules as sched
 from statewright.http.api import _ERRORS, Cursor, PageLimit
 from statewright.http.deps import AccessDep, KnownQuery
+from statewright.http.inputs import BodyIn
 from statewright.http.jsonbody import JSONBody
-from statewright.http.schemas import NEXT_CURSOR, _In
+from statewright.http.schemas import NEXT_CURSOR
 from statewright.ids import ID_PATTERN, REF_PATTERN
 
 router = APIRouter(prefix="/v1", responses=_ERRORS, dependencies=[KnownQuery], tags=["schedules"])
@@ -37,7 +38,7 @@ ScheduleId = Annotated[
 ]
 
 
-class ScheduleIn(_In):
+class ScheduleIn(BodyIn):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={

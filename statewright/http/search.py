@@ -16,7 +16,7 @@ from statewright.engine.search import (
     from_mapping,
     parse,
 )
-from statewright.http.schemas import not_null
+from statewright.http.inputs import not_null
 
 WHERE_HELP = (
     "Only workflows whose search attribute has this value, as `name=value` (repeatable: all "

@@ -30,8 +30,9 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from statewright.access import Access
 from statewright.errors import StatewrightError
 from statewright.http.deps import KnownQuery, StreamAccessDep
+from statewright.http.inputs import not_null
 from statewright.http.pages import FIRST_CHUNK, budgeted
-from statewright.http.schemas import ErrorOut, not_null
+from statewright.http.schemas import ErrorOut
 
 log = logging.getLogger("statewright.http")
 

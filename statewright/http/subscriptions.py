@@ -11,8 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from statewright.access import subscriptions as subs
 from statewright.http.api import _ERRORS
 from statewright.http.deps import AccessDep, KnownQuery
+from statewright.http.inputs import BodyIn
 from statewright.http.jsonbody import JSONBody
-from statewright.http.schemas import _In
 from statewright.store.subscriptions import Subscription, SubscriptionFilter
 
 router = APIRouter(
@@ -23,7 +23,7 @@ Name = Annotated[str, Path(pattern=NAME_PATTERN, description="The subscription's
 Names = list[Annotated[str, Field(min_length=1, max_length=200)]]
 
 
-class FilterIn(_In):
+class FilterIn(BodyIn):
     model_config = ConfigDict(extra="forbid")
 
     types: Names = Field(default_factory=list, max_length=100)
@@ -38,7 +38,7 @@ class FilterIn(_In):
     tenant: str | None = Field(default=None, max_length=200)
 
 
-class SubscriptionIn(_In):
+class SubscriptionIn(BodyIn):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
