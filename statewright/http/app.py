@@ -28,6 +28,7 @@ from statewright.http import (
     health,
     limits,
     longpoll,
+    me,
     operations,
     schedules,
     stream,
@@ -134,6 +135,7 @@ def create_app(
     add_routes(app, schedules.router)
     add_routes(app, subscriptions.router)
     add_routes(app, bulk.router)
+    add_routes(app, me.router)
     add_routes(app, health.router)
     observability.install(app, engine)  # /metrics, /v1/alerts, transition span events
     dashboard.install(app)  # / and /ui/: the operator dashboard

@@ -53,12 +53,16 @@ def test_operator_dry_runs_then_cancels_the_filtered_workflows_once(
 ) -> None:
     server = ops_server
     with httpx.Client(base_url=server.url, timeout=10.0) as api:
-        _setup(api)
         with dashboard(profile, server, APPROVER) as w:
             page = w.page
+            # Nothing is listed yet: the panel is there, from what GET /v1/me says of her.
             page.goto(f"{server.url}/ui/#/?type=desk_order&state=open")
-            expect(page.locator(f'tr.wf-row[data-id="{ORDERS[0]}"]')).to_be_visible()
             panel = page.locator("#bulk-panel")
+            expect(panel).to_be_visible()
+            assert any(u.endswith("/v1/me") for u in w.urls), w.urls
+            _setup(api)
+            page.reload()
+            expect(page.locator(f'tr.wf-row[data-id="{ORDERS[0]}"]')).to_be_visible()
             expect(panel).to_be_visible()
             panel.locator("summary").click()
             # The list's filter is the panel's; move is for admins only.

@@ -41,6 +41,7 @@ ORDER = {"sku": "BOOK-42", "quantity": 1, "amount_cents": 2599}
 
 # route -> (roles, [calls]), in page order
 SECTIONS: dict[str, tuple[str, list[Call]]] = {
+    "GET /v1/me": (ANY, [Call("operator", "GET", "/v1/me")]),
     "GET /v1/types": (ANY, [Call("viewer", "GET", "/v1/types")]),
     "GET /v1/types/{name}": (
         ANY,
@@ -373,6 +374,7 @@ SECTIONS: dict[str, tuple[str, list[Call]]] = {
 }
 
 GROUPS = [
+    ("The caller", ("/v1/me",)),
     ("Types", ("/v1/types",)),
     ("Workflows", ("/v1/workflows", "/v1/approvals")),
     ("Reads across workflows", ("/v1/stuck", "/v1/transitions", "/v1/stream", "/v1/alerts")),

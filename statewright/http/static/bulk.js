@@ -2,9 +2,9 @@
  *
  * Loaded before app.js, which calls window.statewrightBulk.update() on each refresh of the
  * list page with its helpers (h, fill, api...), the list's filter and the workflows it read.
- * The panel is shown only to a caller the API lets take operator actions: one whose listed
- * workflows carry operator_actions (empty for every other caller); "move" only when they
- * offer it (admins). The API checks the same roles again and refuses (403) anyone else.
+ * The panel is shown only to a caller the API lets take bulk actions, as GET /v1/me says
+ * (bulk_actions: operators and admins; "move" for admins), even before anything is listed.
+ * The API checks the same roles again and refuses (403) anyone else.
  *
  * "Dry run" counts the matches and samples their ids, changing nothing, under a new
  * operation id; "Apply" (after a confirm) sends the same request for real with that id, so
@@ -41,8 +41,8 @@
     return `ui-${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
   }
 
-  /** Whether the caller may take operator actions, and move: read from what the API says of
-   * the listed workflows (null: it cannot tell, there is nothing listed). */
+  /** Whether the caller may take operator actions, and move, from what the API says of the
+   * listed workflows (null: it cannot tell, nothing is listed): where GET /v1/me cannot say. */
   function rights(rows) {
     if (!rows.length) return null;
     const offered = rows.flatMap((wf) => wf.operator_actions || []);
@@ -368,19 +368,31 @@
   }
 
   let current = null; // { slot, panel } kept across refreshes of one list page
+  let asked = null; // { slot, who }: GET /v1/me, asked once per list page (a new token: a new page)
+
+  /** What the caller may do in bulk, from GET /v1/me (null when the service cannot say:
+   * then from the listed workflows' operator actions, or nothing when none is listed). */
+  async function callerRights(slot, ctx) {
+    if (!asked || asked.slot !== slot) {
+      asked = { slot, who: ctx.api("/v1/me").catch(() => null) };
+    }
+    const who = await asked.who;
+    if (!who || !Array.isArray(who.bulk_actions)) return rights(ctx.rows);
+    return { operator: who.bulk_actions.length > 0, admin: who.bulk_actions.includes("move") };
+  }
 
   window.statewrightBulk = {
     /** Show the panel in `slot` for a caller who may use it (once per list page: what is
      * typed and the dry run survive refreshes); hide it for anyone else. */
-    update(slot, ctx) {
-      const may = rights(ctx.rows);
-      if (may === null) return; // nothing listed: keep what is shown
+    async update(slot, ctx) {
+      const may = await callerRights(slot, ctx);
+      if (may === null) return; // nothing known: keep what is shown
       if (!may.operator) {
         ctx.fill(slot);
         current = null;
         return;
       }
-      // Kept unless it now learns the caller may also move (a live workflow says so).
+      // Kept unless it now learns the caller may also move.
       if (current && current.slot === slot && (current.panel.admin || !may.admin)) return;
       const panel = new BulkPanel(ctx, may.admin);
       current = { slot, panel };
