@@ -83,6 +83,13 @@ def bulk(
     batch: Annotated[int, typer.Option(min=1, max=5000, help="Workflows read at a time.")] = 500,
     sample: Annotated[int, typer.Option(min=0, max=100, help="Ids shown.")] = 10,
     actor: Annotated[str, typer.Option(help="Who acts (recorded).")] = "cli",
+    include: Annotated[
+        str,
+        typer.Option(
+            help="Which workflows: 'live' (the default), 'finished' (to fork them, say) or "
+            "'all'.",
+        ),
+    ] = "live",
     search: Annotated[
         list[str] | None,
         typer.Option(
@@ -103,7 +110,11 @@ def bulk(
     cutoffs = [t for t in (entered_before, ages) if t is not None]
     if any(not math.isfinite(t) for t in cutoffs):
         raise InvalidInput("--entered-before must be a finite time (Unix seconds)")
+    ends = {"live": False, "finished": True, "all": None}
+    if include not in ends:
+        raise InvalidInput(f"--include is live, finished or all, not {include!r}")
     where = BulkFilter(
+        terminal=ends[include],
         type=type_,
         state=state,
         version=version,

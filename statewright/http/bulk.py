@@ -44,6 +44,11 @@ class BulkFilterIn(BodyIn):
         default=None, max_length=200, description="Only workflows parked for this reason."
     )
     search: SearchBody = None
+    terminal: bool | None = Field(
+        default=False,
+        description="false (the default): live workflows only; true: finished ones only "
+        "(to fork them, say); null: both.",
+    )
 
 
 class BulkIn(BodyIn):
@@ -137,6 +142,7 @@ async def bulk(
         parked=f.parked,
         parked_reason=f.parked_reason,
         search=search_body(f.search),
+        terminal=f.terminal,
     )
     done = await access.bulk(
         body.action,

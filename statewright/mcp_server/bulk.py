@@ -39,6 +39,7 @@ _FILTER = (
     "parked",
     "parked_reason",
     "search",
+    "terminal",
 )
 MAX_AGE = 1e9
 
@@ -83,6 +84,12 @@ def tool(wtypes: list[WorkflowType], principal: Principal) -> types.Tool:
             "maxLength": 200,
             "description": "Only workflows parked for this reason (e.g. step_outcome_unknown).",
         },
+        "terminal": {
+            "type": ["boolean", "null"],
+            "default": False,
+            "description": "false (the default): live workflows only; true: finished ones "
+            "only (to fork them, say); null: both.",
+        },
     }
     declared = sorted({a for t in wtypes for a in t.search_attributes})
     if (search := arguments.search_property(declared)) is not None:
@@ -99,7 +106,8 @@ def tool(wtypes: list[WorkflowType], principal: Principal) -> types.Tool:
             "type": "object",
             "properties": where,
             "additionalProperties": False,
-            "description": "Which workflows (live ones, in your tenant): every field narrows.",
+            "description": "Which workflows (live ones unless terminal says otherwise, in your "
+            "tenant): every field narrows.",
         },
         "reason": {
             "type": "string",
@@ -211,6 +219,9 @@ def _filter(access: Access, raw: Any) -> BulkFilter:
     if extra:
         names = ", ".join(map(repr, extra))
         raise InvalidInput(f"unknown filter field(s) {names}; expected: {', '.join(_FILTER)}")
+    terminal = raw.get("terminal", False)
+    if terminal is not None and not isinstance(terminal, bool):
+        raise InvalidInput("'terminal' must be true, false or null")
     parked = raw.get("parked", False)
     if not isinstance(parked, bool):
         raise InvalidInput("'parked' must be true or false")
@@ -229,6 +240,7 @@ def _filter(access: Access, raw: Any) -> BulkFilter:
         parked=parked,
         parked_reason=arguments.opt_text(raw, "parked_reason"),
         search=from_mapping(raw.get("search")),
+        terminal=terminal,
     )
 
 

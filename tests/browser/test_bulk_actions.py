@@ -179,6 +179,14 @@ def test_agents_and_viewers_get_no_bulk_panel_and_admins_may_move(
             page.fill("#bulk-to-state", "shipped")
             page.click("#bulk-dry-run")
             expect(page.locator("#bulk-summary")).to_contain_text("5 workflow(s) match")
+            # Finished workflows only: the shipped order, which the live ones leave out.
+            page.fill("#bulk-state", "")
+            page.select_option("#bulk-include", "finished")
+            page.click("#bulk-dry-run")
+            expect(page.locator("#bulk-summary")).to_contain_text("1 workflow(s) match")
+            expect(page.locator("#bulk-sample a.wf-link")).to_have_text([SHIPPED])
+            page.select_option("#bulk-include", "")
+            page.fill("#bulk-state", "open")
 
             # A fork, applied twice: the second is the same operation and forks no fork
             # (Apply sends the dry run's cutoff: the forks entered their state after it).

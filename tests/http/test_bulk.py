@@ -78,3 +78,31 @@ async def test_a_bulk_fork_rerun_with_entered_before_forks_no_fork(
             "/v1/bulk", json=body | {"filter": {"entered_before": bad}}, headers=auth("boss")
         )
         assert r.status_code == 422, (bad, r.text)
+
+
+async def test_terminal_chooses_live_finished_or_both(
+    client: httpx.AsyncClient, engine: Engine
+) -> None:
+    """Live workflows by default; ``terminal: true`` the finished ones only (a bulk fork of
+    the cancelled ones, say); ``null`` both; anything else is refused and changes nothing."""
+    for i in range(3):
+        await engine.start("agent_task", {"goal": "g"}, workflow_id=f"t{i}")
+    await engine.cancel("t0", reason="gone", actor="test")
+    base = {"action": "fork", "reason": "again", "dry_run": True}
+
+    async def matched(**f: object) -> list[str]:
+        body = base | {"filter": {"type": "agent_task", **f}, "sample": 10}
+        r = await client.post("/v1/bulk", json=body, headers=auth("boss"))
+        assert r.status_code == 200, r.text
+        return sorted(r.json()["sample"])
+
+    assert await matched() == ["t1", "t2"]
+    assert await matched(terminal=False) == ["t1", "t2"]
+    assert await matched(terminal=True) == ["t0"]
+    assert await matched(terminal=None) == ["t0", "t1", "t2"]
+    bad = base | {"filter": {"terminal": "maybe"}}
+    assert (await client.post("/v1/bulk", json=bad, headers=auth("boss"))).status_code == 422
+    real = base | {"filter": {"type": "agent_task", "terminal": True}, "dry_run": False}
+    done = (await client.post("/v1/bulk", json=real, headers=auth("boss"))).json()
+    assert (done["matched"], done["applied"]) == (1, 1), done
+    assert len(await matched(terminal=None)) == 4  # t0's fork too

@@ -63,3 +63,18 @@ def test_a_fork_run_again_with_its_entered_before_forks_no_fork(cli: Cli, tmp_pa
     assert len(listed) == 4  # the two and one fork each
     line = cli.error(*a, *base, "--entered-before", "nan", code=2)
     assert "finite" in line
+
+
+def test_include_chooses_live_finished_or_all(cli: Cli, tmp_path: Path) -> None:
+    app = tmp_path / "include_app.py"
+    app.write_text(APP)
+    a = ("--app", str(app))
+    for i in range(3):
+        cli(*a, "start", "order", "--id", f"i{i}")
+    cli(*a, "cancel", "i0", "--reason", "gone")
+    base = ("bulk", "fork", "--type", "order", "--reason", "r", "--dry-run")
+    assert sorted(cli.json(*a, *base)["sample"]) == ["i1", "i2"]
+    assert cli.json(*a, *base, "--include", "finished")["sample"] == ["i0"]
+    assert sorted(cli.json(*a, *base, "--include", "all")["sample"]) == ["i0", "i1", "i2"]
+    line = cli.error(*a, *base, "--include", "dead", code=2)
+    assert "--include is live, finished or all" in line

@@ -275,3 +275,20 @@ async def test_the_filter_takes_search_attributes(tmp_path: Path) -> None:
             assert data(await mcp.call_tool(TOOL, real))["applied"] == 2
         states = [await _state(engine, f"o{i}") for i in range(3)]
         assert states == ["cancelled", "cancelled", "open"]
+
+
+async def test_terminal_takes_finished_workflows(sqlite_engine: Engine) -> None:
+    """Live workflows unless ``terminal`` says otherwise: true the finished ones, null both."""
+    await _tasks(sqlite_engine, 3)
+    await sqlite_engine.cancel("b0", reason="gone", actor="test")
+    async with client(sqlite_engine, principal("ops")) as c:
+
+        async def sample(**f: Any) -> list[str]:
+            args = {"action": "fork", "reason": "again", "filter": {"type": "agent_task", **f}}
+            return sorted(data(await c.call_tool(TOOL, args))["sample"])
+
+        assert await sample() == ["b1", "b2"]
+        assert await sample(terminal=True) == ["b0"]
+        assert await sample(terminal=None) == ["b0", "b1", "b2"]
+        bad = {"action": "fork", "reason": "r", "filter": {"terminal": "yes"}}
+        assert tool_error(await c.call_tool(TOOL, bad))["code"] == "invalid_input"

@@ -31,6 +31,11 @@
     ["fatal_error", "parked: fatal_error"],
     ["retries_exhausted", "parked: retries_exhausted"],
   ];
+  const INCLUDE = [
+    ["", "live workflows"],
+    ["finished", "finished workflows"],
+    ["all", "live and finished"],
+  ];
   const SAMPLE = 20;
   const CUT_OFF = new Set(["fork", "move"]);
 
@@ -76,6 +81,11 @@
         "select",
         { id: "bulk-parked", "aria-label": "Parked" },
         PARKED.map(([v, label]) => h("option", { value: v }, label)),
+      );
+      this.include = h(
+        "select",
+        { id: "bulk-include", "aria-label": "Live or finished" },
+        INCLUDE.map(([v, label]) => h("option", { value: v }, label)),
       );
       this.age = h("input", {
         id: "bulk-older-than",
@@ -139,6 +149,7 @@
       const fields = [
         this.type,
         this.state,
+        this.include,
         this.parked,
         this.age,
         this.where,
@@ -157,14 +168,23 @@
         h(
           "p",
           { class: "muted" },
-          "Act on every live workflow the filter matches, in your tenant. A dry run counts and " +
+          "Act on every workflow the filter matches (live ones unless you choose), in your " +
+            "tenant. A dry run counts and " +
             "samples them and changes nothing; Apply runs the same operation for real, once.",
         ),
         h(
           "div",
           { class: "actions" },
           h("span", {}, "Filter: "),
-          [this.type, this.state, this.states, this.parked, this.age, this.where],
+          [
+            this.type,
+            this.state,
+            this.states,
+            this.include,
+            this.parked,
+            this.age,
+            this.where,
+          ],
         ),
         h(
           "div",
@@ -205,6 +225,8 @@
       const filter = {};
       if (this.type.value) filter.type = this.type.value;
       if (this.state.value.trim()) filter.state = this.state.value.trim();
+      if (this.include.value === "finished") filter.terminal = true;
+      else if (this.include.value === "all") filter.terminal = null;
       if (this.parked.value === "any") filter.parked = true;
       else if (this.parked.value) filter.parked_reason = this.parked.value;
       if (this.age.value !== "") {
