@@ -15,15 +15,10 @@ import logging
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
-from fastapi.responses import PlainTextResponse
 
 from statewright import paging
 from statewright.access import Access
-from statewright.definition.data import plain
-from statewright.definition.machine import Machine
-from statewright.definition.render.mermaid import to_mermaid
-from statewright.engine.workflow_type import Applied, NotApplied, WorkflowType
-from statewright.errors import UnknownState
+from statewright.engine.workflow_type import Applied, NotApplied
 from statewright.http import longpoll
 from statewright.http.deps import AccessDep, KnownQuery
 from statewright.http.errors import IDEMPOTENCY_KEY, REPLAYED
@@ -44,15 +39,12 @@ from statewright.http.jsonbody import JSONBody
 from statewright.http.pages import budgeted, response
 from statewright.http.schemas import (
     ErrorOut,
-    EventInfo,
     EventNotApplied,
     EventOut,
     HistoryPage,
     InputPosted,
-    StateInfo,
     StepOut,
     StepPage,
-    TypeOut,
     WorkflowList,
     WorkflowOut,
 )
@@ -123,8 +115,6 @@ WorkflowId = Annotated[
         "tenant-qualified id, `tenant:id`).",
     ),
 ]
-TypeName = Annotated[str, Path(max_length=200, description="The workflow type (machine).")]
-TypeVersion = Annotated[int | None, Query(ge=1, le=2**31 - 1, json_schema_extra=not_null)]
 StepName = Annotated[
     str, Path(min_length=1, max_length=200, description="The step's name (``run.step``).")
 ]
@@ -180,73 +170,6 @@ def _body(content: Any, status_code: int = 200, *, replayed: bool = False) -> JS
     if replayed:
         return JSONBody(content, 200, headers=_REPLAY)
     return JSONBody(content, status_code)
-
-
-def _type_out(access: Access, wtype: WorkflowType) -> TypeOut:
-    machine = wtype.machine
-    return TypeOut(
-        input_schema=None if wtype.input_schema is None else plain(wtype.input_schema),
-        search_attributes=list(wtype.search_attributes),
-        cancel_event=wtype.cancel_event,
-        may_start=not access.principal.read_only,
-        name=machine.name,
-        version=machine.version,
-        description=machine.description,
-        states=[
-            StateInfo(
-                name=s.name,
-                description=s.description,
-                terminal=s.terminal,
-                initial=s.initial,
-                stuck_after=s.stuck_after,
-                within=list(reversed(machine.ancestors(s.name))),
-            )
-            for s in machine.states.values()
-        ],
-        events=[
-            EventInfo(
-                name=e.name,
-                description=e.description,
-                roles=list(e.roles),
-                approval=e.approval,
-                payload_schema=None if e.payload_schema is None else dict(e.payload_schema),
-                may_fire=access.principal.may_fire(e),
-            )
-            for e in machine.events.values()
-        ],
-    )
-
-
-def _machine(access: Access, name: str, version: int | None) -> Machine:
-    return access.type_of(name, version).machine
-
-
-@router.get("/types", summary="The registered workflow types")
-async def list_types(access: AccessDep) -> list[TypeOut]:
-    return [_type_out(access, t) for t in access.types]
-
-
-@router.get("/types/{name}", summary="One workflow type: states, events and who may fire them")
-async def get_type(access: AccessDep, name: TypeName, version: TypeVersion = None) -> TypeOut:
-    return _type_out(access, access.type_of(name, version))
-
-
-@router.get(
-    "/types/{name}/diagram",
-    summary="The machine as a Mermaid state diagram",
-    response_class=PlainTextResponse,
-    responses=_JSON_ERRORS,
-)
-async def type_diagram(
-    access: AccessDep,
-    name: TypeName,
-    version: TypeVersion = None,
-    current: Annotated[str | None, Query(max_length=200, json_schema_extra=not_null)] = None,
-) -> str:
-    machine = _machine(access, name, version)
-    if current is not None and current not in machine.states:
-        raise UnknownState(f"workflow type {name!r} has no state {current!r}", state=current)
-    return to_mermaid(machine, current)
 
 
 @router.post(

@@ -33,6 +33,7 @@ from statewright.http import (
     schedules,
     stream,
     subscriptions,
+    workflow_types,
 )
 from statewright.http import metrics as observability
 from statewright.http.routes import add_routes
@@ -128,6 +129,7 @@ def create_app(
     )
     limits.document(app)
     errors.install(app)
+    add_routes(app, workflow_types.router)
     add_routes(app, api.router)
     add_routes(app, operations.router)  # (api's routes continued)
     add_routes(app, family.router)
