@@ -63,7 +63,9 @@ async def test_a_state_reached_from_another_task_ends_the_wait(
     body = r.json()
     assert (body["state"], body["version"]) == ("running", 2)
     assert (body["reached"], body["timed_out"]) == (True, False)
-    assert 0.2 <= body["waited"] < 5
+    # It waited for the send, 0.2 s after the request left; the server's clock starts once
+    # the request is read and the row checked, some milliseconds later (0.194 s was seen).
+    assert 0.1 <= body["waited"] < 5
     # The rest is the plain GET's answer, for the same caller.
     plain = await client.get("/v1/workflows/t-1", headers=auth("agent"))
     assert without_wait(body) == plain.json()
