@@ -74,15 +74,6 @@ class Access(Reads):
 
     # -- bulk actions (statewright.engine.bulk) ----------------------------------------------
 
-    def bulk_actions(self) -> tuple[str, ...]:
-        """The bulk actions this caller may take: every one for an admin, all but ``move``
-        for an operator, none for anyone else (the rule :meth:`bulk` enforces)."""
-        if ADMIN in self.principal.roles:
-            return bulking.ACTIONS
-        if OPERATOR in self.principal.roles:
-            return tuple(a for a in bulking.ACTIONS if a != "move")
-        return ()
-
     async def bulk(
         self,
         action: str,

@@ -25,6 +25,7 @@ import yaml
 from statewright import ids
 from statewright.definition.joins import CHILD_DONE, CHILD_FAILED
 from statewright.definition.machine import Event
+from statewright.engine.bulk import ACTIONS as BULK_ACTIONS
 from statewright.errors import (
     Forbidden,
     InvalidInput,
@@ -87,6 +88,16 @@ class Principal:
         """Forbidden for a caller that only reads."""
         if self.read_only:
             raise Forbidden(f"{self.actor!r} is read-only and may not {what}")
+
+    def bulk_actions(self) -> tuple[str, ...]:
+        """The bulk actions this caller may take: every one for an admin, all but ``move``
+        for an operator, none for anyone else (what :meth:`Access.bulk` enforces, and what
+        ``GET /v1/me`` and the MCP tool offer)."""
+        if ADMIN in self.roles:
+            return BULK_ACTIONS
+        if OPERATOR in self.roles:
+            return tuple(a for a in BULK_ACTIONS if a != "move")
+        return ()
 
     def check_role(self, what: str, *roles: str) -> None:
         """Forbidden unless the caller has one of ``roles``."""

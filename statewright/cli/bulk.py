@@ -103,13 +103,12 @@ def bulk(
     """Cancel, resume (parked), retry (run the state's handler again), move (--to) or fork
     every live workflow matching the filter. Prints the counts: matched, applied, replayed
     (done by an earlier run of the same --operation-id), skipped (not allowed now), failed."""
-    from statewright.engine.bulk import BulkFilter
+    from statewright.engine.bulk import BulkFilter, cutoff
     from statewright.engine.search import parse
 
-    ages = None if older_than is None else time.time() - age_seconds(older_than)
-    cutoffs = [t for t in (entered_before, ages) if t is not None]
-    if any(not math.isfinite(t) for t in cutoffs):
+    if entered_before is not None and not math.isfinite(entered_before):
         raise InvalidInput("--entered-before must be a finite time (Unix seconds)")
+    age = None if older_than is None else age_seconds(older_than)
     ends = {"live": False, "finished": True, "all": None}
     if include not in ends:
         raise InvalidInput(f"--include is live, finished or all, not {include!r}")
@@ -118,7 +117,7 @@ def bulk(
         type=type_,
         state=state,
         version=version,
-        entered_before=min(cutoffs) if cutoffs else None,
+        entered_before=cutoff(entered_before, age, time.time()),
         parked=parked is not None,
         parked_reason=None if parked in (None, "any") else parked,
         search=parse(search or ()),

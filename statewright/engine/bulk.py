@@ -151,6 +151,15 @@ def _check(action: str, batch: int, sample: int, to_state: str | None) -> None:
         raise InvalidInput("a bulk move needs the state to move to (to_state)")
 
 
+def cutoff(entered_before: float | None, older_than: float | None, now: float) -> float | None:
+    """A filter's ``entered_before`` from a time and an age (seconds in the state, counted
+    back from ``now``), given either, both (the earlier wins) or neither (None): what every
+    surface's ``older_than`` and ``entered_before`` mean together."""
+    ago = None if older_than is None else now - older_than
+    given = [t for t in (entered_before, ago) if t is not None]
+    return min(given) if given else None
+
+
 async def bulk(
     rt: Runtime,
     action: str,

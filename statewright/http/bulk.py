@@ -3,13 +3,12 @@ caller's tenant (:meth:`statewright.access.Access.bulk`, :mod:`statewright.engin
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from statewright.engine.bulk import MAX_BATCH, MAX_SAMPLE, BulkFilter
+from statewright.engine.bulk import MAX_BATCH, MAX_SAMPLE, BulkFilter, cutoff
 from statewright.engine.core import MAX_REASON
 from statewright.http.api import _ERRORS
 from statewright.http.deps import AccessDep, KnownQuery
@@ -131,13 +130,11 @@ async def bulk(
     body: Annotated[BulkIn | BulkMoveIn, Field(discriminator="action")], access: AccessDep
 ) -> Response:
     f = body.filter
-    cutoffs = [f.entered_before, None if f.older_than is None else time.time() - f.older_than]
-    before = [t for t in cutoffs if t is not None]
     where = BulkFilter(
         type=f.type,
         state=f.state,
         version=f.version,
-        entered_before=min(before) if before else None,
+        entered_before=cutoff(f.entered_before, f.older_than, access.now()),
         entered_after=f.entered_after,
         parked=f.parked,
         parked_reason=f.parked_reason,

@@ -37,5 +37,5 @@ async def me(access: AccessDep) -> MeOut:
         tenant=who.tenant,
         all_tenants=who.tenant == ALL_TENANTS,
         read_only=who.read_only,
-        bulk_actions=list(access.bulk_actions()),
+        bulk_actions=list(who.bulk_actions()),
     )

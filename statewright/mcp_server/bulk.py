@@ -19,8 +19,8 @@ from typing import Any
 
 import mcp_types as types
 
-from statewright.access import ADMIN, OPERATOR, Access, Principal
-from statewright.engine.bulk import MAX_BATCH, MAX_SAMPLE, BulkFilter
+from statewright.access import Access, Principal
+from statewright.engine.bulk import MAX_BATCH, MAX_SAMPLE, BulkFilter, cutoff
 from statewright.engine.core import MAX_REASON
 from statewright.engine.search import from_mapping
 from statewright.engine.workflow_type import WorkflowType
@@ -28,8 +28,6 @@ from statewright.errors import InvalidInput
 from statewright.mcp_server import arguments
 
 TOOL = "bulk_action"
-ACTIONS = ("cancel", "resume", "retry", "fork")
-"""What every operator may do in bulk; an admin may also ``move``."""
 _FILTER = (
     "type",
     "state",
@@ -46,13 +44,13 @@ MAX_AGE = 1e9
 
 def offered(principal: Principal) -> bool:
     """Whether ``principal`` gets the tool: operators and admins only."""
-    return bool(principal.roles & {OPERATOR, ADMIN})
+    return bool(principal.bulk_actions())
 
 
 def tool(wtypes: list[WorkflowType], principal: Principal) -> types.Tool:
     """The tool as ``principal`` (an operator or admin) sees it."""
-    admin = ADMIN in principal.roles
-    actions = [*ACTIONS, "move"] if admin else list(ACTIONS)
+    actions = list(principal.bulk_actions())
+    admin = "move" in actions
     where: dict[str, Any] = {
         "type": {
             "type": "string",
@@ -228,15 +226,14 @@ def _filter(access: Access, raw: Any) -> BulkFilter:
     age = raw.get("older_than")
     if age is not None and not (_number(age) and 0 <= age <= MAX_AGE):
         raise InvalidInput(f"'older_than' must be a number of seconds from 0 to {MAX_AGE:g}")
-    cutoff = raw.get("entered_before")
-    if cutoff is not None and not _number(cutoff):
+    before = raw.get("entered_before")
+    if before is not None and not _number(before):
         raise InvalidInput("'entered_before' must be a time (Unix seconds)")
-    before = [t for t in (cutoff, None if age is None else access.now() - age) if t is not None]
     return BulkFilter(
         type=arguments.opt_text(raw, "type"),
         state=arguments.opt_text(raw, "state"),
         version=arguments.integer(raw, "version", 1, 2**62),
-        entered_before=min(before) if before else None,
+        entered_before=cutoff(before, age, access.now()),
         parked=parked,
         parked_reason=arguments.opt_text(raw, "parked_reason"),
         search=from_mapping(raw.get("search")),
